@@ -1,0 +1,14 @@
+// Package budget caps the extra load that hedged requests add.
+//
+// A [Budget] is told about every primary request ([Budget.Deposit]) and asked
+// before every hedge ([Budget.Withdraw]). Two kinds are provided:
+//
+//   - [Ratio], the default: each primary deposits a fraction of a token and
+//     each hedge spends a whole one, so hedges stay within that fraction of
+//     the traffic, whatever the traffic is, with no request rate to guess.
+//     A small per-second floor lets a quiet client hedge a little.
+//   - [TokenBucket]: the classic bucket of capacity C refilled at r tokens
+//     per second (on golang.org/x/time/rate), sized with [BucketSize].
+//
+// Every method takes now; nothing here reads the clock.
+package budget

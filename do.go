@@ -1,0 +1,331 @@
+package tailcut
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Attempt describes one attempt of a hedged call, as passed to the call
+// function.
+type Attempt struct {
+	// Index is 0 for the primary and k for the k-th hedge (or retry after
+	// a non-fatal failure). Adapters put it on the wire (Hedge-Attempt: k).
+	Index int
+	// Key is the key the request was begun with.
+	Key string
+}
+
+// Class is how a [Hedger] treats the result of one attempt.
+type Class uint8
+
+const (
+	// Success ends the request with this result.
+	Success Class = iota
+	// Fatal ends the request with this result too: a definite answer that
+	// another attempt would only repeat (an HTTP 404, a gRPC
+	// INVALID_ARGUMENT).
+	Fatal
+	// Retryable means the attempt failed without an answer (a refused
+	// connection, an HTTP 503): the next attempt is launched at once, if
+	// the policy grants it, and the others keep running.
+	Retryable
+)
+
+// Hedger runs hedged calls returning T under a [Policy]. Its fields are the
+// hooks an adapter needs; the zero value (apart from Policy) is the plain
+// behaviour of [Do]. A Hedger is safe for concurrent use; do not change its
+// fields while calls run.
+type Hedger[T any] struct {
+	// Policy decides delays and grants hedges. Nil means the policy of
+	// [Default].
+	Policy *Policy
+
+	// Classify sorts an attempt's result. Nil means: a nil error is
+	// Success, any other error is Retryable. Whatever Classify says, an
+	// attempt that fails with context.Canceled while the caller's context is
+	// alive is Retryable: it was cancelled by something other than the
+	// caller, and must never reach the caller as the answer.
+	Classify func(v T, err error) Class
+
+	// Discard, if set, receives every result that completed but is not
+	// returned: losers that finished anyway, failures superseded by a later
+	// attempt. Adapters close response bodies here. It may run on another
+	// goroutine after Do has returned.
+	Discard func(v T)
+
+	// Keep, if set, keeps the winning attempt's context alive after Do
+	// returns: Keep receives the winning value and the function that
+	// cancels that context, returns the value to hand to the caller, and
+	// must see to it that release is called eventually (hedgehttp calls it
+	// when the response body is closed). If Keep is nil the winner's
+	// context is cancelled when Do returns.
+	Keep func(v T, release func()) T
+}
+
+// Do runs call as a hedged request to key under policy p (nil means
+// [Default]): the primary attempt first, then hedge k at k × the policy's
+// delay while every earlier attempt is still outstanding and the policy
+// grants it, and the next attempt at once when one fails with an error. The
+// first success wins; every other attempt's context is cancelled. If every
+// attempt fails, Do returns the primary's error. A cancelled or expired ctx
+// ends every attempt, and Do returns ctx.Err().
+//
+// call must honour its context and be safe to run concurrently with itself:
+// only hedge calls that are safe to repeat. Do returns as soon as a winner
+// is known; losers still running finish in the background.
+func Do[T any](ctx context.Context, p *Policy, key string, call func(ctx context.Context, a Attempt) (T, error)) (T, error) {
+	h := Hedger[T]{Policy: p}
+	return h.Do(ctx, key, call)
+}
+
+var (
+	defaultOnce   sync.Once
+	defaultPolicy *Policy
+)
+
+// Default returns the process-wide policy with the default [Config], used
+// where a nil *Policy is passed.
+func Default() *Policy {
+	defaultOnce.Do(func() {
+		p, err := New(Config{})
+		if err != nil {
+			panic("tailcut: default config invalid: " + err.Error()) // a bug, not input
+		}
+		defaultPolicy = p
+	})
+	return defaultPolicy
+}
+
+type ctxKey struct{}
+
+// requestOptions are per-request overrides carried in a context.
+type requestOptions struct {
+	noHedge bool
+	delay   time.Duration // > 0: overrides the policy's delay
+}
+
+// WithoutHedging returns a context under which [Do] sends the primary only.
+// The request still counts in the policy's statistics.
+func WithoutHedging(ctx context.Context) context.Context {
+	o, _ := ctx.Value(ctxKey{}).(requestOptions)
+	o.noHedge = true
+	return context.WithValue(ctx, ctxKey{}, o)
+}
+
+// WithDelay returns a context under which [Do] uses d as the hedge delay of
+// this request instead of the policy's. A d ≤ 0 is ignored.
+func WithDelay(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	o, _ := ctx.Value(ctxKey{}).(requestOptions)
+	o.delay = d
+	return context.WithValue(ctx, ctxKey{}, o)
+}
+
+// result is what an attempt sends back.
+type result[T any] struct {
+	v     T
+	err   error
+	index int
+	end   time.Time
+}
+
+// call is the shared state of one hedged call.
+type call[T any] struct {
+	results chan result[T] // buffered for every possible attempt: sends never block
+
+	mu   sync.Mutex
+	done bool     // set when Do has returned; later results are discarded by their sender
+	late func(T) // Hedger.Discard, for results that arrive after done
+}
+
+// attempt is one running attempt, as Do tracks it.
+type attempt struct {
+	cancel  context.CancelFunc
+	start   time.Time
+	running bool
+}
+
+// Do runs one hedged call; see the package-level [Do].
+func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Context, a Attempt) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	p := h.Policy
+	if p == nil {
+		p = Default()
+	}
+	opts, _ := ctx.Value(ctxKey{}).(requestOptions)
+	start := time.Now()
+	req := p.Begin(key, start)
+	delay := req.Delay()
+	if opts.delay > 0 {
+		delay = opts.delay
+	}
+	maxAttempts := 1 + p.cfg.MaxHedges
+	if opts.noHedge {
+		maxAttempts = 1
+	}
+
+	c := &call[T]{results: make(chan result[T], maxAttempts)}
+	var attempts [MaxHedgesLimit + 1]attempt
+	launched, running := 0, 0
+	launch := func(now time.Time) {
+		actx, cancel := context.WithCancel(ctx)
+		attempts[launched] = attempt{cancel: cancel, start: now, running: true}
+		go c.run(actx, Attempt{Index: launched, Key: key}, fn)
+		launched++
+		running++
+	}
+	// hedge asks the policy for the next attempt and launches it if granted.
+	hedge := func(now time.Time) {
+		if launched < maxAttempts && p.Hedge(&req, now) == Send {
+			launch(now)
+		}
+	}
+	launch(start)
+
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	if maxAttempts > 1 {
+		timer = time.NewTimer(delay)
+		defer timer.Stop()
+		timerC = timer.C
+	}
+	nextTick := 1 // the timer is set for hedge slot nextTick × delay
+
+	var firstErr error // the primary's error, or else the first one seen
+	var firstErrIndex = -1
+	for {
+		select {
+		case r := <-c.results:
+			a := &attempts[r.index]
+			a.running = false
+			running--
+			class := h.classify(ctx, r.v, r.err)
+			outcome := Completed
+			if class == Retryable {
+				outcome = Failed
+			}
+			p.Observe(&req, r.index, r.end.Sub(a.start), outcome, r.end)
+			if class != Retryable {
+				return h.finish(c, &req, p, attempts[:launched], r, time.Now()), r.err
+			}
+			a.cancel()
+			if firstErrIndex != 0 && (firstErrIndex < 0 || r.index == 0) {
+				firstErr, firstErrIndex = r.err, r.index
+			}
+			if h.Discard != nil {
+				h.Discard(r.v)
+			}
+			if ctx.Err() == nil {
+				hedge(time.Now())
+			}
+			if running == 0 {
+				now := time.Now()
+				c.close(h.Discard)
+				p.End(&req, -1, now)
+				if err := ctx.Err(); err != nil {
+					return zero, err
+				}
+				return zero, firstErr
+			}
+		case now := <-timerC:
+			hedge(now)
+			nextTick++
+			if launched < maxAttempts && nextTick <= p.cfg.MaxHedges {
+				timer.Reset(start.Add(time.Duration(nextTick) * delay).Sub(time.Now()))
+			} else {
+				timerC = nil
+			}
+		case <-ctx.Done():
+			now := time.Now()
+			for i := range attempts[:launched] {
+				if a := &attempts[i]; a.running {
+					a.cancel()
+					p.Observe(&req, i, now.Sub(a.start), Canceled, now)
+				}
+			}
+			c.close(h.Discard)
+			p.End(&req, -1, now)
+			return zero, ctx.Err()
+		}
+	}
+}
+
+// classify applies h.Classify, with the rule that a cancellation the caller
+// did not ask for is never final.
+func (h *Hedger[T]) classify(ctx context.Context, v T, err error) Class {
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		return Retryable
+	}
+	if h.Classify != nil {
+		return h.Classify(v, err)
+	}
+	if err == nil {
+		return Success
+	}
+	return Retryable
+}
+
+// finish ends the call with winner r: cancels and records the losers, and
+// hands the winner's context to Keep or cancels it.
+func (h *Hedger[T]) finish(c *call[T], req *Request, p *Policy, attempts []attempt, r result[T], now time.Time) T {
+	for i := range attempts {
+		a := &attempts[i]
+		if !a.running || i == r.index {
+			continue
+		}
+		a.cancel()
+		p.Observe(req, i, now.Sub(a.start), Canceled, now)
+	}
+	c.close(h.Discard)
+	p.End(req, r.index, now)
+	release := attempts[r.index].cancel
+	if h.Keep != nil {
+		return h.Keep(r.v, release)
+	}
+	release()
+	return r.v
+}
+
+// run executes one attempt and hands its result back, or discards it if the
+// call has already returned.
+func (c *call[T]) run(ctx context.Context, a Attempt, fn func(context.Context, Attempt) (T, error)) {
+	v, err := fn(ctx, a)
+	r := result[T]{v: v, err: err, index: a.Index, end: time.Now()}
+	c.mu.Lock()
+	if !c.done {
+		c.results <- r
+		c.mu.Unlock()
+		return
+	}
+	late := c.late
+	c.mu.Unlock()
+	if late != nil {
+		late(r.v)
+	}
+}
+
+// close marks the call done and discards results that arrived but were not
+// read.
+func (c *call[T]) close(discard func(T)) {
+	c.mu.Lock()
+	c.done = true
+	c.late = discard
+	c.mu.Unlock()
+	for {
+		select {
+		case r := <-c.results:
+			if discard != nil {
+				discard(r.v)
+			}
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package latency
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
+	"github.com/DataDog/sketches-go/ddsketch/store"
+)
+
+// Defaults used for zero fields of [Config].
+const (
+	DefaultWindow           = 30 * time.Second
+	DefaultMinSamples       = 20
+	DefaultWeight           = 0.7
+	DefaultRelativeAccuracy = 0.01
+	DefaultMaxBins          = 1024
+)
+
+// Config configures an [Estimator]. The zero value gives the defaults.
+type Config struct {
+	// Window is how long each of the two windows lasts. Zero means 30 s.
+	Window time.Duration
+	// MinSamples is how many observations a window needs before its
+	// quantile is trusted. Zero means 20.
+	MinSamples int
+	// Weight is the share of the current window in the blended quantile;
+	// the previous window gets 1 − Weight. Zero means 0.7.
+	Weight float64
+	// RelativeAccuracy is the sketch's relative accuracy. Zero means 0.01.
+	RelativeAccuracy float64
+	// MaxBins bounds each window's sketch; past it the lowest bins are
+	// collapsed. Zero means 1,024. Values below 256 are rejected: the
+	// collapsed range would reach the quantiles a policy reads.
+	MaxBins int
+}
+
+// withDefaults returns c with zero fields set to their defaults and an error
+// naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.MinSamples == 0 {
+		c.MinSamples = DefaultMinSamples
+	}
+	if c.Weight == 0 {
+		c.Weight = DefaultWeight
+	}
+	if c.RelativeAccuracy == 0 {
+		c.RelativeAccuracy = DefaultRelativeAccuracy
+	}
+	if c.MaxBins == 0 {
+		c.MaxBins = DefaultMaxBins
+	}
+	switch {
+	case c.Window < 0:
+		return c, fmt.Errorf("latency: Window must be positive, got %v", c.Window)
+	case c.MinSamples < 0:
+		return c, fmt.Errorf("latency: MinSamples must not be negative, got %d", c.MinSamples)
+	case !(c.Weight > 0 && c.Weight <= 1):
+		return c, fmt.Errorf("latency: Weight must be in (0, 1], got %v", c.Weight)
+	case !(c.RelativeAccuracy > 0 && c.RelativeAccuracy < 1):
+		return c, fmt.Errorf("latency: RelativeAccuracy must be in (0, 1), got %v", c.RelativeAccuracy)
+	case c.MaxBins < 256:
+		return c, fmt.Errorf("latency: MaxBins must be at least 256, got %d", c.MaxBins)
+	}
+	return c, nil
+}
+
+// Estimator is a windowed quantile estimator for one stream of latencies.
+//
+// The zero value is not usable; create one with [New]. An Estimator is safe
+// for concurrent use. Add costs about 20–40 ns and does not allocate once the
+// windows have grown to the distribution's range; Quantile walks the bins and
+// costs a few hundred nanoseconds, so callers on a hot path cache its answer
+// (the tailcut policy recomputes on rotation or every few observations).
+type Estimator struct {
+	cfg     Config
+	mapping mapping.IndexMapping
+
+	mu    sync.Mutex
+	cur   *ddsketch.DDSketch
+	prev  *ddsketch.DDSketch
+	start time.Time // start of the current window; zero before the first use
+	gen   uint64    // incremented on every rotation
+}
+
+// New returns an empty Estimator, or an error naming the invalid field of cfg.
+func New(cfg Config) (*Estimator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := mapping.NewLogarithmicMapping(cfg.RelativeAccuracy)
+	if err != nil {
+		return nil, fmt.Errorf("latency: RelativeAccuracy: %w", err)
+	}
+	e := &Estimator{cfg: cfg, mapping: m}
+	e.cur = e.newSketch()
+	e.prev = e.newSketch()
+	return e, nil
+}
+
+func (e *Estimator) newSketch() *ddsketch.DDSketch {
+	return ddsketch.NewDDSketch(e.mapping,
+		store.NewCollapsingLowestDenseStore(e.cfg.MaxBins),
+		store.NewCollapsingLowestDenseStore(e.cfg.MaxBins))
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (e *Estimator) Config() Config { return e.cfg }
+
+// rotate moves the windows forward to now. e.mu must be held.
+func (e *Estimator) rotate(now time.Time) {
+	if e.start.IsZero() {
+		e.start = now
+		return
+	}
+	elapsed := now.Sub(e.start)
+	if elapsed < e.cfg.Window {
+		return
+	}
+	n := elapsed / e.cfg.Window
+	if n == 1 {
+		e.cur, e.prev = e.prev, e.cur
+	} else {
+		e.prev.Clear()
+	}
+	e.cur.Clear()
+	e.start = e.start.Add(n * e.cfg.Window)
+	e.gen++
+}
+
+// Add records one latency observed at now. Negative durations count as zero.
+func (e *Estimator) Add(d time.Duration, now time.Time) {
+	v := max(d.Seconds(), 0)
+	e.mu.Lock()
+	e.rotate(now)
+	// Add only fails for values beyond the mapping's range (about 10^308 s)
+	// or NaN, neither of which a Duration can produce.
+	_ = e.cur.Add(v)
+	e.mu.Unlock()
+}
+
+// Quantile returns the blended q-quantile at now. ok is false while neither
+// window holds MinSamples observations, or when q is outside [0, 1].
+func (e *Estimator) Quantile(q float64, now time.Time) (d time.Duration, ok bool) {
+	if !(q >= 0 && q <= 1) {
+		return 0, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rotate(now)
+	min := float64(e.cfg.MinSamples)
+	curOK := e.cur.GetCount() >= min && !e.cur.IsEmpty()
+	prevOK := e.prev.GetCount() >= min && !e.prev.IsEmpty()
+	var v float64
+	switch {
+	case curOK && prevOK:
+		c, _ := e.cur.GetValueAtQuantile(q)
+		p, _ := e.prev.GetValueAtQuantile(q)
+		v = e.cfg.Weight*c + (1-e.cfg.Weight)*p
+	case curOK:
+		v, _ = e.cur.GetValueAtQuantile(q)
+	case prevOK:
+		v, _ = e.prev.GetValueAtQuantile(q)
+	default:
+		return 0, false
+	}
+	return seconds(v), true
+}
+
+// WindowEnd returns when the current window ends, so a caller that caches a
+// quantile knows when the answer may change through rotation alone. It is
+// the zero time before the first observation.
+func (e *Estimator) WindowEnd() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.start.IsZero() {
+		return time.Time{}
+	}
+	return e.start.Add(e.cfg.Window)
+}
+
+// Counts returns the number of observations in the current and the previous
+// window at now.
+func (e *Estimator) Counts(now time.Time) (current, previous int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rotate(now)
+	return int(e.cur.GetCount()), int(e.prev.GetCount())
+}
+
+// Snapshot returns the distribution of both windows at now, merged into one
+// sketch (unweighted), for saving, sharing or warm-starting another
+// Estimator.
+func (e *Estimator) Snapshot(now time.Time) *Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rotate(now)
+	s := e.cur.Copy()
+	_ = s.MergeWith(e.prev) // same mapping: cannot fail
+	return &Snapshot{sketch: s}
+}
+
+// Seed loads s as the previous window, so that the Estimator answers
+// quantiles from s (once s holds MinSamples) until its own observations take
+// over: after at most two windows the seed has rotated out. Seed replaces
+// whatever the previous window held.
+func (e *Estimator) Seed(s *Snapshot) error {
+	if s == nil || s.sketch == nil {
+		return errors.New("latency: Seed of a nil Snapshot")
+	}
+	if !s.sketch.IndexMapping.Equals(e.mapping) {
+		return errors.New("latency: Seed: snapshot was made with another relative accuracy")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.prev.Clear()
+	return e.prev.MergeWith(s.sketch)
+}
+
+// Merge adds the observations of s to the current window at now, as if they
+// had been observed here (fleet pooling).
+func (e *Estimator) Merge(s *Snapshot, now time.Time) error {
+	if s == nil || s.sketch == nil {
+		return errors.New("latency: Merge of a nil Snapshot")
+	}
+	if !s.sketch.IndexMapping.Equals(e.mapping) {
+		return errors.New("latency: Merge: snapshot was made with another relative accuracy")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rotate(now)
+	return e.cur.MergeWith(s.sketch)
+}
+
+// seconds converts float seconds to a Duration, rounding to the nanosecond.
+func seconds(v float64) time.Duration {
+	return time.Duration(v*1e9 + 0.5)
+}
