@@ -18,6 +18,10 @@ const (
 	DenyBudget
 	// DenyMaxHedges means the request already sent Config.MaxHedges hedges.
 	DenyMaxHedges
+	// DenyPushback means the downstream asked for less traffic (HTTP 429 or
+	// 503 with Retry-After, gRPC grpc-retry-pushback-ms) and the pause it
+	// asked for has not ended; see [Policy.Pushback].
+	DenyPushback
 
 	numDecisions
 )
@@ -26,6 +30,7 @@ var decisionNames = [...]string{
 	Send:          "send",
 	DenyBudget:    "budget",
 	DenyMaxHedges: "max_hedges",
+	DenyPushback:  "pushback",
 }
 
 // String returns the decision's short name, used as a metric label
@@ -102,6 +107,7 @@ type keyState struct {
 	cached       atomic.Int64 // the delay in force, ns
 	validUntil   atomic.Int64 // UnixNano after which cached must be recomputed
 	sinceCompute atomic.Int32 // observations since cached was computed
+	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	warm         atomic.Bool  // cached comes from the estimator, not WarmupDelay
 
 	mu sync.Mutex // serialises recomputation
@@ -180,6 +186,8 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	switch {
 	case r.hedges >= p.cfg.MaxHedges:
 		d = DenyMaxHedges
+	case now.UnixNano() < r.ks.pausedUntil.Load():
+		d = DenyPushback
 	case !p.cfg.Budget.Withdraw(now):
 		d = DenyBudget
 	}
@@ -221,6 +229,20 @@ func (p *Policy) End(r *Request, winner int, now time.Time) {
 	}
 	r.ks.wins[winner].Add(1)
 	p.totals.wins[winner].Add(1)
+}
+
+// Pushback pauses hedging for key until the given time: the downstream
+// asked for less traffic. Primaries are not affected. A later pushback
+// extends the pause; an earlier one does not shorten it.
+func (p *Policy) Pushback(key string, until time.Time) {
+	ks := p.key(key, until)
+	u := until.UnixNano()
+	for {
+		old := ks.pausedUntil.Load()
+		if u <= old || ks.pausedUntil.CompareAndSwap(old, u) {
+			return
+		}
+	}
 }
 
 // Delay returns the hedge delay in force for key at now: Multiplier × the
