@@ -112,8 +112,23 @@ func Decode(b []byte) (s *Snapshot, err error) {
 	if !ok {
 		return nil, fmt.Errorf("latency: Decode: unsupported index mapping %T", sk.IndexMapping)
 	}
-	if ra := lm.RelativeAccuracy(); !(ra > 0 && ra < 1) {
-		return nil, fmt.Errorf("latency: Decode: relative accuracy %v out of range", ra)
+	ra := lm.RelativeAccuracy()
+	if !(ra >= 1e-4 && ra <= 0.2) {
+		return nil, fmt.Errorf("latency: Decode: relative accuracy %v out of range [0.0001, 0.2]", ra)
+	}
+	if std, err := mapping.NewLogarithmicMapping(ra); err != nil || !std.Equals(lm) {
+		return nil, errors.New("latency: Decode: index mapping is not a standard logarithmic mapping")
+	}
+	// Latencies from a nanosecond to a day: anything outside is not ours,
+	// and far-out indices overflow the store's arithmetic.
+	lo, hi := lm.Index(1e-9), lm.Index(86400)
+	bad := false
+	sk.GetPositiveValueStore().ForEach(func(i int, c float64) bool {
+		bad = i < lo-1 || i > hi+1 || !(c >= 0) || math.IsInf(c, 0)
+		return bad
+	})
+	if bad {
+		return nil, errors.New("latency: Decode: bins outside the range of latencies")
 	}
 	if c := sk.GetCount(); math.IsNaN(c) || math.IsInf(c, 0) || c < 0 {
 		return nil, fmt.Errorf("latency: Decode: invalid count %v", c)

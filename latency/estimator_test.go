@@ -1,0 +1,273 @@
+package latency
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+// exactQuantile returns the q-quantile of sorted xs with the rank rule
+// DDSketch uses (rank = q × (n − 1), lower neighbour).
+func exactQuantile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[int(q*float64(len(sorted)-1))]
+}
+
+// generators of latency distributions the estimator must handle.
+var generators = map[string]func(r *rand.Rand) time.Duration{
+	"uniform 1-100ms": func(r *rand.Rand) time.Duration {
+		return time.Duration(1e6 + r.Float64()*99e6)
+	},
+	"lognormal mean 5ms sd 2ms, 5% x10": func(r *rand.Rand) time.Duration {
+		// mu, sigma of the underlying normal for mean 5, sd 2 (ms)
+		s2 := math.Log(1 + 4.0/25)
+		mu := math.Log(5) - s2/2
+		ms := math.Exp(mu + math.Sqrt(s2)*r.NormFloat64())
+		if r.Float64() < 0.05 {
+			ms *= 10
+		}
+		return time.Duration(ms * 1e6)
+	},
+	"pareto alpha 1.5 min 1ms": func(r *rand.Rand) time.Duration {
+		return time.Duration(1e6 / math.Pow(1-r.Float64(), 1/1.5))
+	},
+	"trimodal 100/300/800ms": func(r *rand.Rand) time.Duration {
+		u := r.Float64()
+		switch {
+		case u < 0.90:
+			return time.Duration((80 + 40*r.Float64()) * 1e6)
+		case u < 0.95:
+			return time.Duration((280 + 40*r.Float64()) * 1e6)
+		default:
+			return time.Duration((750 + 100*r.Float64()) * 1e6)
+		}
+	},
+}
+
+// TestQuantileAccuracy checks the promised guarantee: every quantile a
+// policy reads is within the sketch's 1 % relative accuracy of the exact
+// quantile, over a matrix of distributions and sizes.
+func TestQuantileAccuracy(t *testing.T) {
+	for name, gen := range generators {
+		for _, n := range []int{100, 10_000, 100_000} {
+			r := rand.New(rand.NewPCG(uint64(n), 7))
+			e, err := New(Config{Window: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			xs := make([]time.Duration, n)
+			for i := range xs {
+				xs[i] = gen(r)
+				e.Add(xs[i], t0)
+			}
+			slices.Sort(xs)
+			for _, q := range []float64{0.5, 0.9, 0.95, 0.99, 0.999} {
+				got, ok := e.Quantile(q, t0)
+				want := exactQuantile(xs, q)
+				if !ok {
+					t.Fatalf("%s n=%d q=%v: no estimate", name, n, q)
+				}
+				if rel := math.Abs(float64(got-want)) / float64(want); rel > 0.01+1e-9 {
+					t.Errorf("%s n=%d q=%v: got %v, exact %v (relative error %.4f > 0.01)", name, n, q, got, want, rel)
+				}
+			}
+		}
+	}
+}
+
+func TestMinSamples(t *testing.T) {
+	e, _ := New(Config{MinSamples: 5, Window: time.Second})
+	for i := range 4 {
+		e.Add(10*time.Millisecond, t0)
+		if _, ok := e.Quantile(0.5, t0); ok {
+			t.Fatalf("estimate after %d samples, want none before 5", i+1)
+		}
+	}
+	e.Add(10*time.Millisecond, t0)
+	if d, ok := e.Quantile(0.5, t0); !ok || !near(d, 10*time.Millisecond) {
+		t.Fatalf("after 5 samples: %v, %v; want ~10ms", d, ok)
+	}
+}
+
+func near(got, want time.Duration) bool {
+	return math.Abs(float64(got-want)) <= 0.01*float64(want)
+}
+
+// TestRotationAndBlend walks the windows through their life cycle.
+func TestRotationAndBlend(t *testing.T) {
+	const w = 10 * time.Second
+	e, _ := New(Config{Window: w, MinSamples: 3})
+	fill := func(d time.Duration, at time.Time) {
+		for range 3 {
+			e.Add(d, at)
+		}
+	}
+	t1 := t0.Add(w)     // first rotation
+	t2 := t0.Add(2 * w) // second rotation
+	t5 := t0.Add(5 * w) // long silence: both windows expire
+
+	fill(100*time.Millisecond, t0)
+	if d, _ := e.Quantile(0.5, t0); !near(d, 100*time.Millisecond) {
+		t.Errorf("current only: %v, want 100ms", d)
+	}
+	// After one window the samples are the previous window: still used.
+	if d, ok := e.Quantile(0.5, t1); !ok || !near(d, 100*time.Millisecond) {
+		t.Errorf("previous only: %v %v, want 100ms", d, ok)
+	}
+	fill(200*time.Millisecond, t1.Add(time.Second))
+	// Both windows: 0.7 × 200 + 0.3 × 100 = 170 ms.
+	if d, _ := e.Quantile(0.5, t1.Add(time.Second)); !near(d, 170*time.Millisecond) {
+		t.Errorf("blend: %v, want 170ms", d)
+	}
+	if c, p := e.Counts(t1.Add(time.Second)); c != 3 || p != 3 {
+		t.Errorf("counts %d/%d, want 3/3", c, p)
+	}
+	// Next rotation: 200 ms becomes previous, 100 ms is gone.
+	if d, _ := e.Quantile(0.5, t2); !near(d, 200*time.Millisecond) {
+		t.Errorf("after second rotation: %v, want 200ms", d)
+	}
+	if _, ok := e.Quantile(0.5, t5); ok {
+		t.Errorf("estimate after a silence of several windows, want none")
+	}
+	if c, p := e.Counts(t5); c != 0 || p != 0 {
+		t.Errorf("counts after silence %d/%d, want 0/0", c, p)
+	}
+	if end := e.WindowEnd(); !end.Equal(t5.Add(w)) {
+		t.Errorf("WindowEnd %v, want %v (windows stay aligned)", end, t5.Add(w))
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	bad := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Window: -1}, "Window"},
+		{Config{MinSamples: -1}, "MinSamples"},
+		{Config{Weight: 1.5}, "Weight"},
+		{Config{Weight: -0.1}, "Weight"},
+		{Config{RelativeAccuracy: 1}, "RelativeAccuracy"},
+		{Config{MaxBins: 100}, "MaxBins"},
+	}
+	for _, b := range bad {
+		_, err := New(b.cfg)
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", b.cfg, err, b.want)
+		}
+	}
+	if _, ok := func() (time.Duration, bool) { e, _ := New(Config{}); return e.Quantile(1.5, t0) }(); ok {
+		t.Error("Quantile(1.5) answered, want ok=false")
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
+
+func TestSnapshotRoundTripAndSeed(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	gen := generators["lognormal mean 5ms sd 2ms, 5% x10"]
+	src, _ := New(Config{Window: time.Minute})
+	for range 5000 {
+		src.Add(gen(r), t0)
+	}
+	snap := src.Snapshot(t0)
+	b := snap.Encode(nil)
+	if len(b) > 4096 {
+		t.Errorf("encoded snapshot is %d bytes, want a compact encoding", len(b))
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Count() != 5000 {
+		t.Errorf("decoded count %d, want 5000", got.Count())
+	}
+	for _, q := range []float64{0.5, 0.95, 0.99} {
+		a, _ := snap.Quantile(q)
+		c, _ := got.Quantile(q)
+		if a != c {
+			t.Errorf("q%v: %v before encoding, %v after", q, a, c)
+		}
+	}
+	// A fresh estimator seeded with the snapshot answers at once...
+	warm, _ := New(Config{Window: time.Minute})
+	if err := warm.Seed(got); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := snap.Quantile(0.95)
+	if d, ok := warm.Quantile(0.95, t0); !ok || d != want {
+		t.Errorf("seeded p95 = %v %v, want %v", d, ok, want)
+	}
+	// ...and forgets the seed after two windows of its own traffic.
+	for i := range 2 {
+		at := t0.Add(time.Duration(i+1) * time.Minute)
+		for range 50 {
+			warm.Add(time.Second, at)
+		}
+	}
+	if d, _ := warm.Quantile(0.95, t0.Add(2*time.Minute)); !near(d, time.Second) {
+		t.Errorf("after two windows p95 = %v, want 1s (seed rotated out)", d)
+	}
+}
+
+func TestMerge(t *testing.T) {
+	a, _ := New(Config{MinSamples: 1})
+	b, _ := NewSnapshot(0)
+	a.Add(10*time.Millisecond, t0)
+	for range 99 {
+		b.Add(time.Second)
+	}
+	if err := a.Merge(b, t0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := a.Quantile(0.5, t0); !near(d, time.Second) {
+		t.Errorf("median after merge %v, want 1s", d)
+	}
+	other, _ := NewSnapshot(0.05)
+	other.Add(time.Millisecond)
+	if err := a.Merge(other, t0); err == nil {
+		t.Error("merging a snapshot of another accuracy succeeded, want an error")
+	}
+	if err := a.Seed(other); err == nil {
+		t.Error("seeding with a snapshot of another accuracy succeeded, want an error")
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	for _, b := range [][]byte{nil, {0xff}, {0x02, 0x01}, make([]byte, maxEncoded+1)} {
+		if _, err := Decode(b); err == nil {
+			t.Errorf("Decode(%x...) succeeded, want an error", b[:min(len(b), 8)])
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	s, _ := NewSnapshot(0)
+	for _, d := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, time.Minute} {
+		s.Add(d)
+	}
+	f.Add(s.Encode(nil))
+	f.Add([]byte{})
+	f.Add([]byte{0x02, 0x00, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Decode(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must be usable and re-encode to itself.
+		n := s.Count()
+		s.Quantile(0.99)
+		s2, err := Decode(s.Encode(nil))
+		if err != nil {
+			t.Fatalf("re-decoding a decoded snapshot: %v", err)
+		}
+		if s2.Count() != n {
+			t.Fatalf("count %d after a round trip, want %d", s2.Count(), n)
+		}
+	})
+}
