@@ -1,0 +1,750 @@
+package hedgegrpc
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tailcut/tailcut"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// These tests drive the interceptor with an in-memory invoker inside a
+// synctest bubble, so every delay is exact: a real transport would stop
+// the bubble's clock.
+
+const unaryMethod = "/grpc.testing.TestService/UnaryCall"
+
+// reply is what the fake answers for one attempt.
+type reply struct {
+	after   time.Duration // how long the attempt takes
+	code    codes.Code    // its status (OK: a SimpleResponse naming the attempt)
+	msg     string        // status message
+	trailer metadata.MD
+}
+
+// attemptRecord is what the fake saw of one attempt.
+type attemptRecord struct {
+	index     int
+	previous  string // grpc-previous-rpc-attempts, "" if absent
+	start     time.Duration
+	end       time.Duration
+	canceled  bool
+	replyPtr  proto.Message
+	hadHedgeK bool
+}
+
+// fake is an in-memory grpc.UnaryInvoker.
+type fake struct {
+	t0     time.Time
+	answer func(k int) reply
+
+	mu       sync.Mutex
+	attempts []attemptRecord
+}
+
+func newFake(answer func(k int) reply) *fake {
+	return &fake{t0: time.Now(), answer: answer}
+}
+
+func (f *fake) invoke(ctx context.Context, method string, req, rep any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	rec := attemptRecord{index: -1, start: time.Since(f.t0), replyPtr: rep.(proto.Message)}
+	if v := md.Get(AttemptKey); len(v) == 1 {
+		rec.index, _ = strconv.Atoi(v[0])
+		rec.hadHedgeK = true
+	}
+	if v := md.Get(PreviousAttemptsKey); len(v) == 1 {
+		rec.previous = v[0]
+	}
+	f.mu.Lock()
+	i := len(f.attempts)
+	f.attempts = append(f.attempts, rec)
+	f.mu.Unlock()
+
+	a := f.answer(rec.index)
+	timer := time.NewTimer(a.after)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		err = status.FromContextError(ctx.Err()).Err()
+	}
+	f.mu.Lock()
+	f.attempts[i].end = time.Since(f.t0)
+	f.attempts[i].canceled = err != nil
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.TrailerCallOption:
+			*o.TrailerAddr = a.trailer
+		case grpc.HeaderCallOption:
+			*o.HeaderAddr = metadata.Pairs("served-by", strconv.Itoa(rec.index))
+		}
+	}
+	if a.code != codes.OK {
+		return status.Error(a.code, a.msg)
+	}
+	rep.(*testpb.SimpleResponse).Username = "attempt-" + strconv.Itoa(rec.index)
+	return nil
+}
+
+func (f *fake) records() []attemptRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]attemptRecord(nil), f.attempts...)
+}
+
+func mustPolicy(t *testing.T, cfg tailcut.Config) *tailcut.Policy {
+	t.Helper()
+	p, err := tailcut.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustConfig(t *testing.T, js string) *ServiceConfig {
+	t.Helper()
+	sc, err := ParseServiceConfig([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// hedgingConfig returns a service config hedging every method.
+func hedgingConfig(t *testing.T, maxAttempts int, delay string) *ServiceConfig {
+	t.Helper()
+	d := ""
+	if delay != "" {
+		d = `, "hedgingDelay": "` + delay + `"`
+	}
+	return mustConfig(t, `{"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": `+strconv.Itoa(maxAttempts)+d+`}}]}`)
+}
+
+// call runs one unary call through the interceptor and returns the reply,
+// the error and how long it took.
+func call(ctx context.Context, ic grpc.UnaryClientInterceptor, f *fake, opts ...grpc.CallOption) (*testpb.SimpleResponse, error, time.Duration) {
+	return callMethod(ctx, unaryMethod, ic, f, opts...)
+}
+
+func callMethod(ctx context.Context, method string, ic grpc.UnaryClientInterceptor, f *fake, opts ...grpc.CallOption) (*testpb.SimpleResponse, error, time.Duration) {
+	start := time.Now()
+	out := &testpb.SimpleResponse{Username: "stale"}
+	err := ic(ctx, method, &testpb.SimpleRequest{}, out, nil, f.invoke, opts...)
+	return out, err, time.Since(start)
+}
+
+func TestHedgeWinsAfterDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: 100 * time.Millisecond}
+			}
+			return reply{after: 5 * time.Millisecond}
+		})
+		out, err, took := call(t.Context(), ic, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Username != "attempt-1" {
+			t.Errorf("reply from %q, want attempt-1", out.Username)
+		}
+		if took != 15*time.Millisecond {
+			t.Errorf("call took %v, want 15ms (10ms delay + 5ms hedge)", took)
+		}
+		synctest.Wait()
+		recs := f.records()
+		if len(recs) != 2 {
+			t.Fatalf("%d attempts, want 2", len(recs))
+		}
+		if !recs[0].canceled || recs[0].end != 15*time.Millisecond {
+			t.Errorf("primary canceled=%v at %v, want cancelled at 15ms", recs[0].canceled, recs[0].end)
+		}
+		if recs[1].start != 10*time.Millisecond {
+			t.Errorf("hedge sent at %v, want 10ms", recs[1].start)
+		}
+		s := p.Stats()
+		if s.Hedges != 1 || s.Wins[1] != 1 {
+			t.Errorf("stats hedges=%d wins=%v, want 1 hedge that won", s.Hedges, s.Wins)
+		}
+	})
+}
+
+func TestFastPrimaryIsNotHedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0.01s")))
+		f := newFake(func(int) reply { return reply{after: 9 * time.Millisecond} })
+		out, err, took := call(t.Context(), ic, f)
+		if err != nil || out.Username != "attempt-0" || took != 9*time.Millisecond {
+			t.Fatalf("got %q, %v after %v; want attempt-0, nil after 9ms", out.Username, err, took)
+		}
+		if n := len(f.records()); n != 1 {
+			t.Errorf("%d attempts, want 1", n)
+		}
+	})
+}
+
+func TestAdaptiveDelayFromPolicy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// No hedgingDelay: the policy's WarmupDelay (25ms) is the delay.
+		p := mustPolicy(t, tailcut.Config{WarmupDelay: 25 * time.Millisecond})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: time.Second}
+			}
+			return reply{after: time.Millisecond}
+		})
+		if _, err, took := call(t.Context(), ic, f); err != nil || took != 26*time.Millisecond {
+			t.Fatalf("err %v after %v, want success after 26ms", err, took)
+		}
+	})
+}
+
+func TestAttemptMetadata(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{MaxHedges: 2})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0.01s")))
+		f := newFake(func(k int) reply {
+			if k == 2 {
+				return reply{after: time.Millisecond}
+			}
+			return reply{after: time.Second}
+		})
+		if _, err, _ := call(t.Context(), ic, f); err != nil {
+			t.Fatal(err)
+		}
+		recs := f.records()
+		if len(recs) != 3 {
+			t.Fatalf("%d attempts, want 3", len(recs))
+		}
+		for i, r := range recs {
+			want := ""
+			if i > 0 {
+				want = strconv.Itoa(i)
+			}
+			if !r.hadHedgeK || r.index != i || r.previous != want {
+				t.Errorf("attempt %d: hedge-attempt %d (present %v), previous %q; want %d, %q", i, r.index, r.hadHedgeK, r.previous, i, want)
+			}
+		}
+	})
+}
+
+func TestEachAttemptHasItsOwnReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{MaxHedges: 2})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0s")))
+		f := newFake(func(k int) reply { return reply{after: time.Duration(3-k) * time.Millisecond} })
+		out, err, _ := call(t.Context(), ic, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		recs := f.records()
+		if len(recs) != 3 {
+			t.Fatalf("%d attempts, want 3 (hedgingDelay 0s sends all at once)", len(recs))
+		}
+		seen := map[proto.Message]bool{}
+		for _, r := range recs {
+			if r.replyPtr == proto.Message(out) {
+				t.Errorf("attempt %d decoded into the caller's reply", r.index)
+			}
+			if seen[r.replyPtr] {
+				t.Errorf("attempt %d shares a reply message", r.index)
+			}
+			seen[r.replyPtr] = true
+			if r.start != 0 {
+				t.Errorf("attempt %d sent at %v, want 0", r.index, r.start)
+			}
+		}
+		if out.Username != "attempt-2" {
+			t.Errorf("reply %q, want attempt-2 (the fastest); the stale field must be reset", out.Username)
+		}
+	})
+}
+
+func TestNonFatalSendsNextAttemptAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "1s")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: 3 * time.Millisecond, code: codes.Unavailable}
+			}
+			return reply{after: 2 * time.Millisecond}
+		})
+		out, err, took := call(t.Context(), ic, f)
+		if err != nil || out.Username != "attempt-1" {
+			t.Fatalf("got %q, %v; want attempt-1", out.Username, err)
+		}
+		if took != 5*time.Millisecond {
+			t.Errorf("took %v, want 5ms: the next attempt goes at once, not after the 1s delay", took)
+		}
+	})
+}
+
+func TestNonFatalCodesConfigured(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     []Option
+		code     codes.Code
+		attempts int
+	}{
+		{"default UNAVAILABLE", nil, codes.Unavailable, 2},
+		{"default: INTERNAL is fatal", nil, codes.Internal, 1},
+		{"option", []Option{WithNonFatalCodes(codes.Internal)}, codes.Internal, 2},
+		{"option replaces default", []Option{WithNonFatalCodes(codes.Internal)}, codes.Unavailable, 1},
+		{"no codes: all fatal", []Option{WithNonFatalCodes()}, codes.Unavailable, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ic := UnaryClientInterceptor(mustPolicy(t, tailcut.Config{WarmupDelay: time.Second}), tc.opts...)
+				f := newFake(func(k int) reply {
+					if k == 0 {
+						return reply{after: time.Millisecond, code: tc.code}
+					}
+					return reply{after: time.Millisecond}
+				})
+				_, err, _ := call(t.Context(), ic, f)
+				if n := len(f.records()); n != tc.attempts {
+					t.Errorf("%d attempts, want %d (err %v)", n, tc.attempts, err)
+				}
+			})
+		})
+	}
+}
+
+func TestServiceConfigNonFatalCodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := mustConfig(t, `{"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}],
+			"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "1s", "nonFatalStatusCodes": ["ABORTED", 13]}}]}`)
+		ic := UnaryClientInterceptor(mustPolicy(t, tailcut.Config{}), WithServiceConfig(sc))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: time.Millisecond, code: codes.Internal}
+			}
+			return reply{after: time.Millisecond}
+		})
+		if _, err, _ := call(t.Context(), ic, f); err != nil {
+			t.Fatalf("INTERNAL (13) is non-fatal by the config, got %v", err)
+		}
+	})
+}
+
+func TestFatalCodeEndsCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{MaxHedges: 2})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0.01s")))
+		f := newFake(func(k int) reply { return reply{after: time.Millisecond, code: codes.InvalidArgument, msg: "bad"} })
+		_, err, took := call(t.Context(), ic, f)
+		if status.Code(err) != codes.InvalidArgument || took != time.Millisecond {
+			t.Fatalf("err %v after %v, want INVALID_ARGUMENT after 1ms", err, took)
+		}
+		synctest.Wait()
+		if n := len(f.records()); n != 1 {
+			t.Errorf("%d attempts after a fatal status, want 1", n)
+		}
+	})
+}
+
+func TestFatalFromHedgeCancelsOriginal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: time.Second}
+			}
+			return reply{after: 2 * time.Millisecond, code: codes.NotFound}
+		})
+		_, err, took := call(t.Context(), ic, f)
+		if status.Code(err) != codes.NotFound || took != 12*time.Millisecond {
+			t.Fatalf("err %v after %v, want NOT_FOUND after 12ms", err, took)
+		}
+		synctest.Wait()
+		if r := f.records()[0]; !r.canceled || r.end != 12*time.Millisecond {
+			t.Errorf("original: canceled %v at %v, want cancelled at 12ms", r.canceled, r.end)
+		}
+	})
+}
+
+func TestAllFailReturnsOriginalsError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(k int) reply {
+			// The hedge fails first (at 15ms); the original's error (at
+			// 20ms) is still the one returned.
+			after := 20 * time.Millisecond
+			if k > 0 {
+				after = 5 * time.Millisecond
+			}
+			return reply{after: after, code: codes.Unavailable, msg: "from " + strconv.Itoa(k)}
+		})
+		var trailer metadata.MD
+		_, err, took := call(t.Context(), ic, f, grpc.Trailer(&trailer))
+		if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "from 0" {
+			t.Fatalf("err %v, want the original's UNAVAILABLE \"from 0\"", err)
+		}
+		if took != 20*time.Millisecond {
+			t.Errorf("took %v, want 20ms", took)
+		}
+		if s := p.Stats(); s.Failed != 1 {
+			t.Errorf("stats Failed %d, want 1", s.Failed)
+		}
+	})
+}
+
+func TestCallerDeadlineEndsAllAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(int) reply { return reply{after: time.Hour} })
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		_, err, took := call(ctx, ic, f)
+		if status.Code(err) != codes.DeadlineExceeded || took != 50*time.Millisecond {
+			t.Fatalf("err %v after %v, want DEADLINE_EXCEEDED after 50ms", err, took)
+		}
+		synctest.Wait()
+		for _, r := range f.records() {
+			if !r.canceled {
+				t.Errorf("attempt %d still running after the deadline", r.index)
+			}
+		}
+	})
+}
+
+func TestPushbackDelaysNextHedgeAndPausesKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{MaxHedges: 2})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0.1s")))
+		f := newFake(func(k int) reply {
+			switch k {
+			case 0:
+				return reply{after: 10 * time.Millisecond, code: codes.Unavailable, trailer: metadata.Pairs(PushbackKey, "50")}
+			case 1:
+				return reply{after: time.Second}
+			}
+			return reply{after: time.Millisecond}
+		})
+		out, err, took := call(t.Context(), ic, f)
+		if err != nil || out.Username != "attempt-2" {
+			t.Fatalf("got %q, %v; want attempt-2", out.Username, err)
+		}
+		recs := f.records()
+		if recs[1].start != 60*time.Millisecond {
+			t.Errorf("hedge 1 at %v, want 60ms (10ms + 50ms pushback)", recs[1].start)
+		}
+		if recs[2].start != 160*time.Millisecond {
+			t.Errorf("hedge 2 at %v, want 160ms (pushback + hedgingDelay)", recs[2].start)
+		}
+		if took != 161*time.Millisecond {
+			t.Errorf("took %v, want 161ms", took)
+		}
+	})
+}
+
+func TestPushbackPausesOtherCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.1s")))
+		// A call whose only answer asks for a 450ms pause.
+		f1 := newFake(func(int) reply {
+			return reply{after: 50 * time.Millisecond, code: codes.ResourceExhausted, trailer: metadata.Pairs(PushbackKey, "450")}
+		})
+		if _, err, _ := call(t.Context(), ic, f1, WithoutHedging()); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("err %v, want RESOURCE_EXHAUSTED", err)
+		}
+		// Paused until 500ms: the next call's hedge slots at 150, 250, 350
+		// and 450ms are denied; the one at 550ms goes.
+		f2 := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: time.Hour}
+			}
+			return reply{after: time.Millisecond}
+		})
+		_, err, took := call(t.Context(), ic, f2)
+		if err != nil || took != 501*time.Millisecond {
+			t.Fatalf("err %v after %v, want success after 501ms", err, took)
+		}
+		if d := p.Stats().Denied[tailcut.DenyPushback]; d != 4 {
+			t.Errorf("%d hedges denied for pushback, want 4", d)
+		}
+	})
+}
+
+func TestBadPushbackStopsHedgingForCall(t *testing.T) {
+	for _, v := range []string{"-1", "soon", "99999999999"} {
+		t.Run(v, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mustPolicy(t, tailcut.Config{MaxHedges: 2})
+				ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0.01s")))
+				f := newFake(func(k int) reply {
+					return reply{after: time.Millisecond, code: codes.Unavailable, trailer: metadata.Pairs(PushbackKey, v)}
+				})
+				_, err, took := call(t.Context(), ic, f)
+				if status.Code(err) != codes.Unavailable || took != time.Millisecond {
+					t.Fatalf("err %v after %v, want UNAVAILABLE after 1ms", err, took)
+				}
+				synctest.Wait()
+				if n := len(f.records()); n != 1 {
+					t.Errorf("%d attempts, want 1: pushback %q means no more hedges", n, v)
+				}
+			})
+		})
+	}
+}
+
+func TestShedHedgeDoesNotFailCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A hedge refused with RESOURCE_EXHAUSTED (fatal by code) and a
+		// pushback must not end the call: the original still answers.
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: 40 * time.Millisecond}
+			}
+			return reply{code: codes.ResourceExhausted, trailer: metadata.Pairs(PushbackKey, "1000")}
+		})
+		out, err, took := call(t.Context(), ic, f)
+		if err != nil || out.Username != "attempt-0" || took != 40*time.Millisecond {
+			t.Fatalf("got %q, %v after %v; want attempt-0 after 40ms", out.Username, err, took)
+		}
+	})
+}
+
+func TestHeaderTrailerFromWinner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ic := UnaryClientInterceptor(mustPolicy(t, tailcut.Config{}), WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: time.Second, trailer: metadata.Pairs("t", "0")}
+			}
+			return reply{after: time.Millisecond, trailer: metadata.Pairs("t", "1")}
+		})
+		var header, trailer metadata.MD
+		if _, err, _ := call(t.Context(), ic, f, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+			t.Fatal(err)
+		}
+		if got := header.Get("served-by"); len(got) != 1 || got[0] != "1" {
+			t.Errorf("header served-by %v, want [1]", got)
+		}
+		if got := trailer.Get("t"); len(got) != 1 || got[0] != "1" {
+			t.Errorf("trailer t %v, want [1]", got)
+		}
+	})
+}
+
+func TestWithoutHedgingCallOption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p)
+		f := newFake(func(int) reply { return reply{after: time.Second} })
+		out, err, _ := call(t.Context(), ic, f, WithoutHedging(), grpc.WaitForReady(true))
+		if err != nil || out.Username != "attempt-0" {
+			t.Fatalf("got %q, %v", out.Username, err)
+		}
+		recs := f.records()
+		if len(recs) != 1 || recs[0].replyPtr != proto.Message(out) {
+			t.Errorf("%d attempts; a single attempt should decode into the caller's reply", len(recs))
+		}
+		if s := p.Stats(); s.Requests != 1 || s.Hedges != 0 {
+			t.Errorf("stats requests=%d hedges=%d, want 1, 0", s.Requests, s.Hedges)
+		}
+	})
+}
+
+func TestWithDelayCallOption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ic := UnaryClientInterceptor(mustPolicy(t, tailcut.Config{}), WithServiceConfig(hedgingConfig(t, 2, "1s")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: time.Hour}
+			}
+			return reply{after: time.Millisecond}
+		})
+		if _, err, took := call(t.Context(), ic, f, WithDelay(30*time.Millisecond)); err != nil || took != 31*time.Millisecond {
+			t.Fatalf("err %v after %v, want success after 31ms", err, took)
+		}
+	})
+}
+
+func TestPolicyCapsMaxAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{}) // MaxHedges 1
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 5, "0.01s")))
+		f := newFake(func(int) reply { return reply{after: time.Second} })
+		if _, err, _ := call(t.Context(), ic, f); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.records()); n != 2 {
+			t.Errorf("%d attempts, want 2: the policy's MaxHedges 1 caps maxAttempts 5", n)
+		}
+	})
+}
+
+func TestNilPolicyFitsServiceConfig(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ic := UnaryClientInterceptor(nil, WithServiceConfig(hedgingConfig(t, 4, "0.01s")))
+		f := newFake(func(int) reply { return reply{after: time.Second} })
+		if _, err, _ := call(t.Context(), ic, f); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.records()); n != 4 {
+			t.Errorf("%d attempts, want 4", n)
+		}
+	})
+}
+
+func TestBudgetLimitsHedges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A budget of exactly one token and no ratio deposits worth a hedge.
+		b := &countBudget{tokens: 1}
+		p := mustPolicy(t, tailcut.Config{Budget: b})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: 100 * time.Millisecond}
+			}
+			return reply{after: time.Millisecond}
+		})
+		for i := range 3 {
+			if _, err, _ := call(t.Context(), ic, f); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+		s := p.Stats()
+		if s.Hedges != 1 || s.Denied[tailcut.DenyBudget] < 2 {
+			t.Errorf("hedges %d, budget denials %d; want 1 and at least 2", s.Hedges, s.Denied[tailcut.DenyBudget])
+		}
+	})
+}
+
+// countBudget grants as many hedges as it has tokens.
+type countBudget struct {
+	mu     sync.Mutex
+	tokens int
+}
+
+func (b *countBudget) Deposit(time.Time) {}
+func (b *countBudget) Withdraw(time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tokens == 0 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+func TestThrottling(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := mustConfig(t, `{
+			"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "1s"}}],
+			"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`)
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(sc))
+		failing := newFake(func(int) reply { return reply{after: time.Millisecond, code: codes.Unavailable} })
+		// Tokens: 10 → 9 → 8 (call 1), 7 → 6 (call 2), 5 (call 3: at
+		// maxTokens/2, so its hedge is not sent).
+		for i, want := range []int{2, 4, 5} {
+			call(t.Context(), ic, failing)
+			if n := len(failing.records()); n != want {
+				t.Fatalf("after call %d: %d attempts, want %d", i+1, n, want)
+			}
+		}
+		// Successes give back 0.1 token each, but the original's failure
+		// comes first: 5 + 10×0.1 − 1 = 5 is still throttled, 5 + 11×0.1 − 1
+		// = 5.1 is not.
+		//
+		// The successes go to another method: throttling counts per server,
+		// while the policy's circuit breaker (per key, i.e. per method)
+		// would otherwise see a failing method among them.
+		ok := newFake(func(int) reply { return reply{after: time.Millisecond} })
+		for _, c := range []struct{ successes, attempts int }{{10, 6}, {11, 8}} {
+			for range c.successes {
+				if _, err, _ := callMethod(t.Context(), "/grpc.testing.TestService/CacheableUnaryCall", ic, ok); err != nil {
+					t.Fatal(err)
+				}
+			}
+			call(t.Context(), ic, failing)
+			if n := len(failing.records()); n != c.attempts {
+				t.Fatalf("after %d successes: %d attempts, want %d (stats %+v)", c.successes, n, c.attempts, p.Stats().Counts)
+			}
+		}
+	})
+}
+
+func TestMethodsWithoutHedgingPolicyPassThrough(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := mustConfig(t, `{"methodConfig": [
+			{"name": [{"service": "grpc.testing.TestService", "method": "UnaryCall"}], "hedgingPolicy": {"maxAttempts": 2}},
+			{"name": [{"service": "grpc.testing.TestService", "method": "EmptyCall"}], "timeout": "1s"}]}`)
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(sc))
+		var sawMD bool
+		invoker := func(ctx context.Context, method string, req, rep any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			md, _ := metadata.FromOutgoingContext(ctx)
+			sawMD = len(md.Get(AttemptKey)) > 0
+			return nil
+		}
+		for _, m := range []string{"/grpc.testing.TestService/EmptyCall", "/other.Service/Call"} {
+			if err := ic(t.Context(), m, &testpb.Empty{}, &testpb.Empty{}, nil, invoker); err != nil || sawMD {
+				t.Errorf("%s: err %v, attempt metadata %v; want an untouched pass-through", m, err, sawMD)
+			}
+		}
+		if s := p.Stats(); s.Requests != 0 {
+			t.Errorf("policy saw %d requests, want 0", s.Requests)
+		}
+	})
+}
+
+func TestNonProtoReplyIsSentOnce(t *testing.T) {
+	p := mustPolicy(t, tailcut.Config{})
+	ic := UnaryClientInterceptor(p)
+	var got any
+	calls := 0
+	out := new(string)
+	err := ic(t.Context(), unaryMethod, "req", out, nil, func(ctx context.Context, method string, req, rep any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		calls++
+		got = rep
+		return errors.New("boom")
+	})
+	if err == nil || calls != 1 || got != any(out) {
+		t.Errorf("err %v, %d calls, reply passed %v; want the invoker called once with the caller's reply", err, calls, got == any(out))
+	}
+}
+
+func TestStripCallOptionsKeepsCallersSlice(t *testing.T) {
+	opts := []grpc.CallOption{grpc.WaitForReady(true), WithDelay(time.Second), grpc.MaxCallRecvMsgSize(10), WithoutHedging()}
+	co, kept := stripCallOptions(opts, 1)
+	if !co.noHedge || co.delay != time.Second {
+		t.Errorf("merged %+v, want noHedge and 1s", co)
+	}
+	if len(kept) != 2 {
+		t.Errorf("kept %d options, want 2", len(kept))
+	}
+	if _, ok := opts[1].(callOption); !ok {
+		t.Error("the caller's slice was modified")
+	}
+}

@@ -1,0 +1,21 @@
+// Package hedgegrpc hedges grpc-go unary calls, configured the way gRPC
+// users already configure hedging: the hedgingPolicy and retryThrottling of
+// a gRPC service config (gRFC A6), which grpc-go parses but ignores.
+//
+// On the client, [UnaryClientInterceptor] sends each call's original
+// attempt and, if it has not answered after the method's hedge delay, more
+// attempts, under a tailcut.Policy that picks the delay from the method's
+// live latency (or takes the service config's fixed hedgingDelay) and caps
+// the extra load with its budget. The first OK or fatal status wins and the
+// other attempts are cancelled; a non-fatal status (UNAVAILABLE by default)
+// sends the next attempt at once; a server's grpc-retry-pushback-ms trailer
+// pauses hedging. [ParseServiceConfig] reads the service config.
+//
+// On the server, [Server] tells hedges from originals (the hedge-attempt
+// and grpc-previous-rpc-attempts metadata), counts them, and under overload
+// sheds hedges first, with RESOURCE_EXHAUSTED and a pushback trailer.
+//
+// Streaming calls are passed through untouched: a stream cannot be replayed
+// once messages have flowed, so no stream interceptors are provided or
+// needed.
+package hedgegrpc
