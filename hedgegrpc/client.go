@@ -316,6 +316,9 @@ type result struct {
 	trailer metadata.MD
 	peer    *peer.Peer
 	end     time.Time
+
+	pushback    time.Duration // from the trailer; < 0: send no more
+	hasPushback bool
 }
 
 // slot is one attempt as the call tracks it.
@@ -405,6 +408,13 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 			}
 			res.err = invoker(actx, method, req, res.msg, cc, o...)
 			res.end = time.Now()
+			// The pushback is applied here, not in the call's loop: a
+			// loser's answer may arrive after the call has returned, and
+			// the server's request for less traffic still stands.
+			res.pushback, res.hasPushback = pushback(res.trailer)
+			if res.hasPushback && res.pushback >= 0 {
+				p.Pushback(key, res.end.Add(res.pushback))
+			}
 			results <- res
 		}()
 	}
@@ -472,10 +482,7 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 			s.running = false
 			running--
 			now := time.Now()
-			pb, hasPB := pushback(res.trailer)
-			if hasPB && pb >= 0 {
-				p.Pushback(key, now.Add(pb))
-			}
+			pb, hasPB := res.pushback, res.hasPushback
 			// A failure with a pushback trailer is never an answer: the
 			// server refused the attempt (hedgegrpc's Server sheds hedges
 			// with RESOURCE_EXHAUSTED and a pushback) and the other
