@@ -343,8 +343,8 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	// into them at the same time.
 	var headerAddr, trailerAddr *metadata.MD
 	var peerAddr *peer.Peer
-	base := make([]grpc.CallOption, 0, len(opts))
-	for _, o := range opts {
+	base := opts // copied only if it holds such options
+	for i, o := range opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
 			headerAddr = o.HeaderAddr
@@ -353,7 +353,13 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 		case grpc.PeerCallOption:
 			peerAddr = o.PeerAddr
 		default:
-			base = append(base, o)
+			if len(base) < len(opts) {
+				base = append(base, o)
+			}
+			continue
+		}
+		if len(base) == len(opts) {
+			base = append(make([]grpc.CallOption, 0, len(opts)), opts[:i]...)
 		}
 	}
 	deliver := func(res *result) {
