@@ -1,0 +1,173 @@
+package latency
+
+import (
+	"slices"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+)
+
+// Predicting the tail of hedged requests (DESIGN.md, Delay): a request that
+// sends its primary at 0 and hedge j at j × delay (while every earlier
+// attempt is outstanding) ends at T = min(X₀, d + X₁, …, hd + X_h). For
+// independent attempts drawn from the measured distribution X,
+//
+//	P(T > t) = P(X > t) · Π_{j=1..h} P(X > t − j·d),
+//
+// and when only a fraction g of the hedges asked for are granted (budget,
+// sampling, other fuses, independently of the request), each factor j ≥ 1
+// becomes g·P(X > t − j·d) + (1 − g). The prediction ignores the load the
+// hedges add: it is the tail of a downstream that does not slow down under
+// the extra load, which holds while the load stays within a small budget.
+
+// HedgedQuantile returns the predicted q-quantile of the latency of requests
+// hedged after delay with up to hedges hedges, each granted with probability
+// grant (clamped to [0, 1]), from the distribution in s. With hedges = 0 it
+// is the plain quantile of s (on the same bins, so the two compare exactly).
+// ok is false when s is empty or q is outside [0, 1].
+func (s *Snapshot) HedgedQuantile(q float64, delay time.Duration, hedges int, grant float64) (d time.Duration, ok bool) {
+	return hedgedQuantile(q, delay, hedges, grant, []*ddsketch.DDSketch{s.sketch})
+}
+
+// HedgedQuantile is [Snapshot.HedgedQuantile] over the Estimator's windows
+// at now: those holding at least MinSamples observations, merged unweighted.
+// ok is false while neither window does.
+func (e *Estimator) HedgedQuantile(q float64, delay time.Duration, hedges int, grant float64, now time.Time) (d time.Duration, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return hedgedQuantile(q, delay, hedges, grant, e.trusted(now))
+}
+
+// Survival returns P(X > d), the share of observations above d, over the
+// windows that hold at least MinSamples observations at now (merged
+// unweighted); 0 while neither does. With d a hedge delay it is the
+// predicted hedge trigger rate.
+func (e *Estimator) Survival(d time.Duration, now time.Time) float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	bins, total := collect(e.trusted(now))
+	if total <= 0 {
+		return 0
+	}
+	return survival(bins, total, d.Seconds())
+}
+
+// trusted rotates to now and returns the windows holding at least
+// MinSamples observations. e.mu must be held.
+func (e *Estimator) trusted(now time.Time) []*ddsketch.DDSketch {
+	e.rotate(now)
+	min := float64(e.cfg.MinSamples)
+	sk := make([]*ddsketch.DDSketch, 0, 2)
+	for _, w := range []*ddsketch.DDSketch{e.cur, e.prev} {
+		if w.GetCount() >= min && !w.IsEmpty() {
+			sk = append(sk, w)
+		}
+	}
+	return sk
+}
+
+// bin is one bin of a merged distribution: its representative latency in
+// seconds and the number of observations at or below it (cumulative).
+type bin struct{ v, cum float64 }
+
+// hedgedQuantile computes the prediction over the union of the sketches.
+func hedgedQuantile(q float64, delay time.Duration, hedges int, grant float64, sketches []*ddsketch.DDSketch) (time.Duration, bool) {
+	if !(q >= 0 && q <= 1) {
+		return 0, false
+	}
+	hedges = max(hedges, 0)
+	grant = min(max(grant, 0), 1)
+	bins, total := collect(sketches)
+	if total <= 0 {
+		return 0, false
+	}
+	d := delay.Seconds()
+	tail := func(t float64) float64 { // P(T > t)
+		p := survival(bins, total, t)
+		for j := 1; j <= hedges; j++ {
+			p *= grant*survival(bins, total, t-float64(j)*d) + (1 - grant)
+		}
+		return p
+	}
+	// T's distribution only steps at a bin value plus a multiple of the
+	// delay: the smallest such candidate where P(T ≤ t) ≥ q is the answer.
+	cands := make([]float64, 0, len(bins)*(hedges+1))
+	for _, b := range bins {
+		for j := 0; j <= hedges; j++ {
+			cands = append(cands, b.v+float64(j)*d)
+		}
+	}
+	slices.Sort(cands)
+	// P(T ≤ t) is non-decreasing in t: binary search the candidates.
+	const eps = 1e-12 // q = 1 must reach the last candidate despite rounding
+	i, _ := slices.BinarySearchFunc(cands, q, func(t, q float64) int {
+		if 1-tail(t) >= q-eps {
+			return 1
+		}
+		return -1
+	})
+	if i == len(cands) {
+		i = len(cands) - 1
+	}
+	return seconds(cands[i]), true
+}
+
+// collect merges the bins of the sketches into increasing order of value
+// with cumulative counts, and returns them with the total count.
+func collect(sketches []*ddsketch.DDSketch) ([]bin, float64) {
+	var bins []bin
+	for _, sk := range sketches {
+		if z := sk.GetZeroCount(); z > 0 {
+			bins = append(bins, bin{0, z})
+		}
+		sk.GetPositiveValueStore().ForEach(func(index int, count float64) bool {
+			bins = append(bins, bin{sk.Value(index), count})
+			return false
+		})
+	}
+	if len(bins) == 0 {
+		return nil, 0
+	}
+	slices.SortFunc(bins, func(a, b bin) int {
+		switch {
+		case a.v < b.v:
+			return -1
+		case a.v > b.v:
+			return 1
+		}
+		return 0
+	})
+	// Merge equal values and accumulate.
+	out := bins[:0]
+	var cum float64
+	for _, b := range bins {
+		cum += b.cum
+		if n := len(out); n > 0 && out[n-1].v == b.v {
+			out[n-1].cum = cum
+			continue
+		}
+		out = append(out, bin{b.v, cum})
+	}
+	return out, cum
+}
+
+// survival returns P(X > t) for the cumulative bins.
+func survival(bins []bin, total, t float64) float64 {
+	if t < 0 {
+		return 1
+	}
+	// Index of the first bin with v > t. A candidate t − j·d computed from
+	// t = v + j·d may round just below v: compare with a picosecond of
+	// slack.
+	t += 1e-12
+	i, _ := slices.BinarySearchFunc(bins, t, func(b bin, t float64) int {
+		if b.v <= t {
+			return -1
+		}
+		return 1
+	})
+	if i == 0 {
+		return 1
+	}
+	return 1 - bins[i-1].cum/total
+}
