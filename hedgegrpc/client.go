@@ -265,7 +265,10 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 	}
 	codeNonFatal := err != nil && c.nonFatalErr(ctx, err, nonFatal)
 	outcome, winner := tailcut.Completed, 0
-	if err != nil && (hasPB || codeNonFatal) {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		outcome, winner = tailcut.Canceled, -1 // the caller gave up
+	case err != nil && (hasPB || codeNonFatal):
 		outcome, winner = tailcut.Failed, -1
 	}
 	c.p.Observe(&r, 0, end.Sub(start), outcome, end)
@@ -475,6 +478,20 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 		return failure.err
 	}
 
+	// abort ends the call when the caller's context is done: every attempt
+	// still running is cancelled and learned as such.
+	abort := func(now time.Time) error {
+		for i := range slots[:launched] {
+			if a := &slots[i]; a.running {
+				a.cancel()
+				a.running = false
+				p.Observe(&r, i, now.Sub(a.start), tailcut.Canceled, now)
+			}
+		}
+		p.End(&r, -1, now)
+		return status.FromContextError(ctx.Err()).Err()
+	}
+
 	launch(start)
 	if delay == 0 {
 		tryHedge(start)
@@ -484,6 +501,11 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	for {
 		select {
 		case res := <-results:
+			if res.err != nil && ctx.Err() != nil {
+				// The caller gave up: this attempt failed because of it,
+				// and is no answer.
+				return abort(time.Now())
+			}
 			s := &slots[res.index]
 			s.running = false
 			running--
@@ -558,16 +580,7 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 				return finishFailed(now)
 			}
 		case <-ctx.Done():
-			now := time.Now()
-			for i := range slots[:launched] {
-				if a := &slots[i]; a.running {
-					a.cancel()
-					a.running = false
-					p.Observe(&r, i, now.Sub(a.start), tailcut.Canceled, now)
-				}
-			}
-			p.End(&r, -1, now)
-			return status.FromContextError(ctx.Err()).Err()
+			return abort(time.Now())
 		}
 	}
 }

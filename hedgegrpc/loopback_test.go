@@ -317,3 +317,30 @@ func TestLoopbackShedHedgeAndPushback(t *testing.T) {
 		t.Errorf("client stats %+v, want 1 hedge, then pushback denials, and 2 original wins", s.Counts)
 	}
 }
+
+func TestLoopbackSameConfigForGRPC(t *testing.T) {
+	// The service config that drives hedging is also a valid grpc-go
+	// service config: grpc-go accepts the hedgingPolicy (and ignores it)
+	// and applies the rest (here a timeout).
+	js := `{
+		"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}], "timeout": "5s",
+			"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.01s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}],
+		"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`
+	svc := newTestService(func(ctx context.Context, k int, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			return nil, status.Error(codes.FailedPrecondition, "no deadline: grpc-go did not apply the config")
+		}
+		if k == 0 {
+			return nil, stall(ctx, time.Minute)
+		}
+		return ok("hedge")
+	})
+	p := mustPolicy(t, tailcut.Config{})
+	c := dial(t, serve(t, svc),
+		grpc.WithDefaultServiceConfig(js),
+		grpc.WithUnaryInterceptor(UnaryClientInterceptor(p, WithServiceConfig(mustConfig(t, js)))))
+	resp, err := c.UnaryCall(t.Context(), &testpb.SimpleRequest{})
+	if err != nil || resp.Username != "hedge" {
+		t.Fatalf("got %v, %v; want the hedge's answer", resp, err)
+	}
+}
