@@ -1,0 +1,332 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/tailcut/tailcut/lab"
+)
+
+func init() { register(newLabCmd) }
+
+// labFlags are the flags of `tailcut lab`.
+type labFlags struct {
+	scenario    string
+	strategies  string
+	requests    int
+	rate        float64
+	concurrency int
+	fanout      int
+	replicas    int
+	workers     int
+	budget      string
+	quantile    float64
+	maxHedges   int
+	seed        uint64
+	samples     string
+	cancel      string
+	json        bool
+	html        string
+	list        bool
+}
+
+func newLabCmd(e *env) *cobra.Command {
+	var f labFlags
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Simulate hedging on a scenario and say whether it helps",
+		Long: `lab simulates, in virtual time, clients sending requests to replicated servers
+under several strategies — no hedging, static and adaptive hedging (the real
+tailcut.Policy), retries, speculative retries and an oracle — on the same
+workload, and prints their latency percentiles, extra load, hedge rate and
+server utilisation, with a verdict from the usual rollout gates (p99 down
+≥ 20 %, errors not up, extra load within budget).
+
+With no flags it runs the bhope scenario (50,000 requests) for none,
+static:10ms, adaptive and oracle. Try your own latency distribution with
+--samples FILE: one duration per line (12ms, 0.8s, or a number of ms), or a
+YAML/JSON spec (.yaml, .yml, .json).
+
+Strategies: none, retry[:timeout], static[:delay], adaptive,
+speculative[:delay], oracle; a ! after the name (static!:10ms) switches the
+hedge budget off for that strategy.`,
+		Example: `  tailcut lab
+  tailcut lab --scenario demo --strategies none,static:130ms,adaptive
+  tailcut lab --scenario fanout --fanout 50 --json
+  tailcut lab --samples latencies.txt --html report.html
+  tailcut lab --list`,
+		Args: maxArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runLab(e, cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.scenario, "scenario", "bhope", "scenario to simulate (see --list)")
+	fl.StringVar(&f.strategies, "strategies", "none,static:10ms,adaptive,oracle", "comma-separated strategies to compare")
+	fl.IntVar(&f.requests, "requests", 0, "requests to simulate (default: the scenario's, 50000 for bhope)")
+	fl.Float64Var(&f.rate, "rate", 0, "open-loop arrival rate, requests per second (default: the scenario's)")
+	fl.IntVar(&f.concurrency, "concurrency", 0, "closed-loop clients instead of a rate")
+	fl.IntVar(&f.fanout, "fanout", 0, "legs per request; a request waits for all of them (default: the scenario's)")
+	fl.IntVar(&f.replicas, "replicas", 0, "server replicas (default: the scenario's)")
+	fl.IntVar(&f.workers, "workers", 0, "workers per replica, each with a FIFO queue in front (default: the scenario's)")
+	fl.StringVar(&f.budget, "budget", "10%", "hedge budget: fraction of traffic (0.1 or 10%), or off")
+	fl.Float64Var(&f.quantile, "quantile", 0.95, "quantile the adaptive policy hedges after (and the oracle's threshold)")
+	fl.IntVar(&f.maxHedges, "max-hedges", 1, "most extra attempts per request (1–4)")
+	fl.Uint64Var(&f.seed, "seed", 1, "random seed: the same seed gives the same numbers")
+	fl.StringVar(&f.samples, "samples", "", "your latency samples (one duration per line) or a .yaml/.json spec; implies --scenario custom")
+	fl.StringVar(&f.cancel, "cancel", "", "whether servers honour cancellation: honour or ignore (default: the scenario's)")
+	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
+	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
+	fl.BoolVar(&f.list, "list", false, "list the scenarios and exit")
+	return cmd
+}
+
+// parseBudget reads --budget: 0.1, 10%, or off.
+func parseBudget(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	switch strings.ToLower(s) {
+	case "off", "none", "unlimited":
+		return -1, nil
+	}
+	scale := 1.0
+	if v, ok := strings.CutSuffix(s, "%"); ok {
+		s, scale = strings.TrimSpace(v), 0.01
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, usagef("--budget: bad value %q (want a fraction like 0.1, a percentage like 10%%, or off)", s)
+	}
+	v *= scale
+	if !(v > 0 && v <= 1) {
+		return 0, usagef("--budget: must be in (0, 1] (or 0%%–100%%), got %q", s)
+	}
+	return v, nil
+}
+
+// labConfig turns the flags into a simulation config.
+func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
+	var cfg lab.Config
+	var err error
+	switch {
+	case f.samples != "":
+		if cmd.Flags().Changed("scenario") && f.scenario != "custom" {
+			return cfg, usagef("--samples makes the scenario custom; drop --scenario %s", f.scenario)
+		}
+		cfg.Scenario, err = lab.Custom(f.samples)
+		if err != nil {
+			return cfg, usageError{err}
+		}
+	default:
+		cfg.Scenario, err = lab.Lookup(f.scenario)
+		if err != nil {
+			return cfg, usageError{err}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"requests", f.requests}, {"concurrency", f.concurrency}, {"fanout", f.fanout}, {"replicas", f.replicas}, {"workers", f.workers}} {
+		if cmd.Flags().Changed(c.name) && c.v <= 0 {
+			return cfg, usagef("--%s must be positive, got %d", c.name, c.v)
+		}
+	}
+	if cmd.Flags().Changed("rate") && !(f.rate > 0) {
+		return cfg, usagef("--rate must be positive, got %v", f.rate)
+	}
+	if cmd.Flags().Changed("rate") && cmd.Flags().Changed("concurrency") {
+		return cfg, usagef("--rate (open loop) and --concurrency (closed loop) exclude each other")
+	}
+	cfg.Requests, cfg.Fanout, cfg.Replicas, cfg.Workers = f.requests, f.fanout, f.replicas, f.workers
+	cfg.Rate, cfg.Concurrency = f.rate, f.concurrency
+	if cfg.Budget, err = parseBudget(f.budget); err != nil {
+		return cfg, err
+	}
+	if !(f.quantile > 0 && f.quantile < 1) {
+		return cfg, usagef("--quantile must be in (0, 1), got %v", f.quantile)
+	}
+	cfg.Quantile = f.quantile
+	if f.maxHedges < 1 || f.maxHedges > 4 {
+		return cfg, usagef("--max-hedges must be in [1, 4], got %d", f.maxHedges)
+	}
+	cfg.MaxHedges = f.maxHedges
+	cfg.Seed = f.seed
+	switch f.cancel {
+	case "":
+	case "honour", "honor":
+		cfg.Cancel = lab.CancelHonoured
+	case "ignore":
+		cfg.Cancel = lab.CancelIgnored
+	default:
+		return cfg, usagef("--cancel: want honour or ignore, got %q", f.cancel)
+	}
+	resolved, err := cfg.Resolve()
+	if err != nil {
+		return cfg, usageError{err}
+	}
+	return resolved, nil
+}
+
+func runLab(e *env, cmd *cobra.Command, f *labFlags) error {
+	if f.list {
+		return listScenarios(e.stdout)
+	}
+	cfg, err := labConfig(cmd, f)
+	if err != nil {
+		return err
+	}
+	strategies, err := lab.ParseStrategies(f.strategies)
+	if err != nil {
+		return usageError{err}
+	}
+	if f.html != "" && slices.ContainsFunc(strategies, func(s lab.Strategy) bool { return s.Kind == lab.Adaptive }) {
+		cfg.SeriesEvery = seriesStep(cfg)
+	}
+	total := cfg.Requests * len(strategies)
+	pb := newProgress(e, total, "simulating "+cfg.Scenario.Name)
+	cfg.Progress = pb.set
+	results, err := lab.Compare(cfg, strategies)
+	pb.finish()
+	if err != nil {
+		return err
+	}
+	if f.html != "" {
+		if err := writeHTML(f.html, labReport(cfg, results)); err != nil {
+			return err
+		}
+	}
+	if f.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(lab.NewJSONReport(cfg.Scenario.Name, cfg.Requests, results))
+	}
+	fmt.Fprintf(e.stdout, "scenario %s: %s\n%s\n\n", cfg.Scenario.Name, cfg.Scenario.Summary, describe(cfg))
+	if err := lab.WriteTable(e.stdout, results); err != nil {
+		return err
+	}
+	if f.html != "" {
+		fmt.Fprintf(e.stdout, "\nreport written to %s\n", f.html)
+	}
+	return nil
+}
+
+// seriesStep spaces about 200 points of the delay series over the run.
+func seriesStep(cfg lab.Config) time.Duration {
+	if cfg.Rate > 0 {
+		span := time.Duration(float64(cfg.Requests) / cfg.Rate * float64(time.Second))
+		return max(span/200, time.Millisecond)
+	}
+	return 100 * time.Millisecond
+}
+
+// describe is the setup line printed above the table.
+func describe(cfg lab.Config) string {
+	load := fmt.Sprintf("open loop at %g req/s", cfg.Rate)
+	if cfg.Concurrency > 0 {
+		load = fmt.Sprintf("closed loop, %d clients", cfg.Concurrency)
+	}
+	cancel := "servers honour cancellation"
+	if cfg.Cancel == lab.CancelIgnored {
+		cancel = "servers ignore cancellation"
+	}
+	b := "no budget"
+	if cfg.Budget > 0 {
+		b = fmt.Sprintf("budget %g %% (burst %g)", cfg.Budget*100, cfg.Burst)
+	}
+	return fmt.Sprintf("%d requests, %s, fan-out %d, %d replicas × %d workers, %s; quantile %g, max hedges %d, %s; seed %d",
+		cfg.Requests, load, cfg.Fanout, cfg.Replicas, cfg.Workers, cancel, cfg.Quantile, cfg.MaxHedges, b, cfg.Seed)
+}
+
+func listScenarios(w io.Writer) error {
+	width := 0
+	for _, s := range lab.Scenarios() {
+		width = max(width, len(s.Name))
+	}
+	for _, s := range lab.Scenarios() {
+		if _, err := fmt.Fprintf(w, "%-*s  %s\n", width, s.Name, s.Summary); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(w, "%-*s  your own distribution: --samples FILE (one duration per line) or a .yaml/.json spec\n", width, "custom")
+	return err
+}
+
+// labReport is the --html report of one `tailcut lab` run.
+func labReport(cfg lab.Config, results []*lab.Result) *lab.Report {
+	sec := lab.Section{
+		ID:     cfg.Scenario.Name,
+		Title:  "Scenario " + cfg.Scenario.Name,
+		Setup:  cfg.Scenario.Summary + "\n" + describe(cfg),
+		Tables: []lab.Table{lab.ResultsTable("", results)},
+	}
+	if c, err := lab.TailChart("Latency tail: fraction of requests slower than x (log–log)", results); err == nil {
+		sec.Charts = append(sec.Charts, c)
+	}
+	for _, r := range results {
+		if len(r.Series) > 1 {
+			if c, err := lab.SeriesChart("Adaptive delay over time against the true quantile ("+r.Strategy+")", r.Series, fmt.Sprintf("p%g", cfg.Quantile*100)); err == nil {
+				sec.Charts = append(sec.Charts, c)
+			}
+		}
+	}
+	return &lab.Report{Title: "tailcut lab — " + cfg.Scenario.Name, Sections: []lab.Section{sec}}
+}
+
+func writeHTML(path string, r *lab.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	if err := r.WriteHTML(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--html: %w", err)
+	}
+	return f.Close()
+}
+
+// progress shows a progress bar on stderr when it is a terminal and the
+// run has lasted more than a second.
+type progress struct {
+	e     *env
+	total int
+	desc  string
+	start time.Time
+	bar   *progressbar.ProgressBar
+}
+
+func newProgress(e *env, total int, desc string) *progress {
+	return &progress{e: e, total: total, desc: desc, start: time.Now()}
+}
+
+func (p *progress) set(done int) {
+	if !p.e.stderrTTY {
+		return
+	}
+	if p.bar == nil {
+		if time.Since(p.start) < time.Second {
+			return
+		}
+		p.bar = progressbar.NewOptions(p.total,
+			progressbar.OptionSetWriter(p.e.stderr),
+			progressbar.OptionSetDescription(p.desc),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionShowCount(),
+			progressbar.OptionClearOnFinish())
+	}
+	_ = p.bar.Set(done)
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runCLI runs the command line and returns its exit status and outputs.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &env{stdout: &out, stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+func TestLabTable(t *testing.T) {
+	code, out, errs := runCLI(t, "lab", "--requests", "5000")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	for _, want := range []string{"scenario bhope", "p99.9", "extra load", "hedge rate", "util",
+		"none", "static:10ms", "adaptive", "oracle", "baseline", "PASS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if errs != "" {
+		t.Errorf("stderr not empty without a terminal: %q", errs)
+	}
+}
+
+func TestLabJSONShape(t *testing.T) {
+	code, out, errs := runCLI(t, "lab", "--requests", "3000", "--strategies", "none,adaptive", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	keys := func(m map[string]any) []string {
+		var k []string
+		for key := range m {
+			k = append(k, key)
+		}
+		slices.Sort(k)
+		return k
+	}
+	if got, want := keys(raw), []string{"requests", "results", "scenario"}; !slices.Equal(got, want) {
+		t.Errorf("top-level keys %v, want %v", got, want)
+	}
+	if raw["scenario"] != "bhope" || raw["requests"] != 3000.0 {
+		t.Errorf("scenario %v requests %v", raw["scenario"], raw["requests"])
+	}
+	res := raw["results"].([]any)
+	if len(res) != 2 {
+		t.Fatalf("%d results, want 2", len(res))
+	}
+	want := []string{"extra_load", "hedge_rate", "mean_ms", "p50_ms", "p90_ms", "p95_ms", "p999_ms", "p99_ms", "strategy", "utilization", "verdict"}
+	for _, r := range res {
+		m := r.(map[string]any)
+		if got := keys(m); !slices.Equal(got, want) {
+			t.Errorf("result keys %v, want %v", got, want)
+		}
+		if el := m["extra_load"].(float64); el < 0 || el > 1 {
+			t.Errorf("extra_load %v is not a fraction", el)
+		}
+	}
+	if s := res[1].(map[string]any)["strategy"]; s != "adaptive" {
+		t.Errorf("second strategy %v", s)
+	}
+}
+
+func TestLabBadInputExits2(t *testing.T) {
+	for _, args := range [][]string{
+		{"lab", "--scenario", "nope"},
+		{"lab", "--strategies", "none,fast"},
+		{"lab", "--strategies", "static:abc"},
+		{"lab", "--budget", "2"},
+		{"lab", "--budget", "lots"},
+		{"lab", "--requests", "-5"},
+		{"lab", "--requests", "ten"},
+		{"lab", "--quantile", "1.5"},
+		{"lab", "--max-hedges", "7"},
+		{"lab", "--rate", "10", "--concurrency", "5"},
+		{"lab", "--cancel", "maybe"},
+		{"lab", "--samples", "/nonexistent/file"},
+		{"lab", "--no-such-flag"},
+		{"lab", "extra-arg"},
+		{"nosuchcommand"},
+	} {
+		code, _, errs := runCLI(t, args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errs)
+		}
+		if !strings.HasPrefix(errs, "tailcut: ") || len(errs) < 20 {
+			t.Errorf("%v: unclear error %q", args, errs)
+		}
+	}
+	_, _, errs := runCLI(t, "lab", "--scenario", "nope")
+	if !strings.Contains(errs, "bhope") {
+		t.Errorf("unknown scenario error should list the valid ones: %q", errs)
+	}
+}
+
+func TestLabList(t *testing.T) {
+	code, out, _ := runCLI(t, "lab", "--list")
+	if code != 0 {
+		t.Fatal(code)
+	}
+	for _, name := range []string{"bhope", "demo", "gc", "lock", "lock16", "drift", "outage", "fanout", "custom"} {
+		if !strings.Contains(out, "\n"+name+" ") && !strings.HasPrefix(out, name+" ") {
+			t.Errorf("--list lacks %s:\n%s", name, out)
+		}
+	}
+}
+
+func TestLabHTMLSelfContained(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.html")
+	code, out, errs := runCLI(t, "lab", "--scenario", "drift", "--requests", "20000", "--strategies", "none,adaptive", "--html", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "report written to") {
+		t.Errorf("no mention of the report: %s", out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(b)
+	if n := strings.Count(html, "<svg"); n < 2 {
+		t.Errorf("%d inline SVG charts, want the tail chart and the drift series", n)
+	}
+	for _, bad := range []string{"<script", "src=\"http", "href=\"http", "<link"} {
+		if strings.Contains(html, bad) {
+			t.Errorf("report is not self-contained: contains %q", bad)
+		}
+	}
+	if !strings.Contains(html, "adaptive delay") || !strings.Contains(html, "<table>") {
+		t.Error("report lacks the table or the delay series")
+	}
+}
+
+func TestLabSamples(t *testing.T) {
+	dir := t.TempDir()
+	samples := filepath.Join(dir, "lat.txt")
+	var b strings.Builder
+	for i := range 1000 {
+		switch {
+		case i%50 == 0:
+			b.WriteString("0.5s\n")
+		case i%2 == 0:
+			b.WriteString("20ms\n")
+		default:
+			b.WriteString("30\n")
+		}
+	}
+	if err := os.WriteFile(samples, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "lab", "--samples", samples, "--requests", "4000", "--strategies", "none,static:40ms", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep struct {
+		Scenario string
+		Results  []struct {
+			Strategy string
+			P99      float64 `json:"p99_ms"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Scenario != "custom" || len(rep.Results) != 2 {
+		t.Fatalf("%+v", rep)
+	}
+	if rep.Results[0].P99 < 400 || rep.Results[1].P99 > 100 {
+		t.Errorf("p99 none %v ms (want the 500 ms samples), static:40ms %v ms (want them hedged away)", rep.Results[0].P99, rep.Results[1].P99)
+	}
+	spec := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(spec, []byte("components:\n  - {weight: 1, dist: uniform, min: 10ms, max: 20ms}\n  - {weight: 0.01, dist: constant, value: 1s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runCLI(t, "lab", "--samples", spec, "--requests", "2000"); code != 0 {
+		t.Errorf("spec: exit %d: %s", code, errs)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("components:\n  - {weight: 1, dist: uniform, min: 10ms, maxx: 20ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runCLI(t, "lab", "--samples", bad)
+	if code != 2 || !strings.Contains(errs, "maxx") {
+		t.Errorf("typo in spec: exit %d, stderr %q; want 2 and the field named", code, errs)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "tailcut ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}

@@ -1,0 +1,290 @@
+package lab
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result holds the figures of one strategy's run.
+type Result struct {
+	Strategy string
+	Scenario string
+	Requests int
+	// Calls is the number of legs sent (Requests × Fanout), Attempts the
+	// number of attempts the servers received, Hedges the extra attempts
+	// (hedges, retries or re-issues).
+	Calls, Attempts, Hedges int64
+	// Latency percentiles of whole requests, as the client saw them.
+	P50, P90, P95, P99, P999, Mean, Max time.Duration
+	// ExtraLoad is Attempts ÷ Calls − 1; HedgeRate is Hedges ÷ Calls.
+	ExtraLoad, HedgeRate float64
+	// Utilization is busy worker-time ÷ (workers × span).
+	Utilization float64
+	// Slow is the fraction of requests slower than the scenario's
+	// SlowThreshold (zero when it has none).
+	Slow float64
+	// Errors is the number of failed requests (the simulated servers do
+	// not fail; it is kept for the rollout gate "errors not up").
+	Errors int
+	// LockWait is the total time attempts waited for a lock, LockWaits
+	// how many waited.
+	LockWait  time.Duration
+	LockWaits int64
+	// Span is the virtual time the run took.
+	Span time.Duration
+	// Delay is the hedge delay in force at the end (adaptive), or the
+	// fixed one.
+	Delay time.Duration
+	// Denied counts the adaptive policy's denied hedges.
+	Denied int64
+	// Series is the adaptive delay over time, when Config.SeriesEvery is set.
+	Series []SeriesPoint
+
+	// Verdict is the rollout-gate verdict against the no-hedging
+	// baseline, and Warning the root-cause warning, set by [Compare].
+	Verdict string
+	Warning string
+
+	sorted []int64  // request latencies, ns, sorted
+	extra  []uint16 // extra attempts per request index
+	fanout int
+}
+
+// ExtraLoadBetween returns the extra load of the requests with index in
+// [from, to): a phase of the run, such as an outage.
+func (r *Result) ExtraLoadBetween(from, to int) float64 {
+	from, to = max(from, 0), min(to, len(r.extra))
+	if to <= from {
+		return 0
+	}
+	var n int
+	for _, e := range r.extra[from:to] {
+		n += int(e)
+	}
+	return float64(n) / float64((to-from)*max(r.fanout, 1))
+}
+
+// Quantile returns the q-quantile of request latency (nearest rank).
+func (r *Result) Quantile(q float64) time.Duration {
+	if len(r.sorted) == 0 {
+		return 0
+	}
+	return pct(r.sorted, q)
+}
+
+// Latencies returns the request latencies, sorted. The slice is shared:
+// do not modify it.
+func (r *Result) Latencies() []int64 { return r.sorted }
+
+// RootCauseWarning is the warning given when more than half the requests
+// are hedged (DESIGN.md, Diagnosis).
+const RootCauseWarning = "hedge rate > 50 %: hedging is covering a root cause"
+
+// Rollout gates, as teams use them before keeping hedging on.
+const (
+	GateP99Cut = 0.20 // p99 must drop by at least this fraction
+)
+
+// Compare runs every strategy on cfg (the same workload for each) and sets
+// each result's verdict against a no-hedging baseline, which is run too if
+// strategies does not include none. cfg.Progress, if set, counts the
+// requests of all the runs together (the baseline's excepted).
+func Compare(cfg Config, strategies []Strategy) ([]*Result, error) {
+	cfg, err := cfg.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	var base *Result
+	results := make([]*Result, 0, len(strategies))
+	progress := cfg.Progress
+	for i, st := range strategies {
+		if progress != nil {
+			off := i * cfg.Requests
+			cfg.Progress = func(done int) { progress(off + done) }
+		}
+		r, err := Run(cfg, st)
+		if err != nil {
+			return nil, err
+		}
+		if st.Kind == None && base == nil {
+			base = r
+		}
+		results = append(results, r)
+	}
+	if base == nil {
+		cfg.Progress = nil
+		if base, err = Run(cfg, Strategy{Kind: None}); err != nil {
+			return nil, err
+		}
+	}
+	for i, r := range results {
+		r.Verdict, r.Warning = verdict(cfg, strategies[i], r, base)
+	}
+	return results, nil
+}
+
+// budgetLimit is the extra load a run may add: the budget, plus its burst
+// spread over the run's legs.
+func budgetLimit(cfg Config, calls int64) float64 {
+	b := cfg.Budget
+	if b <= 0 {
+		b = 0.1
+	}
+	return b + cfg.Burst/float64(max(calls, 1))
+}
+
+// verdict applies the rollout gates: p99 down ≥ 20 %, errors not up, extra
+// load within budget.
+func verdict(cfg Config, st Strategy, r, base *Result) (v, warn string) {
+	if r.HedgeRate > 0.5 {
+		warn = RootCauseWarning
+	}
+	if st.Kind == None {
+		return "baseline", warn
+	}
+	cut := 0.0
+	if base.P99 > 0 {
+		cut = 1 - float64(r.P99)/float64(base.P99)
+	}
+	limit := budgetLimit(cfg, r.Calls)
+	var fails []string
+	if cut < GateP99Cut {
+		fails = append(fails, fmt.Sprintf("p99 %s (needs −%.0f %%)", signedPct(-cut), GateP99Cut*100))
+	}
+	if r.Errors > base.Errors {
+		fails = append(fails, fmt.Sprintf("errors up %d → %d", base.Errors, r.Errors))
+	}
+	if r.ExtraLoad > limit {
+		fails = append(fails, fmt.Sprintf("extra load %.1f %% over the %.0f %% budget", r.ExtraLoad*100, budgetOrDefault(cfg)*100))
+	}
+	prefix := "PASS"
+	if st.Kind == Oracle {
+		prefix = "LIMIT (knows the future; not deployable)"
+	}
+	if len(fails) > 0 {
+		if st.Kind != Oracle {
+			prefix = "FAIL"
+		}
+		return prefix + ": " + strings.Join(fails, "; "), warn
+	}
+	return fmt.Sprintf("%s: p99 %s, errors not up, extra load %.1f %% ≤ %.0f %% budget",
+		prefix, signedPct(-cut), r.ExtraLoad*100, budgetOrDefault(cfg)*100), warn
+}
+
+func budgetOrDefault(cfg Config) float64 {
+	if cfg.Budget <= 0 {
+		return 0.1
+	}
+	return cfg.Budget
+}
+
+// signedPct formats a fraction as a signed percentage: −74 %, +3 %.
+func signedPct(f float64) string {
+	switch {
+	case math.Round(f*100) == 0:
+		return "±0 %"
+	case f < 0:
+		return fmt.Sprintf("−%.0f %%", -f*100)
+	default:
+		return fmt.Sprintf("+%.0f %%", f*100)
+	}
+}
+
+// Millis formats a duration in milliseconds with a precision that suits
+// its size.
+func Millis(d time.Duration) string {
+	v := float64(d) / float64(time.Millisecond)
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// WriteTable writes results as the `tailcut lab` table, then one verdict
+// line per strategy.
+func WriteTable(w io.Writer, results []*Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tp50\tp90\tp95\tp99\tp99.9\tmean\textra load\thedge rate\tutil\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f %%\t%.1f %%\t%.1f %%\t\n",
+			r.Strategy, Millis(r.P50), Millis(r.P90), Millis(r.P95), Millis(r.P99), Millis(r.P999), Millis(r.Mean),
+			r.ExtraLoad*100, r.HedgeRate*100, r.Utilization*100)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "(latencies in ms)")
+	width := 0
+	for _, r := range results {
+		width = max(width, len(r.Strategy))
+	}
+	for _, r := range results {
+		if r.Verdict == "" && r.Warning == "" {
+			continue
+		}
+		line := fmt.Sprintf("%-*s  %s", width, r.Strategy, r.Verdict)
+		if r.Warning != "" {
+			line += "  ⚠ " + r.Warning
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// JSONResult is one strategy in the `tailcut lab --json` output.
+type JSONResult struct {
+	Strategy    string  `json:"strategy"`
+	P50         float64 `json:"p50_ms"`
+	P90         float64 `json:"p90_ms"`
+	P95         float64 `json:"p95_ms"`
+	P99         float64 `json:"p99_ms"`
+	P999        float64 `json:"p999_ms"`
+	Mean        float64 `json:"mean_ms"`
+	ExtraLoad   float64 `json:"extra_load"`
+	HedgeRate   float64 `json:"hedge_rate"`
+	Utilization float64 `json:"utilization"`
+	Verdict     string  `json:"verdict"`
+}
+
+// JSONReport is the `tailcut lab --json` output.
+type JSONReport struct {
+	Scenario string       `json:"scenario"`
+	Requests int          `json:"requests"`
+	Results  []JSONResult `json:"results"`
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// JSON returns r in the --json shape. The verdict includes the root-cause
+// warning, after a semicolon, when there is one.
+func (r *Result) JSON() JSONResult {
+	v := r.Verdict
+	if r.Warning != "" {
+		v += "; " + r.Warning
+	}
+	return JSONResult{
+		Strategy: r.Strategy,
+		P50:      msf(r.P50), P90: msf(r.P90), P95: msf(r.P95), P99: msf(r.P99), P999: msf(r.P999), Mean: msf(r.Mean),
+		ExtraLoad: r.ExtraLoad, HedgeRate: r.HedgeRate, Utilization: r.Utilization,
+		Verdict: v,
+	}
+}
+
+// NewJSONReport builds the --json object for results of one scenario.
+func NewJSONReport(scenario string, requests int, results []*Result) JSONReport {
+	rep := JSONReport{Scenario: scenario, Requests: requests, Results: []JSONResult{}}
+	for _, r := range results {
+		rep.Results = append(rep.Results, r.JSON())
+	}
+	return rep
+}

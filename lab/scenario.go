@@ -1,0 +1,289 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Call identifies the attempt whose service time a [Scenario] draws.
+type Call struct {
+	Request  int // index of the request, from 0, in order of arrival
+	Requests int // number of requests in the run
+	Leg      int // index of the leg within a fan-out request
+	Attempt  int // 0 for the primary, k for the k-th extra attempt
+}
+
+// Service is the work one attempt costs a server: Work on a worker, then,
+// when Hold > 0, a critical section of length Hold under one of the
+// scenario's locks (the worker stays occupied while it waits for the lock).
+type Service struct {
+	Work time.Duration
+	Hold time.Duration
+}
+
+// Total is the service time without any queueing: Work + Hold.
+func (s Service) Total() time.Duration { return s.Work + s.Hold }
+
+// Defaults are a scenario's own setup, used for the zero fields of [Config].
+type Defaults struct {
+	Requests    int
+	Rate        float64 // open loop, requests per second (used when Concurrency is 0)
+	Concurrency int     // closed loop
+	Fanout      int
+	Replicas    int
+	Workers     int
+	// IgnoreCancel: the server finishes cancelled attempts anyway (a
+	// handler blocked on a sync.Mutex cannot be interrupted).
+	IgnoreCancel bool
+}
+
+// GCPauses describes stop-the-world pauses: every replica stops all its
+// workers for Pause once per Period, at a phase of its own drawn from the
+// seed. Work in progress is stretched by the pauses it overlaps.
+type GCPauses struct {
+	Period, Pause time.Duration
+}
+
+// Scenario is a named service-time model. Built-in scenarios are listed by
+// [Scenarios] and found by [Lookup]; [Custom] builds one from a user's
+// samples or spec.
+type Scenario struct {
+	// Name is what --scenario takes.
+	Name string
+	// Summary is the one line shown by `tailcut lab --list`.
+	Summary string
+	// Defaults is the setup used for the zero fields of Config.
+	Defaults Defaults
+	// Locks is the number of locks the critical sections (Service.Hold)
+	// share: 1 is a global mutex, 16 a sharded lock. A call takes the lock
+	// of its key (request and leg), the same for all its attempts.
+	Locks int
+	// GC, if set, adds stop-the-world pauses per replica.
+	GC *GCPauses
+	// SlowThreshold, if set, is the latency above which a request counts
+	// as slow in [Result.Slow].
+	SlowThreshold time.Duration
+	// Draw returns the service of one attempt, using only r for
+	// randomness. It must not keep r.
+	Draw func(r *rand.Rand, c Call) Service
+}
+
+// Validate reports whether s can be simulated.
+func (s *Scenario) Validate() error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("lab: no scenario")
+	case s.Draw == nil:
+		return fmt.Errorf("lab: scenario %q has no Draw function", s.Name)
+	case s.Locks < 0:
+		return fmt.Errorf("lab: scenario %q: Locks must not be negative, got %d", s.Name, s.Locks)
+	case s.GC != nil && (s.GC.Period <= 0 || s.GC.Pause < 0 || s.GC.Pause >= s.GC.Period):
+		return fmt.Errorf("lab: scenario %q: GC pause %v must be in [0, period %v)", s.Name, s.GC.Pause, s.GC.Period)
+	}
+	return nil
+}
+
+// ms converts float milliseconds to a Duration.
+func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// uniform draws from U(lo, hi) milliseconds.
+func uniform(r *rand.Rand, lo, hi float64) time.Duration { return ms(lo + (hi-lo)*r.Float64()) }
+
+// lognormal is a lognormal distribution given by its mean and standard
+// deviation (not those of its logarithm).
+type lognormal struct{ mu, sigma float64 }
+
+func newLognormal(mean, sd time.Duration) lognormal {
+	m, s := float64(mean), float64(sd)
+	s2 := math.Log(1 + (s*s)/(m*m))
+	return lognormal{mu: math.Log(m) - s2/2, sigma: math.Sqrt(s2)}
+}
+
+func (l lognormal) draw(r *rand.Rand) time.Duration {
+	return time.Duration(math.Exp(l.mu + l.sigma*r.NormFloat64()))
+}
+
+// bhope is the service time of the bhope/hedge benchmark: lognormal with
+// mean 5 ms and sd 2 ms, and 5 % stragglers ten times slower. Its p99 is
+// 64 ms, the figure the published benchmark starts from.
+var bhopeDist = newLognormal(5*time.Millisecond, 2*time.Millisecond)
+
+func drawBhope(r *rand.Rand) time.Duration {
+	d := bhopeDist.draw(r)
+	if r.Float64() < 0.05 {
+		d *= 10
+	}
+	return d
+}
+
+func drawDemo(r *rand.Rand) time.Duration {
+	switch u := r.Float64(); {
+	case u < 0.90:
+		return uniform(r, 80, 120)
+	case u < 0.95:
+		return uniform(r, 280, 320)
+	default:
+		return uniform(r, 750, 850)
+	}
+}
+
+// lockWork is the lock scenarios' request outside the critical section:
+// 90 % U(10, 50) ms, 10 % U(200, 500) ms.
+func lockService(r *rand.Rand) Service {
+	var w time.Duration
+	if r.Float64() < 0.9 {
+		w = uniform(r, 10, 50)
+	} else {
+		w = uniform(r, 200, 500)
+	}
+	return Service{Work: w, Hold: uniform(r, 1, 3)}
+}
+
+// fanoutLeg is one leg of the fan-out scenario: 99 % U(10, 100) ms, 1 % a
+// straggler of U(1, 2) s (the setup of the seed article's measurement).
+func fanoutLeg(r *rand.Rand) time.Duration {
+	if r.Float64() < 0.01 {
+		return uniform(r, 1000, 2000)
+	}
+	return uniform(r, 10, 100)
+}
+
+// FanoutStragglerP is the probability that one leg of the fanout scenario
+// is a straggler.
+const FanoutStragglerP = 0.01
+
+// builtins returns the built-in scenarios, freshly allocated.
+func builtins() []*Scenario {
+	return []*Scenario{
+		{
+			Name:     "bhope",
+			Summary:  "lognormal mean 5 ms, sd 2 ms, 5 % stragglers ×10 (the bhope/hedge benchmark: p99 64 ms)",
+			Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 16},
+			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: drawBhope(r)} },
+		},
+		{
+			Name:     "demo",
+			Summary:  "trimodal: 90 % U(80,120) ms, 5 % U(280,320) ms, 5 % U(750,850) ms (the seed's Python demo)",
+			Defaults: Defaults{Requests: 20000, Rate: 200, Fanout: 1, Replicas: 3, Workers: 32},
+			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: drawDemo(r)} },
+		},
+		{
+			Name:     "gc",
+			Summary:  "lognormal mean 5 ms, sd 2 ms; each replica stops for 50 ms every 1 s (GC pauses at its own phase)",
+			Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 16},
+			GC:       &GCPauses{Period: time.Second, Pause: 50 * time.Millisecond},
+			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: bhopeDist.draw(r)} },
+		},
+		{
+			Name: "lock",
+			Summary: "a global mutex around a 1–3 ms critical section after 10–50 ms of work (10 % 200–500 ms); " +
+				"closed loop, 50 clients; the server does not honour cancellation",
+			Defaults: Defaults{Requests: 2000, Concurrency: 50, Fanout: 1, Replicas: 1, Workers: 1024, IgnoreCancel: true},
+			Locks:    1,
+			Draw:     func(r *rand.Rand, _ Call) Service { return lockService(r) },
+		},
+		{
+			Name:     "lock16",
+			Summary:  "the lock scenario with the mutex split into 16 shards (the root cause fixed)",
+			Defaults: Defaults{Requests: 2000, Concurrency: 50, Fanout: 1, Replicas: 1, Workers: 1024, IgnoreCancel: true},
+			Locks:    16,
+			Draw:     func(r *rand.Rand, _ Call) Service { return lockService(r) },
+		},
+		{
+			Name:     "drift",
+			Summary:  "bhope whose latency triples halfway through the run (a deploy, a cold cache)",
+			Defaults: Defaults{Requests: 60000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 32},
+			Draw: func(r *rand.Rand, c Call) Service {
+				d := drawBhope(r)
+				if 2*c.Request >= c.Requests {
+					d *= 3
+				}
+				return Service{Work: d}
+			},
+		},
+		{
+			Name:     "outage",
+			Summary:  "bhope, with everything 10× slower during the middle third of the run",
+			Defaults: Defaults{Requests: 30000, Rate: 1000, Fanout: 1, Replicas: 4, Workers: 32},
+			Draw: func(r *rand.Rand, c Call) Service {
+				d := drawBhope(r)
+				if 3*c.Request >= c.Requests && 3*c.Request < 2*c.Requests {
+					d *= 10
+				}
+				return Service{Work: d}
+			},
+		},
+		{
+			Name:          "fanout",
+			Summary:       "fan-out of N legs (default 10); a leg takes U(10,100) ms, 1 % of legs U(1,2) s",
+			Defaults:      Defaults{Requests: 10000, Rate: 20, Fanout: 10, Replicas: 10, Workers: 1000},
+			SlowThreshold: time.Second,
+			Draw:          func(r *rand.Rand, _ Call) Service { return Service{Work: fanoutLeg(r)} },
+		},
+		{
+			Name:     "mmc",
+			Summary:  "exponential service, mean 10 ms, one server of 4 workers at 75 % load (M/M/c check against Erlang C)",
+			Defaults: Defaults{Requests: 100000, Rate: 300, Fanout: 1, Replicas: 1, Workers: 4},
+			Draw: func(r *rand.Rand, _ Call) Service {
+				return Service{Work: time.Duration(r.ExpFloat64() * float64(10*time.Millisecond))}
+			},
+		},
+	}
+}
+
+// Scenarios returns the built-in scenarios in the order `tailcut lab --list`
+// shows them. The custom scenario, built from a user's file, is made by
+// [Custom].
+func Scenarios() []*Scenario { return builtins() }
+
+// ScenarioNames returns the names --scenario accepts, "custom" included.
+func ScenarioNames() []string {
+	var names []string
+	for _, s := range builtins() {
+		names = append(names, s.Name)
+	}
+	return append(names, "custom")
+}
+
+// Lookup returns the built-in scenario called name, or an error listing the
+// valid names.
+func Lookup(name string) (*Scenario, error) {
+	for _, s := range builtins() {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	if name == "custom" {
+		return nil, fmt.Errorf("lab: scenario custom needs a file of samples or a spec (--samples FILE)")
+	}
+	return nil, fmt.Errorf("lab: unknown scenario %q (valid: %s)", name, strings.Join(ScenarioNames(), ", "))
+}
+
+// Calibrate draws n service times of s (for request index at, of a run of
+// total requests) with a stream of its own and returns them sorted: the
+// scenario's true distribution, against which a strategy's choices are
+// judged.
+func (s *Scenario) Calibrate(seed uint64, n, at, total int) []time.Duration {
+	src := rand.NewPCG(seed, streamCalibrate)
+	r := rand.New(src)
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = s.Draw(r, Call{Request: at, Requests: total}).Total()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// quantileOf returns the nearest-rank q-quantile of sorted values.
+func quantileOf(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return sorted[i]
+}

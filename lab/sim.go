@@ -1,0 +1,859 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
+)
+
+// Cancellation says whether servers honour a client's cancellation.
+type Cancellation uint8
+
+const (
+	// CancelDefault uses the scenario's default (Defaults.IgnoreCancel).
+	CancelDefault Cancellation = iota
+	// CancelHonoured: a cancelled attempt frees its worker at once, or
+	// leaves the queue it waits in.
+	CancelHonoured
+	// CancelIgnored: the server finishes every attempt it received.
+	CancelIgnored
+)
+
+// Config configures a simulation. Zero fields take the scenario's
+// [Defaults] or the documented default; [Config.Resolve] fills them in and
+// validates, naming the offending field.
+type Config struct {
+	// Scenario is the service-time model. Required.
+	Scenario *Scenario
+	// Requests is the number of requests to simulate.
+	Requests int
+	// Rate is the open-loop arrival rate (Poisson), requests per second.
+	// Concurrency is the number of closed-loop clients, each sending its
+	// next request as soon as the previous one finished. At most one of
+	// them may be set; with neither, the scenario's default applies.
+	Rate        float64
+	Concurrency int
+	// Fanout is the number of legs per request: a request finishes when
+	// its last leg does. Each leg is hedged on its own.
+	Fanout int
+	// Replicas and Workers size the servers: Replicas replicas with
+	// Workers workers and a FIFO queue each. The primary of a leg goes to
+	// a replica drawn from the workload stream; attempt k to the k-th next
+	// replica.
+	Replicas, Workers int
+	// Cancel says whether servers honour cancellation.
+	Cancel Cancellation
+	// Budget is the hedge budget as a fraction of traffic (ratio budget,
+	// DESIGN.md): zero means 0.1, negative means no budget at all. It
+	// applies to every strategy that sends extra attempts, the oracle
+	// included, unless the strategy is marked Unbudgeted.
+	Budget float64
+	// Burst is the budget's burst; zero means 10.
+	Burst float64
+	// Quantile is the adaptive policy's quantile and the oracle's and
+	// default static delay's threshold; zero means 0.95.
+	Quantile float64
+	// MaxHedges bounds the extra attempts per leg; zero means 1.
+	MaxHedges int
+	// Policy is the base configuration of the adaptive strategy's
+	// tailcut.Policy. Its Budget is replaced by the lab's; a zero Quantile
+	// or MaxHedges takes the lab's.
+	Policy tailcut.Config
+	// Seed makes the run reproducible: the same seed gives the same
+	// numbers.
+	Seed uint64
+	// SeriesEvery, if positive, records the adaptive delay (and the
+	// scenario's true quantile) every SeriesEvery of virtual time.
+	SeriesEvery time.Duration
+	// Progress, if set, is called now and then with the number of requests
+	// finished so far.
+	Progress func(done int)
+}
+
+// Resolve returns c with defaults filled in from its scenario, or an error
+// naming the invalid field.
+func (c Config) Resolve() (Config, error) {
+	if err := c.Scenario.Validate(); err != nil {
+		return c, err
+	}
+	d := c.Scenario.Defaults
+	if c.Requests == 0 {
+		c.Requests = d.Requests
+	}
+	if c.Rate == 0 && c.Concurrency == 0 {
+		c.Rate, c.Concurrency = d.Rate, d.Concurrency
+		if c.Concurrency > 0 {
+			c.Rate = 0
+		}
+	}
+	if c.Fanout == 0 {
+		c.Fanout = max(d.Fanout, 1)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = max(d.Replicas, 1)
+	}
+	if c.Workers == 0 {
+		c.Workers = max(d.Workers, 1)
+	}
+	if c.Cancel == CancelDefault {
+		c.Cancel = CancelHonoured
+		if d.IgnoreCancel {
+			c.Cancel = CancelIgnored
+		}
+	}
+	if c.Budget == 0 {
+		c.Budget = budget.DefaultRatio
+	}
+	if c.Burst == 0 {
+		c.Burst = budget.DefaultBurst
+	}
+	if c.Quantile == 0 {
+		c.Quantile = tailcut.DefaultQuantile
+	}
+	if c.MaxHedges == 0 {
+		c.MaxHedges = tailcut.DefaultMaxHedges
+	}
+	switch {
+	case c.Requests <= 0:
+		return c, fmt.Errorf("lab: requests must be positive, got %d", c.Requests)
+	case c.Requests > 100_000_000:
+		return c, fmt.Errorf("lab: requests must be at most 100000000, got %d", c.Requests)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return c, fmt.Errorf("lab: rate must be a positive number of requests per second, got %v", c.Rate)
+	case c.Concurrency < 0:
+		return c, fmt.Errorf("lab: concurrency must be positive, got %d", c.Concurrency)
+	case c.Rate > 0 && c.Concurrency > 0:
+		return c, fmt.Errorf("lab: set rate (open loop) or concurrency (closed loop), not both")
+	case c.Rate == 0 && c.Concurrency == 0:
+		return c, fmt.Errorf("lab: scenario %q needs a rate or a concurrency", c.Scenario.Name)
+	case c.Fanout < 1 || c.Fanout > 10000:
+		return c, fmt.Errorf("lab: fanout must be in [1, 10000], got %d", c.Fanout)
+	case c.Replicas < 1 || c.Replicas > 100000:
+		return c, fmt.Errorf("lab: replicas must be in [1, 100000], got %d", c.Replicas)
+	case c.Workers < 1 || c.Workers > 1_000_000:
+		return c, fmt.Errorf("lab: workers must be in [1, 1000000], got %d", c.Workers)
+	case c.Cancel > CancelIgnored:
+		return c, fmt.Errorf("lab: cancel must be CancelHonoured or CancelIgnored, got %d", c.Cancel)
+	case math.IsNaN(c.Budget) || c.Budget > 1:
+		return c, fmt.Errorf("lab: budget must be a fraction in (0, 1] (or negative for none), got %v", c.Budget)
+	case !(c.Burst >= 1) || math.IsInf(c.Burst, 0):
+		return c, fmt.Errorf("lab: burst must be at least 1, got %v", c.Burst)
+	case !(c.Quantile > 0 && c.Quantile < 1):
+		return c, fmt.Errorf("lab: quantile must be in (0, 1), got %v", c.Quantile)
+	case c.MaxHedges < 1 || c.MaxHedges > tailcut.MaxHedgesLimit:
+		return c, fmt.Errorf("lab: max-hedges must be in [1, %d], got %d", tailcut.MaxHedgesLimit, c.MaxHedges)
+	case c.SeriesEvery < 0:
+		return c, fmt.Errorf("lab: SeriesEvery must not be negative, got %v", c.SeriesEvery)
+	}
+	return c, nil
+}
+
+// Streams of the seeded generators. Each concern draws from its own stream,
+// so a change in one (a strategy sending more attempts) never shifts
+// another (the arrivals, the service times of other attempts).
+const (
+	streamArrivals  = 0x6172726976616c73
+	streamService   = 0x7365727669636573
+	streamReplica   = 0x7265706c69636173
+	streamLock      = 0x6c6f636b73000000
+	streamGC        = 0x6763706861736573
+	streamCalibrate = 0x63616c6962726174
+)
+
+// splitmix64 is a fast, well-mixing hash of 64 bits.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+func mix(seed, stream uint64, a, b, c int) uint64 {
+	h := splitmix64(seed ^ stream)
+	h = splitmix64(h ^ uint64(a))
+	h = splitmix64(h ^ uint64(b)<<32 ^ uint64(c))
+	return h
+}
+
+// Attempt states.
+const (
+	stQueued   uint8 = iota // waiting for a worker
+	stWorking               // on a worker, work phase
+	stLockWait              // on a worker, waiting for its lock
+	stHolding               // on a worker, in the critical section
+	stFree                  // finished or dropped; the slot may be reused
+)
+
+type attempt struct {
+	call     int32
+	replica  int32
+	gen      uint32
+	k        uint8
+	state    uint8
+	canceled bool  // the client gave up on it
+	dropped  bool  // the server dropped it from a queue (cancellation honoured)
+	lock     int32 // lock index when svc.Hold > 0
+	sent     int64 // when the client sent it
+	busyFrom int64 // when it took its worker
+	waitFrom int64 // when it started waiting for its lock
+	svc      Service
+}
+
+type call struct {
+	req     int32
+	gen     uint32
+	leg     int32
+	n       uint8 // attempts sent
+	done    bool
+	start   int64
+	r0      int32 // replica of the primary
+	lock    int32
+	att     [tailcut.MaxHedgesLimit + 1]int32
+	pr      tailcut.Request
+	hasPol  bool
+	running uint8 // attempts outstanding (sent, not finished, not cancelled)
+}
+
+type request struct {
+	index    int
+	start    int64
+	legsLeft int
+}
+
+type replica struct {
+	busy  int
+	queue fifo
+}
+
+type lock struct {
+	held  bool
+	queue fifo
+}
+
+// SeriesPoint is one sample of the adaptive delay over a run.
+type SeriesPoint struct {
+	T     time.Duration // virtual time since the start
+	Delay time.Duration // the policy's delay at T
+	True  time.Duration // the scenario's true Quantile of service time at T
+	at    int           // request index at T
+}
+
+// sim is the state of one run.
+type sim struct {
+	cfg Config
+	sc  *Scenario
+	st  Strategy
+
+	now  int64
+	heap eventHeap
+	seq  uint64
+
+	svcSrc *rand.PCG
+	svcRng *rand.Rand
+	arrRng *rand.Rand
+
+	replicas []replica
+	locks    []lock
+	gcPhase  []int64
+
+	attempts  []attempt
+	freeAtt   []int32
+	calls     []call
+	freeCall  []int32
+	reqs      []request
+	freeReq   []int32
+	issued    int
+	completed int
+	lat       []int64
+	extra     []uint16 // extra attempts per request index
+
+	nCalls, nAttempts, nHedges int64
+	busyNS, lockWaitNS         int64
+	lockWaits                  int64
+
+	policy    *tailcut.Policy
+	bud       budget.Budget
+	delay     int64
+	oracleThr int64
+	maxHedges int
+	lastDelay int64 // adaptive: the delay of the latest request
+	series    []SeriesPoint
+
+	progressEvery int
+}
+
+const policyKey = "downstream"
+
+// Run simulates cfg under strategy st and returns its figures (without a
+// verdict: see [Compare]).
+func Run(cfg Config, st Strategy) (*Result, error) {
+	cfg, err := cfg.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	s := &sim{cfg: cfg, sc: cfg.Scenario, st: st, maxHedges: cfg.MaxHedges}
+	if err := s.setup(); err != nil {
+		return nil, err
+	}
+	s.run()
+	return s.result(), nil
+}
+
+func (s *sim) setup() error {
+	cfg := s.cfg
+	s.svcSrc = rand.NewPCG(0, 0)
+	s.svcRng = rand.New(s.svcSrc)
+	s.arrRng = rand.New(rand.NewPCG(splitmix64(cfg.Seed^streamArrivals), streamArrivals))
+	s.replicas = make([]replica, cfg.Replicas)
+	if n := s.sc.Locks; n > 0 {
+		s.locks = make([]lock, n)
+	}
+	if gc := s.sc.GC; gc != nil {
+		s.gcPhase = make([]int64, cfg.Replicas)
+		for r := range s.gcPhase {
+			s.gcPhase[r] = int64(mix(cfg.Seed, streamGC, r, 0, 0) % uint64(gc.Period))
+		}
+	}
+	s.lat = make([]int64, cfg.Requests)
+	s.extra = make([]uint16, cfg.Requests)
+	s.progressEvery = max(cfg.Requests/200, 1000)
+
+	if cfg.Budget > 0 && !s.st.Unbudgeted {
+		b, err := budget.NewRatio(cfg.Budget, cfg.Burst, 0)
+		if err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+		s.bud = b
+	}
+	var trueQ []time.Duration
+	if s.st.Delay == 0 || s.st.Kind == Oracle {
+		trueQ = s.sc.Calibrate(cfg.Seed, 20000, 0, cfg.Requests)
+	}
+	switch s.st.Kind {
+	case Static, Speculative, Retry:
+		s.delay = int64(s.st.Delay)
+		if s.delay == 0 {
+			q := cfg.Quantile
+			if s.st.Kind == Retry {
+				q = 0.99
+			}
+			s.delay = int64(quantileOf(trueQ, q))
+		}
+		s.delay = max(s.delay, 1)
+	case Oracle:
+		s.oracleThr = int64(quantileOf(trueQ, cfg.Quantile))
+	case Adaptive:
+		pc := cfg.Policy
+		if pc.Quantile == 0 {
+			pc.Quantile = cfg.Quantile
+		}
+		if pc.MaxHedges == 0 {
+			pc.MaxHedges = cfg.MaxHedges
+		}
+		s.maxHedges = pc.MaxHedges
+		if s.bud != nil {
+			pc.Budget = s.bud
+		} else {
+			// No budget: a balance no run can exhaust.
+			b, err := budget.NewRatio(1, 1e12, -1)
+			if err != nil {
+				return fmt.Errorf("lab: %w", err)
+			}
+			pc.Budget = b
+		}
+		p, err := tailcut.New(pc)
+		if err != nil {
+			return fmt.Errorf("lab: adaptive policy: %w", err)
+		}
+		s.policy = p
+	}
+	return nil
+}
+
+func (s *sim) vnow() time.Time { return time.Unix(0, s.now) }
+
+func (s *sim) schedule(t int64, kind uint8, id int32, gen uint32, k uint8) {
+	s.seq++
+	s.heap.push(event{t: t, seq: s.seq, kind: kind, id: id, gen: gen, k: k})
+}
+
+func (s *sim) run() {
+	cfg := s.cfg
+	if cfg.Concurrency > 0 {
+		for range min(cfg.Concurrency, cfg.Requests) {
+			s.startRequest()
+		}
+	} else {
+		s.schedule(s.interarrival(), evArrival, 0, 0, 0)
+	}
+	if cfg.SeriesEvery > 0 {
+		s.schedule(0, evSeries, 0, 0, 0)
+	}
+	for s.heap.len() > 0 {
+		e := s.heap.pop()
+		s.now = e.t
+		switch e.kind {
+		case evArrival:
+			s.startRequest()
+			if s.issued < cfg.Requests {
+				s.schedule(s.now+s.interarrival(), evArrival, 0, 0, 0)
+			}
+		case evTimer:
+			s.onTimer(e.id, e.gen, int(e.k))
+		case evWorkDone:
+			if a := &s.attempts[e.id]; a.gen == e.gen {
+				s.onWorkDone(e.id)
+			}
+		case evHoldDone:
+			if a := &s.attempts[e.id]; a.gen == e.gen {
+				s.onHoldDone(e.id)
+			}
+		case evSeries:
+			s.recordSeries()
+			if s.completed < cfg.Requests {
+				s.schedule(s.now+int64(cfg.SeriesEvery), evSeries, 0, 0, 0)
+			}
+		}
+	}
+}
+
+func (s *sim) interarrival() int64 {
+	return int64(s.arrRng.ExpFloat64() / s.cfg.Rate * 1e9)
+}
+
+func (s *sim) recordSeries() {
+	p := SeriesPoint{T: time.Duration(s.now), at: max(s.issued-1, 0)}
+	switch {
+	case s.policy != nil:
+		// The delay given to the latest request: asking the policy here
+		// could refresh its cache at other instants than a run without
+		// the series, and change the run.
+		p.Delay = time.Duration(s.lastDelay)
+	default:
+		p.Delay = time.Duration(s.delay)
+	}
+	s.series = append(s.series, p)
+}
+
+// startRequest begins the next request at s.now.
+func (s *sim) startRequest() {
+	i := s.issued
+	s.issued++
+	var slot int32
+	if n := len(s.freeReq); n > 0 {
+		slot = s.freeReq[n-1]
+		s.freeReq = s.freeReq[:n-1]
+	} else {
+		s.reqs = append(s.reqs, request{})
+		slot = int32(len(s.reqs) - 1)
+	}
+	s.reqs[slot] = request{index: i, start: s.now, legsLeft: s.cfg.Fanout}
+	for leg := range s.cfg.Fanout {
+		s.startCall(slot, i, leg)
+	}
+}
+
+func (s *sim) startCall(req int32, index, leg int) {
+	var c int32
+	if n := len(s.freeCall); n > 0 {
+		c = s.freeCall[n-1]
+		s.freeCall = s.freeCall[:n-1]
+	} else {
+		s.calls = append(s.calls, call{})
+		c = int32(len(s.calls) - 1)
+	}
+	cl := &s.calls[c]
+	gen := cl.gen
+	*cl = call{req: req, gen: gen, leg: int32(leg), start: s.now}
+	cl.r0 = int32(mix(s.cfg.Seed, streamReplica, index, leg, 0) % uint64(s.cfg.Replicas))
+	if len(s.locks) > 0 {
+		cl.lock = int32(mix(s.cfg.Seed, streamLock, index, leg, 0) % uint64(len(s.locks)))
+	}
+	s.nCalls++
+
+	var delay int64
+	switch s.st.Kind {
+	case Adaptive:
+		cl.pr = s.policy.Begin(policyKey, s.vnow())
+		cl.hasPol = true
+		delay = int64(cl.pr.Delay())
+		s.lastDelay = delay
+	case Static, Retry, Speculative, Oracle:
+		if s.bud != nil {
+			s.bud.Deposit(s.vnow())
+		}
+		delay = s.delay
+	}
+	svc := s.draw(index, leg, 0)
+	s.launch(c, svc)
+	switch s.st.Kind {
+	case Oracle:
+		if int64(svc.Total()) > s.oracleThr && s.grant() {
+			s.nHedges++
+			s.extra[index]++
+			s.launch(c, s.draw(index, leg, 1))
+		}
+	case Static, Adaptive, Retry, Speculative:
+		s.schedule(s.now+max(delay, 0), evTimer, c, gen, 1)
+	}
+}
+
+// grant asks the budget for one extra attempt.
+func (s *sim) grant() bool { return s.bud == nil || s.bud.Withdraw(s.vnow()) }
+
+// draw returns the service time of attempt k of leg of request index,
+// from a generator seeded by those three numbers alone.
+func (s *sim) draw(index, leg, k int) Service {
+	s.svcSrc.Seed(mix(s.cfg.Seed, streamService, index, leg, k), streamService)
+	return s.sc.Draw(s.svcRng, Call{Request: index, Requests: s.cfg.Requests, Leg: leg, Attempt: k})
+}
+
+// launch sends the next attempt of call c to its replica.
+func (s *sim) launch(c int32, svc Service) {
+	cl := &s.calls[c]
+	var a int32
+	if n := len(s.freeAtt); n > 0 {
+		a = s.freeAtt[n-1]
+		s.freeAtt = s.freeAtt[:n-1]
+	} else {
+		s.attempts = append(s.attempts, attempt{})
+		a = int32(len(s.attempts) - 1)
+	}
+	k := cl.n
+	cl.att[k] = a
+	cl.n++
+	cl.running++
+	s.nAttempts++
+	at := &s.attempts[a]
+	*at = attempt{
+		call:    c,
+		replica: int32((int(cl.r0) + int(k)) % s.cfg.Replicas),
+		gen:     at.gen,
+		k:       k,
+		state:   stQueued,
+		lock:    cl.lock,
+		sent:    s.now,
+		svc:     svc,
+	}
+	rp := &s.replicas[at.replica]
+	if rp.busy < s.cfg.Workers {
+		s.startWork(a)
+	} else {
+		rp.queue.push(a)
+	}
+}
+
+// startWork puts attempt a on a worker of its replica.
+func (s *sim) startWork(a int32) {
+	at := &s.attempts[a]
+	s.replicas[at.replica].busy++
+	at.state = stWorking
+	at.busyFrom = s.now
+	end := s.now + int64(at.svc.Work)
+	if gc := s.sc.GC; gc != nil {
+		end = s.gcFinish(int(at.replica), s.now, int64(at.svc.Work))
+	}
+	s.schedule(end, evWorkDone, a, at.gen, 0)
+}
+
+// gcFinish returns when work started at t on replica r ends, stretched by
+// the replica's pauses.
+func (s *sim) gcFinish(r int, t, work int64) int64 {
+	period, pause := int64(s.sc.GC.Period), int64(s.sc.GC.Pause)
+	phase := s.gcPhase[r]
+	for {
+		off := ((t-phase)%period + period) % period
+		if off < pause {
+			t += pause - off
+			off = pause
+		}
+		avail := period - off
+		if work <= avail {
+			return t + work
+		}
+		work -= avail
+		t += avail
+	}
+}
+
+// releaseWorker frees the worker of a and starts the next queued attempt.
+func (s *sim) releaseWorker(a int32) {
+	at := &s.attempts[a]
+	s.busyNS += s.now - at.busyFrom
+	rp := &s.replicas[at.replica]
+	rp.busy--
+	for {
+		next, ok := rp.queue.pop()
+		if !ok {
+			return
+		}
+		if s.attempts[next].dropped {
+			s.freeAttempt(next)
+			continue
+		}
+		s.startWork(next)
+		return
+	}
+}
+
+func (s *sim) freeAttempt(a int32) {
+	s.attempts[a].gen++
+	s.attempts[a].state = stFree
+	s.freeAtt = append(s.freeAtt, a)
+}
+
+func (s *sim) onWorkDone(a int32) {
+	at := &s.attempts[a]
+	if at.svc.Hold <= 0 {
+		s.finish(a)
+		return
+	}
+	lk := &s.locks[at.lock]
+	if !lk.held {
+		lk.held = true
+		at.state = stHolding
+		s.schedule(s.now+int64(at.svc.Hold), evHoldDone, a, at.gen, 0)
+		return
+	}
+	at.state = stLockWait
+	at.waitFrom = s.now
+	lk.queue.push(a)
+}
+
+func (s *sim) onHoldDone(a int32) {
+	at := &s.attempts[a]
+	lk := &s.locks[at.lock]
+	lk.held = false
+	for {
+		next, ok := lk.queue.pop()
+		if !ok {
+			break
+		}
+		nt := &s.attempts[next]
+		if nt.dropped {
+			s.freeAttempt(next)
+			continue
+		}
+		lk.held = true
+		s.lockWaitNS += s.now - nt.waitFrom
+		s.lockWaits++
+		nt.state = stHolding
+		s.schedule(s.now+int64(nt.svc.Hold), evHoldDone, next, nt.gen, 0)
+		break
+	}
+	s.finish(a)
+}
+
+// finish ends attempt a on the server and delivers its answer.
+func (s *sim) finish(a int32) {
+	s.releaseWorker(a)
+	at := &s.attempts[a]
+	if at.canceled {
+		s.freeAttempt(a) // a loser the server ran to the end
+		return
+	}
+	c := at.call
+	cl := &s.calls[c]
+	cl.running--
+	k := int(at.k)
+	if cl.hasPol {
+		s.policy.Observe(&cl.pr, k, time.Duration(s.now-at.sent), tailcut.Completed, s.vnow())
+	}
+	s.freeAttempt(a)
+	// The first answer wins: every other attempt is cancelled.
+	for j := range int(cl.n) {
+		if j != k {
+			s.cancel(c, cl.att[j])
+		}
+	}
+	cl.done = true
+	if cl.hasPol {
+		s.policy.End(&cl.pr, k, s.vnow())
+	}
+	s.legDone(c)
+}
+
+// cancel gives up attempt a of call c, if it is still outstanding.
+func (s *sim) cancel(c int32, a int32) {
+	at := &s.attempts[a]
+	if at.call != c || at.canceled || at.dropped {
+		return
+	}
+	cl := &s.calls[c]
+	if cl.att[at.k] != a {
+		return // slot reused: a finished earlier
+	}
+	// An attempt still referenced by its call and not finished.
+	if at.state > stHolding {
+		return
+	}
+	at.canceled = true
+	cl.running--
+	if cl.hasPol {
+		s.policy.Observe(&cl.pr, int(at.k), time.Duration(s.now-at.sent), tailcut.Canceled, s.vnow())
+	}
+	if s.cfg.Cancel != CancelHonoured {
+		return
+	}
+	switch at.state {
+	case stQueued:
+		at.dropped = true // freed when the queue reaches it
+	case stWorking:
+		s.releaseWorker(a)
+		s.freeAttempt(a) // its pending event is now stale
+	case stLockWait:
+		at.dropped = true // leaves the lock queue when the lock reaches it
+		s.releaseWorker(a)
+	case stHolding:
+		// A critical section runs to its end; the worker is freed then.
+	}
+}
+
+// legDone records that call c has its answer.
+func (s *sim) legDone(c int32) {
+	cl := &s.calls[c]
+	r := cl.req
+	cl.gen++
+	s.freeCall = append(s.freeCall, c)
+	rq := &s.reqs[r]
+	rq.legsLeft--
+	if rq.legsLeft > 0 {
+		return
+	}
+	s.lat[rq.index] = s.now - rq.start
+	s.completed++
+	s.freeReq = append(s.freeReq, r)
+	if s.cfg.Progress != nil && s.completed%s.progressEvery == 0 {
+		s.cfg.Progress(s.completed)
+	}
+	if s.cfg.Concurrency > 0 && s.issued < s.cfg.Requests {
+		s.startRequest()
+	}
+}
+
+// onTimer fires the timer of call c for attempt k.
+func (s *sim) onTimer(c int32, gen uint32, k int) {
+	cl := &s.calls[c]
+	if cl.gen != gen || cl.done || int(cl.n) > s.maxHedges {
+		return
+	}
+	req := &s.reqs[cl.req]
+	index, leg := req.index, int(cl.leg)
+	next := int64(-1)
+	switch s.st.Kind {
+	case Adaptive:
+		if s.policy.Hedge(&cl.pr, s.vnow()) == tailcut.Send {
+			s.nHedges++
+			s.extra[index]++
+			s.launch(c, s.draw(index, leg, int(cl.n)))
+		}
+		next = cl.start + int64(cl.pr.HedgeAt(k+1))
+	case Static:
+		if s.grant() {
+			s.nHedges++
+			s.extra[index]++
+			s.launch(c, s.draw(index, leg, int(cl.n)))
+		}
+		next = cl.start + int64(k+1)*s.delay
+	case Retry, Speculative:
+		if s.grant() {
+			for j := range int(cl.n) {
+				s.cancel(c, cl.att[j])
+			}
+			s.nHedges++
+			s.extra[index]++
+			s.launch(c, s.draw(index, leg, int(cl.n)))
+		}
+		next = s.now + s.delay
+	}
+	if k+1 <= s.maxHedges && next >= 0 {
+		s.schedule(max(next, s.now), evTimer, c, gen, uint8(k+1))
+	}
+}
+
+// result computes the run's figures.
+func (s *sim) result() *Result {
+	cfg := s.cfg
+	r := &Result{
+		Strategy:  s.st.String(),
+		Scenario:  s.sc.Name,
+		Requests:  cfg.Requests,
+		Calls:     s.nCalls,
+		Attempts:  s.nAttempts,
+		Hedges:    s.nHedges,
+		Span:      time.Duration(s.now),
+		LockWaits: s.lockWaits,
+		LockWait:  time.Duration(s.lockWaitNS),
+	}
+	sorted := slices.Clone(s.lat)
+	slices.Sort(sorted)
+	r.sorted = sorted
+	r.extra = s.extra
+	r.fanout = cfg.Fanout
+	var sum float64
+	slow := 0
+	for _, v := range sorted {
+		sum += float64(v)
+		if s.sc.SlowThreshold > 0 && v > int64(s.sc.SlowThreshold) {
+			slow++
+		}
+	}
+	n := len(sorted)
+	r.Mean = time.Duration(sum / float64(n))
+	r.P50 = pct(sorted, 0.50)
+	r.P90 = pct(sorted, 0.90)
+	r.P95 = pct(sorted, 0.95)
+	r.P99 = pct(sorted, 0.99)
+	r.P999 = pct(sorted, 0.999)
+	r.Max = time.Duration(sorted[n-1])
+	r.Slow = float64(slow) / float64(n)
+	r.ExtraLoad = float64(s.nAttempts-s.nCalls) / float64(s.nCalls)
+	r.HedgeRate = float64(s.nHedges) / float64(s.nCalls)
+	if s.now > 0 {
+		r.Utilization = float64(s.busyNS) / (float64(cfg.Replicas*cfg.Workers) * float64(s.now))
+	}
+	switch {
+	case s.policy != nil:
+		r.Delay = s.policy.Delay(policyKey, s.vnow())
+		st := s.policy.Stats()
+		r.Denied = st.Denials()
+	case s.st.Kind == Static || s.st.Kind == Retry || s.st.Kind == Speculative:
+		r.Delay = time.Duration(s.delay)
+	case s.st.Kind == Oracle:
+		r.Delay = 0
+	}
+	if len(s.series) > 0 {
+		// The true quantile at each point, from the scenario's own
+		// distribution at that request index.
+		cache := map[int]time.Duration{}
+		q := cfg.Quantile
+		if s.policy != nil {
+			q = s.policy.Config().Quantile
+		}
+		for i := range s.series {
+			at := s.series[i].at
+			// Quantise the index so the calibration runs a bounded
+			// number of times.
+			key := at * 100 / cfg.Requests
+			v, ok := cache[key]
+			if !ok {
+				v = quantileOf(s.sc.Calibrate(cfg.Seed, 10000, at, cfg.Requests), q)
+				cache[key] = v
+			}
+			s.series[i].True = v
+		}
+		r.Series = s.series
+	}
+	return r
+}
+
+func pct(sorted []int64, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return time.Duration(sorted[i])
+}

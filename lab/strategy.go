@@ -1,0 +1,143 @@
+package lab
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind is what a [Strategy] does with a slow attempt.
+type Kind uint8
+
+const (
+	// None sends the primary only.
+	None Kind = iota
+	// Retry waits a timeout, cancels the attempt and sends it again.
+	Retry
+	// Static hedges after a fixed delay: hedge k goes at k × Delay while
+	// every earlier attempt is outstanding; the first answer wins.
+	Static
+	// Adaptive hedges under the real tailcut.Policy.
+	Adaptive
+	// Speculative cancels the primary after a short delay and re-issues
+	// it (speculative retry).
+	Speculative
+	// Oracle knows each attempt's service time in advance: it hedges, at
+	// once, exactly the calls whose primary will take longer than the
+	// scenario's Quantile — the limit no strategy with that hedge rate can
+	// beat.
+	Oracle
+)
+
+var kindNames = [...]string{None: "none", Retry: "retry", Static: "static", Adaptive: "adaptive", Speculative: "speculative", Oracle: "oracle"}
+
+// String returns the kind's name as --strategies spells it.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Strategy is one way of sending requests. Parse one with [ParseStrategy].
+type Strategy struct {
+	Kind Kind
+	// Delay is the hedge delay (Static), the timeout (Retry) or the
+	// re-issue delay (Speculative). Zero means the scenario's own
+	// Quantile for Static and Speculative and its p99 for Retry, read
+	// from its true distribution.
+	Delay time.Duration
+	// Unbudgeted switches the hedge budget off for this strategy (the
+	// `static!:10ms` spelling; an adaptive policy always has a budget).
+	Unbudgeted bool
+	// Label, if set, names the strategy in tables instead of String().
+	Label string
+}
+
+// String returns the strategy as --strategies spells it: "none",
+// "static:10ms", "adaptive".
+func (s Strategy) String() string {
+	if s.Label != "" {
+		return s.Label
+	}
+	name := s.Kind.String()
+	if s.Unbudgeted {
+		name += "!"
+	}
+	if s.Delay > 0 && (s.Kind == Static || s.Kind == Retry || s.Kind == Speculative) {
+		name += ":" + s.Delay.String()
+	}
+	return name
+}
+
+// StrategyNames lists the strategy names ParseStrategy accepts.
+var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle"}
+
+// ParseStrategy parses one strategy: none, retry[:d], static[:d], adaptive,
+// speculative[:d] or oracle, where d is a Go duration ("10ms", "1.5s"). A
+// "!" after the name (static!:10ms) switches the budget off.
+func ParseStrategy(s string) (Strategy, error) {
+	name, arg, hasArg := strings.Cut(strings.TrimSpace(s), ":")
+	var st Strategy
+	if n, ok := strings.CutSuffix(name, "!"); ok {
+		name, st.Unbudgeted = n, true
+	}
+	switch name {
+	case "none":
+		st.Kind = None
+	case "retry":
+		st.Kind = Retry
+	case "static", "hedge":
+		st.Kind = Static
+	case "adaptive", "tailcut":
+		st.Kind = Adaptive
+	case "speculative":
+		st.Kind = Speculative
+	case "oracle":
+		st.Kind = Oracle
+	default:
+		return st, fmt.Errorf("lab: unknown strategy %q (valid: %s)", s, strings.Join(StrategyNames, ", "))
+	}
+	if st.Unbudgeted && st.Kind == Adaptive {
+		return st, fmt.Errorf("lab: strategy %q: an adaptive policy always has a budget; use --budget", s)
+	}
+	if hasArg {
+		if st.Kind != Static && st.Kind != Retry && st.Kind != Speculative {
+			return st, fmt.Errorf("lab: strategy %q takes no argument", s)
+		}
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			return st, fmt.Errorf("lab: strategy %q: bad delay %q (want a duration like 10ms)", s, arg)
+		}
+		if d <= 0 {
+			return st, fmt.Errorf("lab: strategy %q: delay must be positive", s)
+		}
+		st.Delay = d
+	}
+	return st, nil
+}
+
+// ParseStrategies parses a comma-separated list of strategies.
+func ParseStrategies(list string) ([]Strategy, error) {
+	var out []Strategy
+	for _, f := range strings.Split(list, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		s, err := ParseStrategy(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("lab: no strategy given")
+	}
+	return out, nil
+}
+
+// DefaultStrategies are the strategies `tailcut lab` compares when none are
+// named: none, static:10ms, adaptive, oracle.
+func DefaultStrategies() []Strategy {
+	return []Strategy{{Kind: None}, {Kind: Static, Delay: 10 * time.Millisecond}, {Kind: Adaptive}, {Kind: Oracle}}
+}
