@@ -1,0 +1,112 @@
+package hedgehttp
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync/atomic"
+)
+
+// body wraps the winning response's body: it hands back the byte read ahead
+// by WithFirstByte, and releases the attempt's context (and the hard
+// timeout's) once the body is read to the end or closed — the same point at
+// which http.Client stops its own timeout timer.
+type body struct {
+	rc            io.ReadCloser
+	peek          [1]byte
+	npeek         int
+	release       func()
+	cancelTimeout context.CancelFunc
+	released      atomic.Bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.npeek > 0 && len(p) > 0 {
+		p[0] = b.peek[0]
+		b.npeek = 0
+		if len(p) == 1 {
+			return 1, nil
+		}
+		n, err := b.rc.Read(p[1:])
+		if err != nil {
+			b.done()
+		}
+		return n + 1, err
+	}
+	n, err := b.rc.Read(p)
+	if err != nil {
+		b.done()
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	err := b.rc.Close()
+	b.done()
+	return err
+}
+
+func (b *body) done() {
+	if b.released.CompareAndSwap(false, true) {
+		if b.release != nil {
+			b.release()
+		}
+		if b.cancelTimeout != nil {
+			b.cancelTimeout()
+		}
+	}
+}
+
+// wrapBody wraps resp's body in b (which the caller owns), unless there is
+// no body.
+func wrapBody(resp *http.Response, b *body) {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return
+	}
+	b.rc = resp.Body
+	resp.Body = b
+}
+
+// peekFirstByte waits for the first byte of resp's body (wrapped by
+// wrapBody), or its end, and keeps it to hand back. On a read error the
+// body is closed and the error returned.
+func peekFirstByte(resp *http.Response) error {
+	b, ok := resp.Body.(*body)
+	if !ok {
+		return nil // no body
+	}
+	n, err := b.rc.Read(b.peek[:])
+	for n == 0 && err == nil {
+		n, err = b.rc.Read(b.peek[:])
+	}
+	b.npeek = n
+	if err != nil && err != io.EOF {
+		resp.Body.Close()
+		return err
+	}
+	if err == io.EOF && n == 0 {
+		// An empty body: nothing to hold back.
+		resp.Body.Close()
+		resp.Body = http.NoBody
+	}
+	return nil
+}
+
+// readUpTo reads r until EOF or until more than limit bytes have been read.
+// whole reports whether EOF came first, in which case buf is all of r.
+func readUpTo(r io.Reader, limit int64) (buf []byte, whole bool, err error) {
+	buf, err = io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return buf, false, err
+	}
+	return buf, int64(len(buf)) <= limit, nil
+}
+
+// prefixedBody is a body of which a prefix has been read already: Reader
+// yields the prefix then the rest, and Close closes the original.
+type prefixedBody struct {
+	io.Reader
+	c io.Closer
+}
+
+func (b *prefixedBody) Close() error { return b.c.Close() }

@@ -1,0 +1,22 @@
+// Package hedgehttp makes an http.Client hedge its requests: a drop-in
+// [http.RoundTripper] built on a [tailcut.Policy].
+//
+//	client := &http.Client{Transport: hedgehttp.NewTransport(nil, nil)}
+//
+// The [Transport] sends each safe request (GET, HEAD, OPTIONS, or one with an
+// Idempotency-Key header) once, and a hedge when no answer has come by the
+// policy's delay — a live quantile of the recent latency to the same host —
+// if the policy's budget allows it. The first final answer wins; the others
+// are cancelled, their bodies drained (at most 1 MiB) and closed so their
+// connections go back to the pool. Every attempt carries a Hedge-Attempt
+// header (0 for the primary) so that servers and traces can tell a hedge from
+// a primary. Requests that are not safe to repeat, or whose body cannot be
+// replayed, are passed to the base transport untouched.
+//
+// Options choose the key requests are grouped by ([WithKey]), the latency
+// signal ([WithFirstByte] for streaming servers), replicas ([WithEndpoints]),
+// a hard timeout ([WithTimeout], [WithQuantileTimeout]), and which methods
+// and bodies may be repeated ([WithMethods], [WithBufferLimit]). Per request,
+// [WithoutHedging] and [WithDelay] override the policy through the request's
+// context.
+package hedgehttp

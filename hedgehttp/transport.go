@@ -1,0 +1,542 @@
+package hedgehttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tailcut/tailcut"
+)
+
+// AttemptHeader is the header every attempt of a hedged request carries:
+// "0" for the primary, "k" for the k-th hedge (or the attempt sent at once
+// after attempt k−1 failed with a connection error or a 502/503/504).
+const AttemptHeader = "Hedge-Attempt"
+
+// Transport is an [http.RoundTripper] that hedges requests under a
+// [tailcut.Policy]: it sends the primary attempt through its base transport
+// and, when the primary has not answered by the policy's delay for the
+// request's key and the policy grants it, a hedge; the first final answer
+// wins and the other attempts are cancelled, their bodies drained (at most
+// [DrainLimit] bytes) and closed.
+//
+// Which requests are hedged: GET, HEAD and OPTIONS requests, requests with
+// an Idempotency-Key (or X-Idempotency-Key) header, and requests with a
+// method added by [WithMethods] — provided their body can be replayed: a
+// request without a body, with GetBody, or with a body of at most the
+// buffer limit ([WithBufferLimit], 64 KiB by default), which is then read
+// into memory. Other requests, and protocol upgrades (WebSocket), are passed
+// to the base transport as they are: sent once, body intact, no header
+// added, not counted by the policy.
+//
+// Every attempt of a hedged request is a shallow copy of the caller's
+// request (never the request itself, which is not modified) with its own
+// context and a [AttemptHeader] header. Connection errors and 502, 503 and
+// 504 responses are not final: the next attempt goes at once if the policy
+// grants it, and if every attempt fails that way the caller gets the
+// primary's response or error. Other responses are final. A 429 or 503 with
+// Retry-After pauses hedging for the key for that long
+// ([tailcut.Policy.Pushback]); primaries are not affected.
+//
+// The response handed to the caller belongs to the winning attempt, whose
+// context lives until its body is read to the end or closed: as with any
+// http.Client, close the body.
+//
+// A Transport is safe for concurrent use. Its zero value is not usable;
+// create one with [NewTransport]. The no-hedge path (the primary answers
+// before the delay) adds about 1 µs and a few allocations per request to
+// the base transport; see BenchmarkOverhead.
+type Transport struct {
+	base   http.RoundTripper
+	policy *tailcut.Policy
+	cfg    config
+	eps    endpoints // nil without WithEndpoints
+	tos    *timeouts // nil without WithQuantileTimeout
+	h      tailcut.Hedger[*http.Response]
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// NewTransport returns a Transport that sends attempts through base and
+// hedges under policy p. A nil base means [http.DefaultTransport]; a nil p
+// means a new policy with the default [tailcut.Config] (hedge after the
+// p95 of the last 30 s per host, at most 10 % extra load). Share one Policy
+// between the transports that call the same downstream so that one budget
+// caps their extra load.
+//
+// An invalid option does not panic: [Transport.Err] reports it, and every
+// request sent through the transport fails with that error.
+func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Transport {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	cfg := config{key: HostKey, bufferLimit: DefaultBufferLimit}
+	if p == nil {
+		var err error
+		if p, err = tailcut.New(tailcut.Config{}); err != nil {
+			cfg.fail("default policy: %v", err) // cannot happen: the zero Config is valid
+		}
+	}
+	for _, o := range opts {
+		if o == nil {
+			cfg.fail("nil Option")
+			continue
+		}
+		o(&cfg)
+	}
+	t := &Transport{base: base, policy: p, cfg: cfg}
+	if len(cfg.endpoints) > 0 && cfg.err == nil {
+		t.eps = newEndpoints(cfg.endpoints)
+	}
+	if cfg.timeoutQ > 0 {
+		t.tos = newTimeouts(p.Config(), cfg.timeoutQ, cfg.timeoutMult, cfg.timeout)
+	}
+	t.h = tailcut.Hedger[*http.Response]{
+		Policy:   p,
+		Classify: classify,
+		Discard:  discard,
+		Keep:     keep,
+	}
+	return t
+}
+
+// Err returns the error of the first invalid option given to
+// [NewTransport], or nil. A Transport with an error fails every request.
+func (t *Transport) Err() error { return t.cfg.err }
+
+// Policy returns the policy the transport hedges under, for its statistics
+// ([tailcut.Policy.Stats]).
+func (t *Transport) Policy() *tailcut.Policy { return t.policy }
+
+// CloseIdleConnections closes the idle connections of the base transport,
+// if it has such a method. http.Client.CloseIdleConnections calls it.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// RoundTrip sends req, hedging it if it is safe to; see [Transport]. It
+// follows the RoundTripper contract: req is not modified, its body is
+// closed, and an error is returned only when there is no response.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.cfg.err != nil {
+		closeBody(req)
+		return nil, t.cfg.err
+	}
+	if req.URL == nil {
+		closeBody(req)
+		return nil, errors.New("hedgehttp: nil Request.URL")
+	}
+	if !t.hedgeable(req) {
+		return t.sendOnce(req)
+	}
+
+	rt := &roundTrip{t: t, req: req}
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		if req.ContentLength > t.cfg.bufferLimit {
+			return t.sendOnce(req)
+		}
+		buf, whole, err := readUpTo(req.Body, t.cfg.bufferLimit)
+		if err != nil {
+			req.Body.Close()
+			return nil, fmt.Errorf("hedgehttp: reading the request body: %w", err)
+		}
+		if !whole {
+			// Too long to buffer: send it once with what was read put
+			// back in front of the rest.
+			r := req.WithContext(req.Context())
+			r.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), req.Body), c: req.Body}
+			return t.sendOnce(r)
+		}
+		req.Body.Close()
+		rt.buf = buf
+		rt.buffered = true
+	}
+
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		if !rt.buffered {
+			closeBody(req)
+		}
+		return nil, err
+	}
+	key := t.cfg.key(req)
+	var cancelTimeout context.CancelFunc
+	var timeout time.Duration
+	if t.tos != nil {
+		timeout = t.tos.get(key, time.Now())
+	} else {
+		timeout = t.cfg.timeout
+	}
+	if timeout > 0 {
+		ctx, cancelTimeout = context.WithTimeoutCause(ctx, timeout, errHardTimeout)
+	}
+
+	// The primary's header is built here rather than in its goroutine: a
+	// new goroutine starts on a small stack, and building a map there can
+	// cost a stack copy.
+	rt.header0 = withAttempt(req.Header, 0)
+	resp, err := t.h.Do(ctx, key, rt.call)
+
+	// Take the responses set aside by attempts that failed with a
+	// 502/503/504; attempts that finish from now on discard their own.
+	rt.mu.Lock()
+	rt.done = true
+	failed := rt.failed
+	rt.mu.Unlock()
+	if se := asStatusError(err); se != nil && failed[se.attempt] != nil {
+		// Every attempt failed: the caller gets the primary's (or the
+		// first) response, as it would have without hedging.
+		resp, err = failed[se.attempt], nil
+		failed[se.attempt] = nil
+	}
+	for _, r := range failed {
+		if r != nil {
+			r.Body.Close() // in memory, see setAside
+		}
+	}
+	if err != nil {
+		if cancelTimeout != nil {
+			cancelTimeout()
+			if context.Cause(ctx) == errHardTimeout && req.Context().Err() == nil {
+				err = &TimeoutError{After: timeout}
+			}
+		}
+		return nil, err
+	}
+	if cancelTimeout != nil {
+		if b, ok := resp.Body.(*body); ok && !b.released.Load() {
+			b.cancelTimeout = cancelTimeout
+		} else {
+			cancelTimeout()
+		}
+	}
+	return resp, nil
+}
+
+// hedgeable reports whether req may be sent more than once.
+func (t *Transport) hedgeable(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		_, a := req.Header["Idempotency-Key"]
+		_, b := req.Header["X-Idempotency-Key"]
+		if !a && !b && !t.methodAllowed(req.Method) {
+			return false
+		}
+	}
+	// A protocol upgrade (WebSocket) must not be opened twice, and its
+	// response body must reach the caller unwrapped (io.ReadWriteCloser).
+	if _, ok := req.Header["Upgrade"]; ok {
+		return false
+	}
+	return true
+}
+
+func (t *Transport) methodAllowed(m string) bool {
+	for _, x := range t.cfg.methods {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// sendOnce sends a request that is not hedged: as it is, or pointed at an
+// endpoint.
+func (t *Transport) sendOnce(req *http.Request) (*http.Response, error) {
+	if t.eps == nil {
+		return t.base.RoundTrip(req)
+	}
+	ep := t.eps[t.eps.pick(0)]
+	r := req.WithContext(req.Context())
+	r.URL = ep.rewrite(req.URL)
+	ep.inflight.Add(1)
+	start := time.Now()
+	resp, err := t.base.RoundTrip(r)
+	ep.inflight.Add(-1)
+	ep.record(resp, err, time.Since(start), false)
+	return resp, err
+}
+
+// roundTrip is the state of one hedged request shared by its attempts.
+type roundTrip struct {
+	t        *Transport
+	req      *http.Request
+	buf      []byte // the buffered body, if buffered
+	buffered bool
+	header0  http.Header // the primary's header
+
+	mu     sync.Mutex
+	used   uint64 // endpoints used by the attempts so far (bit set)
+	done   bool   // RoundTrip has collected failed; later attempts clean up after themselves
+	failed [tailcut.MaxHedgesLimit + 1]*http.Response
+
+	// bodies wrap each attempt's response body, so that wrapping costs no
+	// allocation of its own; see body.
+	bodies [tailcut.MaxHedgesLimit + 1]body
+}
+
+// call sends one attempt; it is the function run by tailcut.Hedger.Do.
+func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Response, error) {
+	t := rt.t
+	r := rt.req.WithContext(ctx)
+	if a.Index == 0 {
+		r.Header = rt.header0
+	} else {
+		r.Header = withAttempt(rt.req.Header, a.Index)
+	}
+	switch {
+	case rt.buffered:
+		r.Body, r.GetBody = rt.newBody()
+		r.ContentLength = int64(len(rt.buf))
+	case a.Index > 0 && rt.req.GetBody != nil:
+		// The primary sends req.Body itself; hedges ask for a fresh copy.
+		b, err := rt.req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("hedgehttp: GetBody: %w", err)
+		}
+		r.Body = b
+	}
+	var ep *endpoint
+	if t.eps != nil {
+		rt.mu.Lock()
+		i := t.eps.pick(rt.used)
+		if i < 64 {
+			rt.used |= 1 << i
+		}
+		rt.mu.Unlock()
+		ep = t.eps[i]
+		r.URL = ep.rewrite(r.URL)
+		ep.inflight.Add(1)
+		defer ep.inflight.Add(-1)
+	}
+
+	start := time.Now()
+	resp, err := t.base.RoundTrip(r)
+	if err == nil {
+		wrapBody(resp, &rt.bodies[a.Index])
+		if t.cfg.firstByte {
+			if err = peekFirstByte(resp); err != nil {
+				resp = nil
+			}
+		}
+	}
+	now := time.Now()
+	lat := now.Sub(start)
+	if ep != nil {
+		ep.record(resp, err, lat, ctx.Err() != nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	switch code := resp.StatusCode; code {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		if v := resp.Header.Get("Retry-After"); v != "" {
+			if d, ok := ParseRetryAfter(v, now); ok && d > 0 {
+				t.policy.Pushback(a.Key, now.Add(d))
+			}
+		}
+		if code == http.StatusTooManyRequests {
+			break
+		}
+		fallthrough
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		return nil, rt.setAside(resp, a.Index)
+	}
+	if t.tos != nil {
+		t.tos.observe(a.Key, lat, now)
+	}
+	return resp, nil
+}
+
+// newBody returns a reader of the buffered body and its GetBody.
+func (rt *roundTrip) newBody() (io.ReadCloser, func() (io.ReadCloser, error)) {
+	if len(rt.buf) == 0 {
+		return http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	}
+	buf := rt.buf
+	get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	b, _ := get()
+	return b, get
+}
+
+// setAside keeps a 502/503/504 response in case every attempt fails, in
+// which case the caller gets it, and returns the error that tells the
+// Hedger to move on to the next attempt. The body is read into memory first
+// (up to DefaultBufferLimit): the attempt's context is cancelled as soon as
+// the Hedger sees the error, which would cut the body off.
+func (rt *roundTrip) setAside(resp *http.Response, attempt int) error {
+	buf, whole, err := readUpTo(resp.Body, DefaultBufferLimit)
+	if whole && err == nil {
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(buf))
+	} else {
+		// Too large to keep: the caller would get the part read and then
+		// the cancellation error.
+		resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), c: resp.Body}
+	}
+	rt.mu.Lock()
+	if rt.done {
+		rt.mu.Unlock()
+		resp.Body.Close()
+	} else {
+		rt.failed[attempt] = resp
+		rt.mu.Unlock()
+	}
+	return &statusError{attempt: attempt, status: resp.Status}
+}
+
+// statusError marks an attempt answered with a 502, 503 or 504; the
+// response itself is in roundTrip.failed.
+type statusError struct {
+	attempt int
+	status  string
+}
+
+// asStatusError returns err as a *statusError, or nil.
+func asStatusError(err error) *statusError {
+	if err == nil {
+		return nil
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return se
+	}
+	return nil
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("hedgehttp: attempt %d: %s", e.attempt, e.status)
+}
+
+var errHardTimeout = errors.New("hedgehttp: hard timeout")
+
+// TimeoutError is the error of a request that hit the hard timeout set by
+// [WithTimeout] or [WithQuantileTimeout]. It matches
+// context.DeadlineExceeded with errors.Is, and its Timeout method reports
+// true, as net.Error timeouts do.
+type TimeoutError struct {
+	After time.Duration // the timeout in force for the request
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("hedgehttp: no answer within the hard timeout of %v", e.After)
+}
+
+// Timeout reports true.
+func (e *TimeoutError) Timeout() bool { return true }
+
+// Is reports whether target is context.DeadlineExceeded.
+func (e *TimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Temporary reports true: a later request may well be answered in time.
+func (e *TimeoutError) Temporary() bool { return true }
+
+// attemptValues holds the Hedge-Attempt values, so that setting one does not
+// allocate.
+var attemptValues = [tailcut.MaxHedgesLimit + 1]string{"0", "1", "2", "3", "4"}
+
+// withAttempt returns a copy of h with the Hedge-Attempt header set to k. Like
+// http.Header.Clone it copies all values into one backing array; the copy
+// has a spare slot for the new header, so the whole costs two allocations.
+func withAttempt(h http.Header, k int) http.Header {
+	nv := 1
+	for _, vv := range h {
+		nv += len(vv)
+	}
+	sv := make([]string, nv)
+	h2 := make(http.Header, len(h)+1)
+	for name, vv := range h {
+		if name == AttemptHeader {
+			continue // the caller's own value would be a lie
+		}
+		if vv == nil {
+			h2[name] = nil
+			continue
+		}
+		n := copy(sv, vv)
+		h2[name] = sv[:n:n]
+		sv = sv[n:]
+	}
+	sv[0] = attemptValues[min(k, len(attemptValues)-1)]
+	h2[AttemptHeader] = sv[:1:1]
+	return h2
+}
+
+// classify sorts an attempt's outcome for the Hedger: answers are final,
+// 502/503/504 and connection errors are not, errors no other attempt could
+// fix (a bad URL scheme, a certificate the client rejects) are final.
+func classify(_ *http.Response, err error) tailcut.Class {
+	if err == nil {
+		return tailcut.Success
+	}
+	if asStatusError(err) != nil {
+		return tailcut.Retryable
+	}
+	if permanent(err) {
+		return tailcut.Fatal
+	}
+	return tailcut.Retryable
+}
+
+// permanent reports whether err would recur on any attempt.
+func permanent(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		he x509.HostnameError
+		ci x509.CertificateInvalidError
+		rh tls.RecordHeaderError
+	)
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) || errors.As(err, &rh) {
+		return true
+	}
+	// net/http's own request-validation errors are unexported types.
+	msg := err.Error()
+	return strings.Contains(msg, "unsupported protocol scheme") ||
+		strings.Contains(msg, "no Host in request URL") ||
+		strings.Contains(msg, "invalid header field") ||
+		strings.Contains(msg, "invalid method")
+}
+
+// discard drains (at most DrainLimit bytes) and closes a response that lost.
+func discard(resp *http.Response) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	io.CopyN(io.Discard, resp.Body, DrainLimit)
+	resp.Body.Close()
+}
+
+// keep hands the winner's attempt context to its body (wrapped by the
+// attempt, see wrapBody), which releases it when the body is read to the end
+// or closed.
+func keep(resp *http.Response, release func()) *http.Response {
+	if resp == nil {
+		release()
+		return resp
+	}
+	if b, ok := resp.Body.(*body); ok {
+		b.release = release
+		return resp
+	}
+	release() // no body (http.NoBody): nothing left to read
+	return resp
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
