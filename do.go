@@ -93,6 +93,9 @@ func Default() *Policy {
 		if err != nil {
 			panic("tailcut: default config invalid: " + err.Error()) // a bug, not input
 		}
+		// The shared policy may serve several testing/synctest bubbles:
+		// it must not pool their channels and timers.
+		p.noPool = true
 		defaultPolicy = p
 	})
 	return defaultPolicy
@@ -125,24 +128,52 @@ func WithDelay(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, ctxKey{}, o)
 }
 
-// result is what an attempt sends back.
+// result is what an attempt produced.
 type result[T any] struct {
-	v     T
-	err   error
-	index int
-	end   time.Time
+	v   T
+	err error
+	end time.Time
+}
+
+// waiter is the part of a call that does not depend on T, pooled across
+// calls: the channel on which attempts announce their results and the hedge
+// timer. A waiter goes back to the pool only when every attempt of its call
+// has delivered, so no late sender can touch it.
+type waiter struct {
+	ready chan int // attempt indexes; buffered for every attempt: sends never block
+	timer *time.Timer
+}
+
+// getWaiter takes a waiter from p's pool, or makes one.
+func (p *Policy) getWaiter() *waiter {
+	if !p.noPool {
+		if w, _ := p.waiters.Get().(*waiter); w != nil {
+			return w
+		}
+	}
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{ready: make(chan int, MaxHedgesLimit+1), timer: t}
+}
+
+// putWaiter returns w, whose timer is stopped and channel empty, to p's pool.
+func (p *Policy) putWaiter(w *waiter) {
+	if !p.noPool {
+		p.waiters.Put(w)
+	}
 }
 
 // call is the shared state of one hedged call.
 type call[T any] struct {
-	results chan result[T] // buffered for every possible attempt: sends never block
+	w       *waiter
+	results [MaxHedgesLimit + 1]result[T] // written by attempt i before it sends i
 
 	mu   sync.Mutex
 	done bool     // set when Do has returned; later results are discarded by their sender
 	late func(T) // Hedger.Discard, for results that arrive after done
 }
 
-// attempt is one running attempt, as Do tracks it.
+// attempt is one attempt, as Do tracks it.
 type attempt struct {
 	cancel  context.CancelFunc
 	start   time.Time
@@ -150,6 +181,11 @@ type attempt struct {
 }
 
 // Do runs one hedged call; see the package-level [Do].
+//
+// When the primary answers before the hedge delay, Do costs about 1–2 µs
+// and 4 allocations over a direct call: the attempt's goroutine, its
+// cancellable context (two) and the call's shared state (see
+// BenchmarkDoFastPath).
 func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Context, a Attempt) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -171,7 +207,8 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 		maxAttempts = 1
 	}
 
-	c := &call[T]{results: make(chan result[T], maxAttempts)}
+	w := p.getWaiter()
+	c := &call[T]{w: w, late: h.Discard}
 	var attempts [MaxHedgesLimit + 1]attempt
 	launched, running := 0, 0
 	launch := func(now time.Time) {
@@ -187,14 +224,21 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 			launch(now)
 		}
 	}
+	// end marks the call done; w goes back to the pool if no attempt can
+	// still send on it.
+	end := func() {
+		c.close(h.Discard)
+		if running == 0 {
+			w.timer.Stop()
+			p.putWaiter(w)
+		}
+	}
 	launch(start)
 
-	var timer *time.Timer
 	var timerC <-chan time.Time
 	if maxAttempts > 1 {
-		timer = time.NewTimer(delay)
-		defer timer.Stop()
-		timerC = timer.C
+		w.timer.Reset(delay)
+		timerC = w.timer.C
 	}
 	nextTick := 1 // the timer is set for hedge slot nextTick × delay
 
@@ -202,8 +246,9 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 	var firstErrIndex = -1
 	for {
 		select {
-		case r := <-c.results:
-			a := &attempts[r.index]
+		case i := <-w.ready:
+			r := c.results[i]
+			a := &attempts[i]
 			a.running = false
 			running--
 			class := h.classify(ctx, r.v, r.err)
@@ -211,13 +256,15 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 			if class == Retryable {
 				outcome = Failed
 			}
-			p.Observe(&req, r.index, r.end.Sub(a.start), outcome, r.end)
+			p.Observe(&req, i, r.end.Sub(a.start), outcome, r.end)
 			if class != Retryable {
-				return h.finish(c, &req, p, attempts[:launched], r, time.Now()), r.err
+				v := h.finish(&req, p, attempts[:launched], i, r.v, time.Now())
+				end()
+				return v, r.err
 			}
 			a.cancel()
-			if firstErrIndex != 0 && (firstErrIndex < 0 || r.index == 0) {
-				firstErr, firstErrIndex = r.err, r.index
+			if firstErrIndex != 0 && (firstErrIndex < 0 || i == 0) {
+				firstErr, firstErrIndex = r.err, i
 			}
 			if h.Discard != nil {
 				h.Discard(r.v)
@@ -226,9 +273,8 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 				hedge(time.Now())
 			}
 			if running == 0 {
-				now := time.Now()
-				c.close(h.Discard)
-				p.End(&req, -1, now)
+				p.End(&req, -1, time.Now())
+				end()
 				if err := ctx.Err(); err != nil {
 					return zero, err
 				}
@@ -238,7 +284,7 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 			hedge(now)
 			nextTick++
 			if launched < maxAttempts && nextTick <= p.cfg.MaxHedges {
-				timer.Reset(start.Add(time.Duration(nextTick) * delay).Sub(time.Now()))
+				w.timer.Reset(start.Add(time.Duration(nextTick) * delay).Sub(time.Now()))
 			} else {
 				timerC = nil
 			}
@@ -250,8 +296,8 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 					p.Observe(&req, i, now.Sub(a.start), Canceled, now)
 				}
 			}
-			c.close(h.Discard)
 			p.End(&req, -1, now)
+			end()
 			return zero, ctx.Err()
 		}
 	}
@@ -272,57 +318,55 @@ func (h *Hedger[T]) classify(ctx context.Context, v T, err error) Class {
 	return Retryable
 }
 
-// finish ends the call with winner r: cancels and records the losers, and
-// hands the winner's context to Keep or cancels it.
-func (h *Hedger[T]) finish(c *call[T], req *Request, p *Policy, attempts []attempt, r result[T], now time.Time) T {
+// finish ends the call with attempt win's value v: cancels and records the
+// losers, and hands the winner's context to Keep or cancels it.
+func (h *Hedger[T]) finish(req *Request, p *Policy, attempts []attempt, win int, v T, now time.Time) T {
 	for i := range attempts {
 		a := &attempts[i]
-		if !a.running || i == r.index {
+		if !a.running || i == win {
 			continue
 		}
 		a.cancel()
 		p.Observe(req, i, now.Sub(a.start), Canceled, now)
 	}
-	c.close(h.Discard)
-	p.End(req, r.index, now)
-	release := attempts[r.index].cancel
+	p.End(req, win, now)
+	release := attempts[win].cancel
 	if h.Keep != nil {
-		return h.Keep(r.v, release)
+		return h.Keep(v, release)
 	}
 	release()
-	return r.v
+	return v
 }
 
 // run executes one attempt and hands its result back, or discards it if the
 // call has already returned.
 func (c *call[T]) run(ctx context.Context, a Attempt, fn func(context.Context, Attempt) (T, error)) {
 	v, err := fn(ctx, a)
-	r := result[T]{v: v, err: err, index: a.Index, end: time.Now()}
 	c.mu.Lock()
 	if !c.done {
-		c.results <- r
+		c.results[a.Index] = result[T]{v: v, err: err, end: time.Now()}
+		c.w.ready <- a.Index
 		c.mu.Unlock()
 		return
 	}
 	late := c.late
 	c.mu.Unlock()
 	if late != nil {
-		late(r.v)
+		late(v)
 	}
 }
 
-// close marks the call done and discards results that arrived but were not
-// read.
+// close marks the call done and discards the results that were delivered
+// but not read. Once close returns, no attempt touches c.w again.
 func (c *call[T]) close(discard func(T)) {
 	c.mu.Lock()
 	c.done = true
-	c.late = discard
 	c.mu.Unlock()
 	for {
 		select {
-		case r := <-c.results:
+		case i := <-c.w.ready:
 			if discard != nil {
-				discard(r.v)
+				discard(c.results[i].v)
 			}
 		default:
 			return

@@ -3,10 +3,15 @@ package tailcut
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tailcut/tailcut/budget"
 )
 
 // newTestPolicy returns a policy with a fixed 10 ms delay (warm-up never
@@ -141,6 +146,262 @@ func TestDoCallerCancel(t *testing.T) {
 		synctest.Wait()
 		if ended.Load() != 3 {
 			t.Errorf("%d attempts ended, want 3 (primary and two hedges)", ended.Load())
+		}
+	})
+}
+
+// TestDoOutageExtraLoadWithinBudget sends an open-loop stream of requests
+// (100/s, so each second holds 100 requests in flight) into a total outage
+// where every attempt takes a second, and checks that hedges stay within
+// ratio × requests plus the burst: hedging cannot double the load of a
+// downstream that is already down.
+func TestDoOutageExtraLoadWithinBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := budget.NewRatio(0.1, 10, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newTestPolicy(t, Config{Budget: b, MaxHedges: 4})
+		var attempts atomic.Int64
+		const n = 2000
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				_, err := Do(t.Context(), p, "down", func(ctx context.Context, a Attempt) (int, error) {
+					attempts.Add(1)
+					select {
+					case <-time.After(time.Second):
+						return 1, nil
+					case <-ctx.Done():
+						return 0, ctx.Err()
+					}
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+			time.Sleep(10 * time.Millisecond) // open loop: 100 requests per second
+		}
+		wg.Wait()
+		extra := float64(attempts.Load()-n) / n
+		if limit := 0.1 + 10.0/n; extra > limit {
+			t.Errorf("extra load %.4f, want ≤ ratio + burst/n = %.4f", extra, limit)
+		}
+		if extra < 0.05 {
+			t.Errorf("extra load %.4f: the budget was not used, the test exercises nothing", extra)
+		}
+		if s := p.Stats(); s.Attempts != attempts.Load() || s.Requests != n || s.Denials() == 0 {
+			t.Errorf("stats: %d attempts %d requests %d denials, want %d, %d, > 0", s.Attempts, s.Requests, s.Denials(), attempts.Load(), n)
+		}
+	})
+}
+
+// TestDelayLearnsRawLatencyWhileHedging checks the observation rule: with
+// hedging active, the delay stays at the quantile of the raw per-attempt
+// latency and does not creep down to the (shorter) hedged latency.
+func TestDelayLearnsRawLatencyWhileHedging(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A budget that never runs out, so hedging is as active as can be.
+		b, _ := budget.NewRatio(1, 1e9, -1)
+		p, err := New(Config{Budget: b, Quantile: 0.5, MinSamples: 20, Window: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Attempt latencies are uniform in 10-100 ms: the raw median is 55 ms.
+		// A policy that learned the hedged end-to-end latency (or the
+		// hedges that won, the fast ones) would drift below it.
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(1, 2))
+		call := func(ctx context.Context, a Attempt) (int, error) {
+			mu.Lock()
+			d := time.Duration(10+90*rng.Float64()) * time.Millisecond
+			mu.Unlock()
+			select {
+			case <-time.After(d):
+				return 0, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		for range 3000 {
+			if _, err := Do(t.Context(), p, "k", call); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := p.Delay("k", time.Now())
+		if d < 52*time.Millisecond || d > 58*time.Millisecond {
+			t.Errorf("delay %v after hedging 3000 requests, want ≈ the raw median 55 ms", d)
+		}
+		if s := p.Stats(); s.Hedges < 1000 {
+			t.Errorf("only %d hedges: the test did not exercise hedging", s.Hedges)
+		}
+	})
+}
+
+// TestDoCanceledLoserNeverReachesCaller: an attempt that fails with
+// context.Canceled while the caller's context is alive is retryable, and the
+// caller gets the other attempt's answer.
+func TestDoCanceledLoserNeverReachesCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newTestPolicy(t, Config{})
+		got, err := Do(t.Context(), p, "k", func(ctx context.Context, a Attempt) (string, error) {
+			if a.Index == 0 {
+				return "", context.Canceled // e.g. a reused connection torn down by a loser
+			}
+			return "ok", nil
+		})
+		if err != nil || got != "ok" {
+			t.Fatalf("Do = %q, %v; want the hedge's answer", got, err)
+		}
+	})
+}
+
+func TestDoKeepAndDiscard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newTestPolicy(t, Config{})
+		var discarded atomic.Int32
+		var winnerCtx context.Context
+		h := Hedger[*int]{
+			Policy:  p,
+			Discard: func(v *int) { discarded.Add(1) },
+			Keep: func(v *int, release func()) *int {
+				winnerRelease = release
+				return v
+			},
+		}
+		defer func() { winnerRelease = nil }()
+		v, err := h.Do(t.Context(), "k", func(ctx context.Context, a Attempt) (*int, error) {
+			if a.Index == 0 {
+				// The primary ignores cancellation and finishes late.
+				time.Sleep(50 * time.Millisecond)
+				n := 0
+				return &n, nil
+			}
+			winnerCtx = ctx
+			n := 1
+			return &n, nil
+		})
+		if err != nil || *v != 1 {
+			t.Fatalf("Do = %v, %v", v, err)
+		}
+		if winnerCtx.Err() != nil {
+			t.Fatal("winner's context cancelled although Keep holds it")
+		}
+		winnerRelease()
+		if winnerCtx.Err() == nil {
+			t.Fatal("release did not cancel the winner's context")
+		}
+		synctest.Wait()
+		time.Sleep(time.Second) // let the primary finish: virtual time
+		synctest.Wait()
+		if discarded.Load() != 1 {
+			t.Errorf("discarded %d results, want the late primary's (1)", discarded.Load())
+		}
+	})
+}
+
+var winnerRelease func()
+
+// TestDoConcurrentCallers runs 100 callers at once on one policy (with
+// -race) over real goroutines and real time, and checks the books balance.
+func TestDoConcurrentCallers(t *testing.T) {
+	// A budget that never runs out: every straggler below must be saved by
+	// its hedge, or it would wait forever.
+	b, _ := budget.NewRatio(1, 1e9, -1)
+	p, err := New(Config{WarmupDelay: 50 * time.Microsecond, MinSamples: 5, Budget: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var attempts atomic.Int64
+	const callers, each = 100, 50
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				key := fmt.Sprintf("k%d", (c+i)%7)
+				v, err := Do(context.Background(), p, key, func(ctx context.Context, a Attempt) (int, error) {
+					attempts.Add(1)
+					if (c*each+i)%20 == 0 && a.Index == 0 {
+						<-ctx.Done() // a straggler that only a hedge can save
+						return 0, ctx.Err()
+					}
+					return c, nil
+				})
+				if err != nil || v != c {
+					t.Errorf("caller %d: Do = %d, %v", c, v, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := p.Stats()
+	if s.Requests != callers*each {
+		t.Errorf("requests %d, want %d", s.Requests, callers*each)
+	}
+	if s.Attempts != attempts.Load() {
+		t.Errorf("stats count %d attempts, calls saw %d", s.Attempts, attempts.Load())
+	}
+	var wins int64
+	for _, w := range s.Wins {
+		wins += w
+	}
+	if wins != s.Requests || s.Failed != 0 {
+		t.Errorf("wins %d failed %d for %d requests", wins, s.Failed, s.Requests)
+	}
+	if len(s.Keys) != 7 {
+		t.Errorf("%d keys, want 7", len(s.Keys))
+	}
+}
+
+func TestDoWithoutHedgingAndWithDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newTestPolicy(t, Config{})
+		slow := func(ctx context.Context, a Attempt) (int, error) {
+			if a.Index == 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			return a.Index, nil
+		}
+		t0 := time.Now()
+		if got, _ := Do(WithoutHedging(t.Context()), p, "k", slow); got != 0 || time.Since(t0) != 100*time.Millisecond {
+			t.Errorf("WithoutHedging: winner %d after %v, want the primary after 100ms", got, time.Since(t0))
+		}
+		t0 = time.Now()
+		if got, _ := Do(WithDelay(t.Context(), 30*time.Millisecond), p, "k", slow); got != 1 || time.Since(t0) != 30*time.Millisecond {
+			t.Errorf("WithDelay(30ms): winner %d after %v, want the hedge after 30ms", got, time.Since(t0))
+		}
+		synctest.Wait()
+		time.Sleep(time.Second)
+	})
+}
+
+func TestDoFatalStopsAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newTestPolicy(t, Config{MaxHedges: 3})
+		errNotFound := errors.New("not found")
+		var calls atomic.Int32
+		h := Hedger[int]{Policy: p, Classify: func(v int, err error) Class {
+			if errors.Is(err, errNotFound) {
+				return Fatal
+			}
+			if err != nil {
+				return Retryable
+			}
+			return Success
+		}}
+		_, err := h.Do(t.Context(), "k", func(ctx context.Context, a Attempt) (int, error) {
+			calls.Add(1)
+			time.Sleep(time.Millisecond)
+			return 0, errNotFound
+		})
+		if err != errNotFound {
+			t.Fatalf("err = %v, want the fatal error", err)
+		}
+		synctest.Wait()
+		time.Sleep(time.Second)
+		if calls.Load() != 1 {
+			t.Errorf("%d attempts, want 1: a fatal answer ends the request", calls.Load())
 		}
 	})
 }
