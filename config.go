@@ -2,6 +2,7 @@ package tailcut
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -23,6 +24,14 @@ const (
 	// MaxHedgesLimit is the largest MaxHedges accepted: beyond four backups
 	// a request is not slow by chance.
 	MaxHedgesLimit = 4
+
+	// Breaker defaults (DESIGN.md, Defaults): hedging is off while at least
+	// 10 % of at least 20 attempts over the last 10 s failed.
+	DefaultBreakerThreshold   = 0.10
+	DefaultBreakerMinRequests = 20
+	DefaultBreakerWindow      = 10 * time.Second
+	DefaultBreakerOpenFor     = 10 * time.Second
+	DefaultBreakerProbes      = 5
 )
 
 // Config configures a [Policy]. It is a plain struct: the zero value of each
@@ -74,6 +83,92 @@ type Config struct {
 	// hedges at a measured delay from its first request instead of at
 	// WarmupDelay (see latency.Estimator.Seed).
 	Warm *latency.Snapshot
+
+	// The fuses below switch off hedges only, never primaries. Each denial
+	// is counted per key under its own Decision.
+
+	// Breaker stops hedging for a key while the downstream's error rate is
+	// high ([DenyBreaker]). The zero value is the default breaker: off at
+	// ≥ 10 % errors over ≥ 20 attempts in 10 s, back after a 10 s pause
+	// and 5 successful attempts in a row.
+	Breaker BreakerConfig
+
+	// Overloaded, if set, is the user's load signal (CPU, queue depth,
+	// in-flight count): while it returns true for a key, hedges to that key
+	// are denied ([DenyLoad]). It is called only when a hedge is asked for,
+	// never for primaries, possibly from many goroutines at once; it must be
+	// fast and must not call back into the Policy.
+	Overloaded func(key string) bool
+
+	// SampleRate is the fraction of requests that may be hedged, for a
+	// gradual rollout (0.01 → 0.05 → 0.2 → 1); the others are denied with
+	// [DenySampling]. Zero means 1 (every request). Must be in (0, 1]. A
+	// request begun with [Policy.BeginID] is sampled by a hash of its ID, so
+	// the same ID gets the same answer in every process; otherwise requests
+	// are sampled by a deterministic pseudo-random sequence.
+	SampleRate float64
+
+	// DryRun decides and counts every hedge but sends none: a hedge that
+	// would have been sent gets [DryRun] instead of [Send] (so [Do] sends
+	// nothing), counts in Counts.WouldHedge, and Stats report the p99 that
+	// hedging is predicted to reach. The budget is drawn as if the hedges
+	// went, so the counts are those hedging would really have had.
+	DryRun bool
+
+	// MaxInflightHedges caps the hedges in flight at once across the
+	// policy ([DenyInflight]). Zero means no cap. A hedge is in flight from
+	// the [Policy.Hedge] that grants it to the [Policy.Observe] of its
+	// attempt.
+	MaxInflightHedges int
+
+	// DiagnosisWindow is the window over which each key's hedge trigger
+	// rate is judged (see [Diagnosis]). Zero means Window.
+	DiagnosisWindow time.Duration
+
+	// Logger receives the diagnosis warning (one per episode and key) when
+	// a key's hedge trigger rate stays above 50 % for a DiagnosisWindow.
+	// Nil means slog.Default() at the time of logging; a logger over
+	// slog.DiscardHandler silences it.
+	Logger *slog.Logger
+}
+
+// BreakerConfig configures the per-key circuit breaker on hedges. Zero
+// fields mean their defaults.
+//
+// The breaker counts the outcome of every attempt (primaries and hedges)
+// reported to [Policy.Observe]: [Failed] and [Errored] are errors,
+// [Completed] is a success, [Canceled] losers are neither. It has three
+// states, as in github.com/sony/gobreaker:
+//   - closed: hedges allowed. It opens when, over the last Window, at least
+//     MinRequests attempts were counted and at least Threshold of them were
+//     errors.
+//   - open: hedges denied for OpenFor. Outcomes are ignored.
+//   - half-open: hedges still denied; the attempts that flow anyway (the
+//     primaries) are the probe. Probes successes in a row close the breaker
+//     and hedging resumes; an error reopens it for another OpenFor. Only
+//     attempts started after the pause ended count.
+//
+// The breaker takes now like the rest of the policy. It is not built on
+// gobreaker, whose state machine reads time.Now() itself: under the lab's
+// virtual clock its open state would never time out.
+type BreakerConfig struct {
+	// Disabled switches the breaker off.
+	Disabled bool
+	// Threshold is the error ratio, in (0, 1], at which the breaker opens.
+	// Zero means 0.10.
+	Threshold float64
+	// MinRequests is the fewest attempts in the window before the breaker
+	// may open. Zero means 20.
+	MinRequests int
+	// Window is the rolling window (ten buckets) of the closed state. Zero
+	// means 10 s.
+	Window time.Duration
+	// OpenFor is how long hedging stays off once the breaker opens. Zero
+	// means 10 s.
+	OpenFor time.Duration
+	// Probes is how many successful attempts in a row close a half-open
+	// breaker. Zero means 5.
+	Probes int
 }
 
 // normalize fills defaults and validates; errors name the field.
@@ -99,6 +194,28 @@ func (c Config) normalize() (Config, error) {
 	if c.MaxKeys == 0 {
 		c.MaxKeys = DefaultMaxKeys
 	}
+	if c.SampleRate == 0 {
+		c.SampleRate = 1
+	}
+	if c.DiagnosisWindow == 0 {
+		c.DiagnosisWindow = c.Window
+	}
+	b := &c.Breaker
+	if b.Threshold == 0 {
+		b.Threshold = DefaultBreakerThreshold
+	}
+	if b.MinRequests == 0 {
+		b.MinRequests = DefaultBreakerMinRequests
+	}
+	if b.Window == 0 {
+		b.Window = DefaultBreakerWindow
+	}
+	if b.OpenFor == 0 {
+		b.OpenFor = DefaultBreakerOpenFor
+	}
+	if b.Probes == 0 {
+		b.Probes = DefaultBreakerProbes
+	}
 	switch {
 	case !(c.Quantile > 0 && c.Quantile < 1):
 		return c, fmt.Errorf("tailcut: Quantile must be in (0, 1), got %v", c.Quantile)
@@ -120,6 +237,24 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("tailcut: MaxHedges must be in [1, %d], got %d", MaxHedgesLimit, c.MaxHedges)
 	case c.MaxKeys < 0:
 		return c, fmt.Errorf("tailcut: MaxKeys must not be negative, got %d", c.MaxKeys)
+	case !(c.SampleRate > 0 && c.SampleRate <= 1):
+		return c, fmt.Errorf("tailcut: SampleRate must be in (0, 1], got %v", c.SampleRate)
+	case c.MaxInflightHedges < 0:
+		return c, fmt.Errorf("tailcut: MaxInflightHedges must not be negative, got %d", c.MaxInflightHedges)
+	case c.DiagnosisWindow < 0:
+		return c, fmt.Errorf("tailcut: DiagnosisWindow must not be negative, got %v", c.DiagnosisWindow)
+	case !(b.Threshold > 0 && b.Threshold <= 1):
+		return c, fmt.Errorf("tailcut: Breaker.Threshold must be in (0, 1], got %v", b.Threshold)
+	case b.MinRequests < 0:
+		return c, fmt.Errorf("tailcut: Breaker.MinRequests must not be negative, got %d", b.MinRequests)
+	case b.Window < 0:
+		return c, fmt.Errorf("tailcut: Breaker.Window must not be negative, got %v", b.Window)
+	case b.Window > 0 && b.Window < breakerBuckets:
+		return c, fmt.Errorf("tailcut: Breaker.Window must be at least %dns, got %v", breakerBuckets, b.Window)
+	case b.OpenFor < 0:
+		return c, fmt.Errorf("tailcut: Breaker.OpenFor must not be negative, got %v", b.OpenFor)
+	case b.Probes < 0:
+		return c, fmt.Errorf("tailcut: Breaker.Probes must not be negative, got %d", b.Probes)
 	}
 	if c.Budget == nil {
 		b, err := budget.NewRatio(0, 0, 0)

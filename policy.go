@@ -22,19 +22,42 @@ const (
 	// 503 with Retry-After, gRPC grpc-retry-pushback-ms) and the pause it
 	// asked for has not ended; see [Policy.Pushback].
 	DenyPushback
+	// DenyBreaker means the key's circuit breaker is open or half-open:
+	// too many recent attempts failed (see [BreakerConfig]).
+	DenyBreaker
+	// DenyLoad means Config.Overloaded reported the client overloaded.
+	DenyLoad
+	// DenySampling means the request is outside Config.SampleRate.
+	DenySampling
+	// DenyInflight means Config.MaxInflightHedges hedges are in flight.
+	DenyInflight
+	// DryRun means the hedge would have been sent, but Config.DryRun is
+	// set: it is counted (Counts.WouldHedge) and paid for in the budget,
+	// and not sent.
+	DryRun
 
 	numDecisions
 )
+
+// NumDecisions is the number of Decision values, for arrays indexed by
+// Decision such as Counts.Denied.
+const NumDecisions = int(numDecisions)
 
 var decisionNames = [...]string{
 	Send:          "send",
 	DenyBudget:    "budget",
 	DenyMaxHedges: "max_hedges",
 	DenyPushback:  "pushback",
+	DenyBreaker:   "breaker",
+	DenyLoad:      "load",
+	DenySampling:  "sampling",
+	DenyInflight:  "inflight",
+	DryRun:        "dry_run",
 }
 
 // String returns the decision's short name, used as a metric label
-// ("send", "budget", "max_hedges").
+// ("send", "budget", "max_hedges", "pushback", "breaker", "load",
+// "sampling", "inflight", "dry_run").
 func (d Decision) String() string {
 	if int(d) < len(decisionNames) {
 		return decisionNames[d]
@@ -57,8 +80,16 @@ const (
 	// Canceled means the attempt was cancelled because another one won. Its
 	// latency, measured up to the cancellation, is a lower bound of what it
 	// would have taken; it is learned as is, which keeps the quantiles above
-	// the delay honest (DESIGN.md, Observation).
+	// the delay honest (DESIGN.md, Observation). It is never an error for
+	// the circuit breaker.
 	Canceled
+	// Errored means the attempt produced an answer that reports a failure
+	// of the downstream itself (an HTTP 500, a gRPC INTERNAL) — final, so
+	// not retried, yet an error for the circuit breaker. Like Failed, its
+	// latency is not learned: a fast error says nothing about how long a
+	// healthy answer takes. Completed stays the outcome of every other
+	// answer, a 404 included.
+	Errored
 )
 
 // recomputeEvery is how many observations a key takes before its cached
@@ -86,6 +117,16 @@ type Policy struct {
 
 	// Totals over the policy's life, evicted keys included.
 	totals counters
+
+	// waiters pools Do's per-call channel and timer (do.go). It is per
+	// policy, not global, because channels and timers must not cross
+	// testing/synctest bubbles; noPool turns it off for Default().
+	waiters sync.Pool
+	noPool  bool
+
+	inflight    atomic.Int64  // hedges granted and not yet observed
+	sampleSeq   atomic.Uint64 // sequence for requests sampled without an ID
+	sampleBelow uint64        // a request is sampled if its hash is below; 0: no sampling
 }
 
 // counters are the per-key and per-policy statistics.
@@ -96,6 +137,10 @@ type counters struct {
 	wins     [MaxHedgesLimit + 1]atomic.Int64
 	failed   atomic.Int64 // requests whose every attempt failed
 	denied   [numDecisions]atomic.Int64
+
+	triggered    atomic.Int64 // requests that asked for a hedge at least once
+	would        atomic.Int64 // hedges that would have been sent (dry run)
+	breakerTrips atomic.Int64 // times the breaker opened
 }
 
 // keyState is what the policy knows of one key.
@@ -113,6 +158,8 @@ type keyState struct {
 	mu sync.Mutex // serialises recomputation
 
 	counters
+	breaker breaker
+	diag    diagnosis
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
@@ -126,7 +173,9 @@ func New(cfg Config) (*Policy, error) {
 	if _, err := latency.New(cfg.estimatorConfig()); err != nil {
 		return nil, err
 	}
-	return &Policy{cfg: cfg, keys: make(map[string]*keyState)}, nil
+	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
+	p.sampleBelow = sampleThreshold(cfg.SampleRate)
+	return p, nil
 }
 
 func (c *Config) estimatorConfig() latency.Config {
@@ -141,9 +190,15 @@ func (p *Policy) Config() Config { return p.cfg }
 // pass its address to the other methods. A Request is used by one goroutine
 // at a time.
 type Request struct {
-	ks     *keyState
-	delay  time.Duration
-	hedges int // hedges granted so far
+	ks       *keyState
+	delay    time.Duration
+	hedges   int    // hedges granted so far
+	id       uint64 // hash of the request ID (BeginID)
+	would    uint8  // hedges that would have been sent (dry run)
+	inflight uint8  // bit k set while granted hedge k is in flight
+	hasID    bool
+	asked    bool  // a hedge was asked for
+	sampled  uint8 // 0 undecided, sampledIn, sampledOut
 }
 
 // Delay is the hedge delay chosen for this request when it began.
@@ -155,6 +210,10 @@ func (r *Request) HedgeAt(k int) time.Duration { return time.Duration(k) * r.del
 
 // Hedges returns how many hedges the policy has granted this request.
 func (r *Request) Hedges() int { return r.hedges }
+
+// WouldHedges returns how many hedges this request would have sent had
+// Config.DryRun not been set.
+func (r *Request) WouldHedges() int { return int(r.would) }
 
 // Key returns the key the request was begun with.
 func (r *Request) Key() string {
@@ -169,7 +228,11 @@ func (r *Request) Key() string {
 // deposit into the budget.
 func (p *Policy) Begin(key string, now time.Time) Request {
 	ks := p.key(key, now)
-	ks.lastUsed.Store(now.UnixNano())
+	n := now.UnixNano()
+	if n >= ks.diag.end.Load() {
+		p.rollDiagnosis(ks, n)
+	}
+	ks.lastUsed.Store(n)
 	ks.requests.Add(1)
 	ks.attempts.Add(1)
 	p.totals.requests.Add(1)
@@ -179,29 +242,75 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 }
 
 // Hedge asks, at now, whether the next hedge of r may be sent. [Send] means
-// yes, and the hedge is counted and paid for; any other Decision means no,
-// and only the denial is counted.
+// yes, and the hedge is counted and paid for; [DryRun] means it would have
+// been, and is counted as such but must not be sent; any other Decision
+// means no, and only the denial is counted.
+//
+// The fuses are checked in this order, cheapest first, and the first that
+// refuses names the denial: MaxHedges, pushback, breaker, sampling, load
+// signal, in-flight cap, budget. The budget comes last because asking it
+// is paying.
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
+	ks := r.ks
+	if !r.asked {
+		r.asked = true
+		ks.triggered.Add(1)
+		p.totals.triggered.Add(1)
+	}
+	n := now.UnixNano()
 	d := Send
 	switch {
-	case r.hedges >= p.cfg.MaxHedges:
+	case r.hedges+int(r.would) >= p.cfg.MaxHedges:
 		d = DenyMaxHedges
-	case now.UnixNano() < r.ks.pausedUntil.Load():
+	case n < ks.pausedUntil.Load():
 		d = DenyPushback
+	case !p.cfg.Breaker.Disabled && !ks.breaker.allow(n):
+		d = DenyBreaker
+	case p.sampleBelow != 0 && !p.sampled(r):
+		d = DenySampling
+	case p.cfg.Overloaded != nil && p.cfg.Overloaded(ks.key):
+		d = DenyLoad
+	case !p.cfg.DryRun && !p.takeInflight():
+		d = DenyInflight
 	case !p.cfg.Budget.Withdraw(now):
 		d = DenyBudget
+		if !p.cfg.DryRun {
+			p.inflight.Add(-1)
+		}
+	case p.cfg.DryRun:
+		d = DryRun
 	}
-	if d != Send {
-		r.ks.denied[d].Add(1)
+	switch d {
+	case Send:
+	case DryRun:
+		r.would++
+		ks.would.Add(1)
+		p.totals.would.Add(1)
+		return DryRun
+	default:
+		ks.denied[d].Add(1)
 		p.totals.denied[d].Add(1)
 		return d
 	}
 	r.hedges++
-	r.ks.hedges.Add(1)
-	r.ks.attempts.Add(1)
+	if r.hedges < 8 {
+		r.inflight |= 1 << r.hedges
+	}
+	ks.hedges.Add(1)
+	ks.attempts.Add(1)
 	p.totals.hedges.Add(1)
 	p.totals.attempts.Add(1)
 	return Send
+}
+
+// takeInflight reserves one in-flight hedge, or reports the cap reached.
+func (p *Policy) takeInflight() bool {
+	v := p.inflight.Add(1)
+	if max := p.cfg.MaxInflightHedges; max > 0 && v > int64(max) {
+		p.inflight.Add(-1)
+		return false
+	}
+	return true
 }
 
 // Observe records how attempt (0 for the primary, k for hedge k) of r ended
@@ -210,11 +319,35 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 // end-to-end latency of the hedged request: it is shorter than the
 // downstream's own latency, and a delay learned from it would creep down
 // until every request is hedged.
+//
+// Observe also feeds the key's circuit breaker ([Failed] and [Errored] are
+// errors, [Completed] a success, [Canceled] neither) and ends the in-flight
+// time of a hedge (attempt ≥ 1).
 func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outcome, now time.Time) {
-	if o == Failed {
+	ks := r.ks
+	if attempt >= 1 && attempt < 8 && r.inflight&(1<<attempt) != 0 {
+		r.inflight &^= 1 << attempt
+		p.inflight.Add(-1)
+	}
+	if o != Canceled && !p.cfg.Breaker.Disabled {
+		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), now.Add(-latency).UnixNano(), o == Completed) {
+			ks.breakerTrips.Add(1)
+			p.totals.breakerTrips.Add(1)
+		}
+	}
+	if o == Failed || o == Errored {
 		return
 	}
-	ks := r.ks
+	// Only the primary is a fair sample of the downstream's latency: a
+	// hedge is observed only when it races, and the ones that finish are
+	// the fast ones. A primary cancelled because a hedge won is learned at
+	// its cancellation time, a lower bound that lies above the delay and so
+	// on the right side of the quantile the delay is made of; a primary
+	// cancelled earlier (a per-request delay shorter than the policy's)
+	// says nothing about that quantile and is skipped.
+	if attempt != 0 || (o == Canceled && latency < r.delay) {
+		return
+	}
 	ks.est.Add(latency, now)
 	ks.sinceCompute.Add(1)
 }

@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -9,6 +10,9 @@ import (
 // Stats is a snapshot of what a [Policy] has done, from [Policy.Stats].
 type Stats struct {
 	Counts
+	// InflightHedges is the number of hedges granted and not yet observed,
+	// the figure Config.MaxInflightHedges caps.
+	InflightHedges int64
 	// Keys holds the per-key figures of the keys the policy tracks now,
 	// sorted by key. Keys evicted earlier still count in the totals.
 	Keys []KeyStats
@@ -24,9 +28,26 @@ type Counts struct {
 	// Failed counts requests whose every attempt failed.
 	Failed int64
 	// Denied counts hedges not sent, by cause (indexed by Decision; the
-	// Send entry is always zero).
+	// Send and DryRun entries are always zero).
 	Denied [numDecisions]int64
+	// Triggered counts requests that asked for a hedge at least once: still
+	// unanswered at their hedge delay, or failed. Granted or not, each
+	// counts once. It is the numerator of the diagnosis (see [Diagnosis]).
+	Triggered int64
+	// WouldHedge counts hedges that would have been sent had Config.DryRun
+	// not been set.
+	WouldHedge int64
+	// BreakerTrips counts how many times the circuit breaker opened.
+	BreakerTrips int64
 }
+
+// TriggerRate is triggered ÷ requests: the share of requests that needed a
+// hedge, whether one was sent or not.
+func (c Counts) TriggerRate() float64 { return ratio(c.Triggered, c.Requests) }
+
+// WouldHedgeRate is would-hedges ÷ requests: in a dry run, the hedge rate
+// that hedging would have had.
+func (c Counts) WouldHedgeRate() float64 { return ratio(c.WouldHedge, c.Requests) }
 
 // HedgeRate is hedges ÷ requests: with MaxHedges 1, the fraction of
 // requests that were hedged (a request with two hedges counts twice).
@@ -69,25 +90,64 @@ type KeyStats struct {
 	// Warm reports whether Delay comes from measured latencies (true) or is
 	// still the WarmupDelay (false).
 	Warm bool
+
+	// Breaker is the state of the key's circuit breaker on hedges.
+	Breaker BreakerState
+
+	// Diagnosis is the verdict on the key's last ended diagnosis window,
+	// and WindowTriggerRate that window's trigger rate (see [Diagnosis]).
+	Diagnosis         Diagnosis
+	WindowTriggerRate float64
+
+	// P99 is the measured p99 of one attempt's latency, and PredictedP99
+	// the p99 that requests hedged at Delay are predicted to reach (see
+	// [Policy.Predict]; the grant rate is this key's share of hedges
+	// granted so far). Both are computed only in a dry run (Config.DryRun),
+	// where the measured distribution is not yet shaped by hedging, and
+	// are zero otherwise or while fewer than MinSamples latencies are
+	// known.
+	P99, PredictedP99 time.Duration
 }
 
 // Stats returns a snapshot of the policy's counters. Each counter is read
 // atomically; the snapshot as a whole is not a single instant, so under
 // traffic a total may lag the sum of its keys by a request or two.
+//
+// Stats reads no clock: time-dependent figures (the breaker state, the dry
+// run's prediction) are taken as of each key's last request.
 func (p *Policy) Stats() Stats {
 	var s Stats
 	s.Counts = p.totals.load()
+	s.InflightHedges = p.inflight.Load()
 	p.mu.RLock()
 	s.Keys = make([]KeyStats, 0, len(p.keys))
+	var states []*keyState
+	if p.cfg.DryRun {
+		states = make([]*keyState, 0, len(p.keys))
+	}
 	for _, ks := range p.keys {
+		last := ks.lastUsed.Load()
 		s.Keys = append(s.Keys, KeyStats{
-			Key:    ks.key,
-			Counts: ks.counters.load(),
-			Delay:  time.Duration(ks.cached.Load()),
-			Warm:   ks.warm.Load(),
+			Key:               ks.key,
+			Counts:            ks.counters.load(),
+			Delay:             time.Duration(ks.cached.Load()),
+			Warm:              ks.warm.Load(),
+			Breaker:           ks.breaker.stateAt(last),
+			Diagnosis:         Diagnosis(ks.diag.status.Load()),
+			WindowTriggerRate: math.Float64frombits(ks.diag.rate.Load()),
 		})
+		if states != nil {
+			states = append(states, ks)
+		}
 	}
 	p.mu.RUnlock()
+	// Predictions walk the sketches: outside the policy's lock.
+	for i, ks := range states {
+		k := &s.Keys[i]
+		if pr, ok := p.predict(ks, 0.99, time.Unix(0, ks.lastUsed.Load()), k.Counts); ok {
+			k.P99, k.PredictedP99 = pr.Unhedged, pr.Hedged
+		}
+	}
 	slices.SortFunc(s.Keys, func(a, b KeyStats) int { return strings.Compare(a.Key, b.Key) })
 	return s
 }
@@ -104,5 +164,8 @@ func (c *counters) load() Counts {
 	for i := range c.denied {
 		s.Denied[i] = c.denied[i].Load()
 	}
+	s.Triggered = c.triggered.Load()
+	s.WouldHedge = c.would.Load()
+	s.BreakerTrips = c.breakerTrips.Load()
 	return s
 }

@@ -1,0 +1,263 @@
+package tailcut
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// This file holds the fuses of the policy that need state of their own: the
+// per-key circuit breaker and rollout sampling. Pushback lives with the key
+// state (policy.go), the load signal and the in-flight cap are one line each
+// in Policy.Hedge, and the diagnosis is in diagnosis.go.
+
+// BreakerState is the state of a key's circuit breaker.
+type BreakerState uint32
+
+const (
+	// BreakerClosed means hedges are allowed.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen means hedges are denied for BreakerConfig.OpenFor after
+	// the error rate crossed the threshold.
+	BreakerOpen
+	// BreakerHalfOpen means the pause is over and the next attempts are the
+	// probe: hedges are still denied until BreakerConfig.Probes of them in
+	// a row succeed.
+	BreakerHalfOpen
+)
+
+// String returns "closed", "open" or "half_open".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half_open"
+	}
+	return "unknown"
+}
+
+// breakerBuckets is the number of buckets of the closed state's rolling
+// window.
+const breakerBuckets = 10
+
+// breaker is one key's circuit breaker on hedges. Its zero value is a
+// closed breaker. allow is lock-free while closed; record takes a mutex.
+type breaker struct {
+	state     atomic.Uint32 // a BreakerState
+	openUntil atomic.Int64  // UnixNano at which an open breaker turns half-open
+
+	mu        sync.Mutex
+	buckets   [breakerBuckets]struct{ n, errs uint32 }
+	epoch     int64 // bucket number (UnixNano ÷ bucket length) of the newest bucket
+	n, errs   uint32
+	halfSince int64 // UnixNano at which the breaker turned half-open
+	probes    int   // successes in a row while half-open
+	started   bool  // epoch is set
+}
+
+// bucketIndex maps a bucket number, possibly negative (virtual clocks may
+// start before 1970), to its slot.
+func bucketIndex(e int64) int {
+	i := e % breakerBuckets
+	if i < 0 {
+		i += breakerBuckets
+	}
+	return int(i)
+}
+
+// allow reports whether the breaker lets a hedge go at n (UnixNano).
+func (b *breaker) allow(n int64) bool {
+	switch BreakerState(b.state.Load()) {
+	case BreakerClosed:
+		return true
+	case BreakerOpen:
+		if n >= b.openUntil.Load() {
+			b.mu.Lock()
+			b.halfOpenLocked(n)
+			b.mu.Unlock()
+		}
+	}
+	return false
+}
+
+// halfOpenLocked turns an open breaker whose pause has ended at n half-open.
+// b.mu must be held.
+func (b *breaker) halfOpenLocked(n int64) {
+	if BreakerState(b.state.Load()) != BreakerOpen {
+		return
+	}
+	until := b.openUntil.Load()
+	if n < until {
+		return
+	}
+	b.halfSince = until // deterministic, whoever notices first
+	b.probes = 0
+	b.state.Store(uint32(BreakerHalfOpen))
+}
+
+// record counts the outcome of one attempt that started at start and ended
+// at n (both UnixNano), and reports whether the breaker opened because of
+// it.
+func (b *breaker) record(cfg *BreakerConfig, n, start int64, ok bool) (tripped bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch BreakerState(b.state.Load()) {
+	case BreakerOpen:
+		b.halfOpenLocked(n)
+		if BreakerState(b.state.Load()) == BreakerOpen {
+			return false // outcomes during the pause are ignored
+		}
+		fallthrough
+	case BreakerHalfOpen:
+		if start < b.halfSince {
+			return false // started before the probe began: old news
+		}
+		if !ok {
+			b.openLocked(cfg, n)
+			return false // a reopening is not a new trip
+		}
+		if b.probes++; b.probes >= cfg.Probes {
+			b.resetLocked()
+			b.state.Store(uint32(BreakerClosed))
+		}
+		return false
+	}
+	// Closed: roll the window forward to n and count.
+	width := int64(cfg.Window) / breakerBuckets
+	e := n / width
+	if !b.started {
+		b.started, b.epoch = true, e
+	}
+	if d := e - b.epoch; d > 0 {
+		if d >= breakerBuckets {
+			b.resetLocked()
+		} else {
+			for i := b.epoch + 1; i <= e; i++ {
+				bk := &b.buckets[bucketIndex(i)]
+				b.n -= bk.n
+				b.errs -= bk.errs
+				*bk = struct{ n, errs uint32 }{}
+			}
+		}
+		b.epoch = e
+	} // an n slightly in the past (another goroutine's clock read) counts now
+	bk := &b.buckets[bucketIndex(b.epoch)]
+	bk.n++
+	b.n++
+	if !ok {
+		bk.errs++
+		b.errs++
+	}
+	if b.n >= uint32(cfg.MinRequests) && float64(b.errs) >= cfg.Threshold*float64(b.n) {
+		b.openLocked(cfg, n)
+		return true
+	}
+	return false
+}
+
+// openLocked opens the breaker at n. b.mu must be held.
+func (b *breaker) openLocked(cfg *BreakerConfig, n int64) {
+	b.resetLocked()
+	b.openUntil.Store(n + int64(cfg.OpenFor))
+	b.state.Store(uint32(BreakerOpen))
+}
+
+// resetLocked clears the rolling window. b.mu must be held.
+func (b *breaker) resetLocked() {
+	b.buckets = [breakerBuckets]struct{ n, errs uint32 }{}
+	b.n, b.errs = 0, 0
+}
+
+// stateAt returns the breaker's state as seen at n, without changing it.
+func (b *breaker) stateAt(n int64) BreakerState {
+	s := BreakerState(b.state.Load())
+	if s == BreakerOpen && n >= b.openUntil.Load() {
+		return BreakerHalfOpen
+	}
+	return s
+}
+
+// Rollout sampling. A request is in the sample when a 64-bit hash of it is
+// below SampleRate × 2⁶⁴: of its ID when it has one (BeginID), else of a
+// per-policy sequence number. Both are mixed by SplitMix64's finaliser so
+// consecutive numbers and similar IDs spread evenly; no global random source
+// is read, so a single-threaded caller (the lab) gets the same sample for
+// the same seed.
+
+const (
+	sampledIn  = 1
+	sampledOut = 2
+)
+
+// sampleThreshold returns the hash bound for rate, or 0 for "sample
+// everything".
+func sampleThreshold(rate float64) uint64 {
+	if rate >= 1 {
+		return 0
+	}
+	t := uint64(math.Ldexp(rate, 64))
+	if t == 0 {
+		t = 1 // the smallest positive rate still samples something
+	}
+	return t
+}
+
+// sampled decides, once per request, whether r is in the rollout sample.
+func (p *Policy) sampled(r *Request) bool {
+	if r.sampled == 0 {
+		h := r.id
+		if !r.hasID {
+			h = mix64(p.sampleSeq.Add(1))
+		}
+		r.sampled = sampledOut
+		if h < p.sampleBelow {
+			r.sampled = sampledIn
+		}
+	}
+	return r.sampled == sampledIn
+}
+
+// Sampled reports whether a request with this ID is inside a SampleRate of
+// rate, as [Policy.BeginID] decides it: the same in every process, and a
+// request sampled at one rate stays sampled at any higher rate, so a
+// rollout from 1 % to 5 % only adds requests.
+func Sampled(id string, rate float64) bool {
+	t := sampleThreshold(rate)
+	return t == 0 || hashID(id) < t
+}
+
+// BeginID is [Policy.Begin] for a request that carries an ID (a trace or
+// request ID): the rollout sampling of Config.SampleRate is then decided by
+// the ID, so every process — and every retry of the same request — takes the
+// same decision. It allocates nothing.
+func (p *Policy) BeginID(key, id string, now time.Time) Request {
+	r := p.Begin(key, now)
+	r.id = hashID(id)
+	r.hasID = true
+	return r
+}
+
+// hashID hashes id with FNV-1a and mixes the result.
+func hashID(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	return mix64(h)
+}
+
+// mix64 is SplitMix64's finaliser: a bijection that spreads every input
+// bit over the output.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
