@@ -84,6 +84,7 @@ func WithDelay(d time.Duration) grpc.CallOption { return callOption{delay: d} }
 // client is the state of one interceptor.
 type client struct {
 	p         *tailcut.Policy
+	maxHedges int // p.Config().MaxHedges: a Policy's config never changes
 	sc        *ServiceConfig
 	nonFatal  uint32 // bit c set: code c is non-fatal
 	key       func(string) string
@@ -111,13 +112,22 @@ func identity(s string) string { return s }
 // non-fatal status (UNAVAILABLE by default) launches the next attempt at
 // once; if every attempt fails, the original's error is returned.
 //
-// Each attempt is a separate invoker call with its own cancellable context
-// and its own reply message (a fresh message of the reply's type); only the
-// winner's is merged into the caller's reply, so concurrent attempts never
-// share a message. Attempts carry the metadata "hedge-attempt: k" and, on
-// hedges, "grpc-previous-rpc-attempts: k" (gRFC A6). The caller's
-// grpc.Header, grpc.Trailer and grpc.Peer options receive the winning
-// attempt's values.
+// Each attempt is a separate invoker call with its own cancellable context.
+// The original runs on the caller's goroutine and decodes into the caller's
+// reply; each hedge runs on a goroutine of its own and decodes into a fresh
+// message of the reply's type, merged into the caller's reply (proto.Reset,
+// proto.Merge) only if it wins, after the cancelled original has returned:
+// concurrent attempts never share a message. Attempts carry the metadata
+// "hedge-attempt: k" and, on hedges, "grpc-previous-rpc-attempts: k" (gRFC
+// A6). The caller's grpc.Header, grpc.Trailer and grpc.Peer options receive
+// the winning attempt's values; other call options go to every attempt
+// (a grpc.OnFinish callback runs once per attempt, possibly concurrently).
+//
+// Cost: a call answered before its hedge delay pays no goroutine, no extra
+// message and no merge — about 3 µs and 13 allocations over the plain call
+// (BenchmarkInterceptorOverhead; a unary call over bufconn is ~75 µs);
+// calls that are not hedged pay a service-config lookup (~150 ns, no
+// allocation).
 //
 // A trailer "grpc-retry-pushback-ms: n" pauses hedging for the method's key
 // for n ms (tailcut.Policy.Pushback) and delays this call's next hedge by n
@@ -154,6 +164,7 @@ func UnaryClientInterceptor(p *tailcut.Policy, opts ...Option) grpc.UnaryClientI
 			c.p = tailcut.Default()
 		}
 	}
+	c.maxHedges = c.p.Config().MaxHedges
 	if c.sc != nil && c.sc.Throttling != nil {
 		c.throttles = &throttles{cfg: c.sc.Throttling}
 	}
@@ -171,7 +182,7 @@ type plan struct {
 // plan returns the hedging plan for method, or ok false if it is not
 // hedged at all.
 func (c *client) plan(method string) (pl plan, ok bool) {
-	pl = plan{maxAttempts: 1 + c.p.Config().MaxHedges, nonFatal: c.nonFatal}
+	pl = plan{maxAttempts: 1 + c.maxHedges, nonFatal: c.nonFatal}
 	if c.sc == nil {
 		return pl, true
 	}
@@ -338,249 +349,3 @@ var attemptValues = func() (v [MaxAttemptsLimit]string) {
 	}
 	return v
 }()
-
-// hedged runs one call as a hedged request.
-func (c *client) hedged(ctx context.Context, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, pl plan, th *throttle) error {
-	// Options that write into the caller's variables are kept back and
-	// served from the winning attempt: concurrent attempts must not write
-	// into them at the same time.
-	var headerAddr, trailerAddr *metadata.MD
-	var peerAddr *peer.Peer
-	base := opts // copied only if it holds such options
-	for i, o := range opts {
-		switch o := o.(type) {
-		case grpc.HeaderCallOption:
-			headerAddr = o.HeaderAddr
-		case grpc.TrailerCallOption:
-			trailerAddr = o.TrailerAddr
-		case grpc.PeerCallOption:
-			peerAddr = o.PeerAddr
-		default:
-			if len(base) < len(opts) {
-				base = append(base, o)
-			}
-			continue
-		}
-		if len(base) == len(opts) {
-			base = append(make([]grpc.CallOption, 0, len(opts)), opts[:i]...)
-		}
-	}
-	deliver := func(res *result) {
-		if headerAddr != nil {
-			*headerAddr = res.header
-		}
-		if trailerAddr != nil {
-			*trailerAddr = res.trailer
-		}
-		if peerAddr != nil && res.peer != nil {
-			*peerAddr = *res.peer
-		}
-	}
-
-	p := c.p
-	key := c.key(method)
-	start := time.Now()
-	r := p.Begin(key, start)
-	delay := r.Delay()
-	if pl.fixed {
-		delay = pl.delay
-	}
-	maxAttempts := min(pl.maxAttempts, MaxAttemptsLimit)
-
-	// Buffered for every attempt, so an attempt that finishes after the
-	// call has returned never blocks: its goroutine sends and exits.
-	results := make(chan result, maxAttempts)
-	var slots [MaxAttemptsLimit]slot
-	launched, running := 0, 0
-	launch := func(now time.Time) {
-		k := launched
-		actx, cancel := context.WithCancel(ctx)
-		if k == 0 {
-			actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[0])
-		} else {
-			actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[k], PreviousAttemptsKey, attemptValues[k])
-		}
-		slots[k] = slot{cancel: cancel, start: now, running: true}
-		launched++
-		running++
-		go func() {
-			res := result{index: k, msg: reply.ProtoReflect().New().Interface()}
-			o := make([]grpc.CallOption, len(base), len(base)+3)
-			copy(o, base)
-			o = append(o, grpc.Trailer(&res.trailer))
-			if headerAddr != nil {
-				o = append(o, grpc.Header(&res.header))
-			}
-			if peerAddr != nil {
-				res.peer = new(peer.Peer)
-				o = append(o, grpc.Peer(res.peer))
-			}
-			res.err = invoker(actx, method, req, res.msg, cc, o...)
-			res.end = time.Now()
-			// The pushback is applied here, not in the call's loop: a
-			// loser's answer may arrive after the call has returned, and
-			// the server's request for less traffic still stands.
-			res.pushback, res.hasPushback = pushback(res.trailer)
-			if res.hasPushback && res.pushback >= 0 {
-				p.Pushback(key, res.end.Add(res.pushback))
-			}
-			results <- res
-		}()
-	}
-
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	var timerC <-chan time.Time
-	arm := func(d time.Duration) {
-		timer.Reset(d)
-		timerC = timer.C
-	}
-	disarm := func() {
-		timer.Stop()
-		timerC = nil
-	}
-
-	stopped := false // no more hedges for this call: cap reached or pushback said so
-	// tryHedge sends the next attempt(s) the policy grants at now, and arms
-	// the timer for the one after.
-	tryHedge := func(now time.Time) {
-		for !stopped && launched < maxAttempts {
-			if th != nil && !th.allow() {
-				break // throttled: try again at the next slot
-			}
-			d := p.Hedge(&r, now)
-			if d == tailcut.Send {
-				launch(now)
-				if delay > 0 {
-					break
-				}
-				continue // hedgingDelay "0s": send them all now
-			}
-			if d == tailcut.DenyMaxHedges {
-				stopped = true
-			}
-			break
-		}
-		if stopped || launched >= maxAttempts || delay == 0 {
-			// With a zero delay there is no later slot to try again at;
-			// a non-fatal failure still tries at once.
-			disarm()
-			return
-		}
-		arm(delay)
-	}
-
-	var failure *result // the error to return if every attempt fails
-	finishFailed := func(now time.Time) error {
-		p.End(&r, -1, now)
-		deliver(failure)
-		return failure.err
-	}
-
-	// abort ends the call when the caller's context is done: every attempt
-	// still running is cancelled and learned as such.
-	abort := func(now time.Time) error {
-		for i := range slots[:launched] {
-			if a := &slots[i]; a.running {
-				a.cancel()
-				a.running = false
-				p.Observe(&r, i, now.Sub(a.start), tailcut.Canceled, now)
-			}
-		}
-		p.End(&r, -1, now)
-		return status.FromContextError(ctx.Err()).Err()
-	}
-
-	launch(start)
-	if delay == 0 {
-		tryHedge(start)
-	} else {
-		arm(delay)
-	}
-	for {
-		select {
-		case res := <-results:
-			if res.err != nil && ctx.Err() != nil {
-				// The caller gave up: this attempt failed because of it,
-				// and is no answer.
-				return abort(time.Now())
-			}
-			s := &slots[res.index]
-			s.running = false
-			running--
-			now := time.Now()
-			pb, hasPB := res.pushback, res.hasPushback
-			// A failure with a pushback trailer is never an answer: the
-			// server refused the attempt (hedgegrpc's Server sheds hedges
-			// with RESOURCE_EXHAUSTED and a pushback) and the other
-			// attempts may still succeed.
-			codeNonFatal := res.err != nil && c.nonFatalErr(ctx, res.err, pl.nonFatal)
-			if res.err == nil || !(hasPB || codeNonFatal) {
-				// The winner: an OK or a fatal status.
-				p.Observe(&r, res.index, res.end.Sub(s.start), tailcut.Completed, res.end)
-				for i := range slots[:launched] {
-					if a := &slots[i]; a.running {
-						a.cancel()
-						a.running = false
-						p.Observe(&r, i, now.Sub(a.start), tailcut.Canceled, now)
-					}
-				}
-				p.End(&r, res.index, now)
-				s.cancel()
-				if th != nil {
-					switch {
-					case res.err == nil:
-						th.success()
-					case hasPB && pb < 0:
-						th.failure()
-					}
-				}
-				if res.err == nil {
-					proto.Reset(reply)
-					proto.Merge(reply, res.msg)
-				}
-				deliver(&res)
-				return res.err
-			}
-
-			// A non-fatal failure.
-			p.Observe(&r, res.index, res.end.Sub(s.start), tailcut.Failed, res.end)
-			s.cancel()
-			if th != nil && (codeNonFatal || pb < 0) {
-				th.failure()
-			}
-			if failure == nil || res.index == 0 {
-				failure = &res
-			}
-			switch {
-			case hasPB && pb < 0:
-				stopped = true // A6: no further hedged requests for this call
-				disarm()
-			case hasPB:
-				// A6: the next hedge goes after the pushback delay, and
-				// later ones hedgingDelay after that. Wait for it even if
-				// nothing is running.
-				if !stopped && launched < maxAttempts {
-					arm(pb)
-					continue
-				}
-			default:
-				tryHedge(now)
-			}
-			if running == 0 {
-				// Nothing running and no attempt granted now: as in A6,
-				// the failure goes back to the caller.
-				return finishFailed(now)
-			}
-		case now := <-timerC:
-			timerC = nil
-			tryHedge(now)
-			if running == 0 {
-				return finishFailed(now)
-			}
-		case <-ctx.Done():
-			return abort(time.Now())
-		}
-	}
-}

@@ -1,0 +1,375 @@
+package hedgegrpc
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tailcut/tailcut"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// hcall is one hedged call in flight.
+//
+// The original attempt runs on the caller's goroutine and decodes straight
+// into the caller's reply; only hedges get a goroutine and a fresh reply
+// message each. So a call answered before its hedge delay — most calls —
+// costs no goroutine hand-off, no extra message and no merge. When a hedge
+// wins, the original is cancelled, the caller's goroutine comes back from
+// it (grpc-go's invoker returns at once on cancellation), and only then is
+// the winner merged into the reply: no two attempts ever write the same
+// message.
+//
+// Every event — an attempt's end, the hedge timer, the caller giving up —
+// is handled under mu, by whichever goroutine it happens on; the policy's
+// Request is only touched under mu.
+type hcall struct {
+	c       *client
+	ctx     context.Context
+	method  string
+	req     any
+	reply   proto.Message
+	cc      *grpc.ClientConn
+	invoker grpc.UnaryInvoker
+	base    []grpc.CallOption // the caller's options minus Header, Trailer, Peer
+	wantHdr bool
+	wantPr  bool
+	pl      plan
+	th      *throttle
+	key     string
+	delay   time.Duration
+	max     int // attempt cap
+
+	mu       sync.Mutex
+	r        tailcut.Request
+	slots    [MaxAttemptsLimit]slot
+	launched int
+	running  int
+	stopped  bool // no more hedges: cap reached or a pushback said so
+	timer    *time.Timer
+	armed    bool
+	due      time.Time // when the armed timer is meant to fire
+	failure  *result   // the error to return if every attempt fails
+	decided  bool
+	outcome  *result       // the winner, or the failure returned
+	aborted  bool          // the caller's context ended the call
+	done     chan struct{} // closed when decided
+}
+
+// hedged runs one call as a hedged request.
+func (c *client) hedged(ctx context.Context, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, pl plan, th *throttle) error {
+	h := &hcall{
+		c: c, ctx: ctx, method: method, req: req, reply: reply, cc: cc, invoker: invoker,
+		pl: pl, th: th, key: c.key(method), max: min(pl.maxAttempts, MaxAttemptsLimit),
+		done: make(chan struct{}),
+	}
+	// Options that write into the caller's variables are kept back and
+	// served from the winning attempt: concurrent attempts must not write
+	// into them at the same time.
+	var headerAddr, trailerAddr *metadata.MD
+	var peerAddr *peer.Peer
+	h.base = opts // copied only if it holds such options
+	for i, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			headerAddr = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			trailerAddr = o.TrailerAddr
+		case grpc.PeerCallOption:
+			peerAddr = o.PeerAddr
+		default:
+			if len(h.base) < len(opts) {
+				h.base = append(h.base, o)
+			}
+			continue
+		}
+		if len(h.base) == len(opts) {
+			h.base = append(make([]grpc.CallOption, 0, len(opts)), opts[:i]...)
+		}
+	}
+	h.wantHdr, h.wantPr = headerAddr != nil, peerAddr != nil
+
+	p := c.p
+	start := time.Now()
+	h.mu.Lock()
+	h.r = p.Begin(h.key, start)
+	h.delay = h.r.Delay()
+	if pl.fixed {
+		h.delay = pl.delay
+	}
+	actx := h.launchLocked(start)
+	if h.delay == 0 {
+		h.tryHedgeLocked(start) // hedgingDelay "0s": every attempt now
+	} else {
+		h.armLocked(start, h.delay)
+	}
+	h.mu.Unlock()
+
+	// The original, on this goroutine, into the caller's reply.
+	res := h.attempt(actx, 0, reply)
+	h.event(&res)
+
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		h.mu.Lock()
+		if !h.decided {
+			h.abortLocked(time.Now())
+		}
+		h.mu.Unlock()
+	}
+	h.mu.Lock()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	out, aborted := h.outcome, h.aborted
+	h.mu.Unlock()
+	if aborted {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if out.err == nil && out.index != 0 {
+		// A hedge won. The original has returned (it ran on this
+		// goroutine), so nothing else writes into reply now.
+		proto.Reset(reply)
+		proto.Merge(reply, out.msg)
+	}
+	if headerAddr != nil {
+		*headerAddr = out.header
+	}
+	if trailerAddr != nil {
+		*trailerAddr = out.trailer
+	}
+	if peerAddr != nil && out.peer != nil {
+		*peerAddr = *out.peer
+	}
+	return out.err
+}
+
+// launchLocked registers attempt number h.launched, started at now, and
+// returns its context. The caller starts it.
+func (h *hcall) launchLocked(now time.Time) context.Context {
+	k := h.launched
+	actx, cancel := context.WithCancel(h.ctx)
+	if k == 0 {
+		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[0])
+	} else {
+		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[k], PreviousAttemptsKey, attemptValues[k])
+	}
+	h.slots[k] = slot{cancel: cancel, start: now, running: true}
+	h.launched++
+	h.running++
+	return actx
+}
+
+// startHedgeLocked launches the next attempt as a hedge on its own
+// goroutine, decoding into a fresh message of the reply's type.
+func (h *hcall) startHedgeLocked(now time.Time) {
+	k := h.launched
+	actx := h.launchLocked(now)
+	go func() {
+		res := h.attempt(actx, k, h.reply.ProtoReflect().New().Interface())
+		h.event(&res)
+	}()
+}
+
+// attempt runs attempt k into msg and returns how it ended. It does not
+// touch the call's state, only the policy's pushback, which is safe for
+// concurrent use.
+func (h *hcall) attempt(ctx context.Context, k int, msg proto.Message) result {
+	res := result{index: k, msg: msg}
+	o := make([]grpc.CallOption, len(h.base), len(h.base)+3)
+	copy(o, h.base)
+	o = append(o, grpc.Trailer(&res.trailer))
+	if h.wantHdr {
+		o = append(o, grpc.Header(&res.header))
+	}
+	if h.wantPr {
+		res.peer = new(peer.Peer)
+		o = append(o, grpc.Peer(res.peer))
+	}
+	res.err = h.invoker(ctx, h.method, h.req, msg, h.cc, o...)
+	res.end = time.Now()
+	// The pushback is applied here rather than in event: a loser's answer
+	// may arrive after the call was decided, and the server's request for
+	// less traffic still stands.
+	res.pushback, res.hasPushback = pushback(res.trailer)
+	if res.hasPushback && res.pushback >= 0 {
+		h.c.p.Pushback(h.key, res.end.Add(res.pushback))
+	}
+	return res
+}
+
+// event handles the end of an attempt.
+func (h *hcall) event(res *result) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.decided {
+		return // a loser finishing after the call was decided
+	}
+	now := time.Now()
+	if res.err != nil && h.ctx.Err() != nil {
+		// The caller gave up: this attempt failed because of it, and is
+		// no answer.
+		h.abortLocked(now)
+		return
+	}
+	p := h.c.p
+	s := &h.slots[res.index]
+	s.running = false
+	h.running--
+	pb, hasPB := res.pushback, res.hasPushback
+	codeNonFatal := res.err != nil && h.c.nonFatalErr(h.ctx, res.err, h.pl.nonFatal)
+	// A failure with a pushback trailer is never an answer: the server
+	// refused the attempt (hedgegrpc's Server sheds hedges with
+	// RESOURCE_EXHAUSTED and a pushback) and the others may still succeed.
+	if res.err == nil || !(hasPB || codeNonFatal) {
+		// The winner: an OK or a fatal status.
+		p.Observe(&h.r, res.index, res.end.Sub(s.start), tailcut.Completed, res.end)
+		if h.th != nil {
+			switch {
+			case res.err == nil:
+				h.th.success()
+			case hasPB && pb < 0:
+				h.th.failure()
+			}
+		}
+		h.decideLocked(res, res.index, now)
+		return
+	}
+
+	// A non-fatal failure.
+	p.Observe(&h.r, res.index, res.end.Sub(s.start), tailcut.Failed, res.end)
+	s.cancel()
+	if h.th != nil && (codeNonFatal || pb < 0) {
+		h.th.failure() // A6: non-fatal codes and "do not retry" pushbacks
+	}
+	if h.failure == nil || res.index == 0 {
+		h.failure = res // the original's error, or else the first one
+	}
+	switch {
+	case hasPB && pb < 0:
+		h.stopped = true // A6: no further hedged requests for this call
+		h.disarmLocked()
+	case hasPB:
+		// A6: the next hedge goes after the pushback delay, and later
+		// ones hedgingDelay after that. Wait for it even if nothing runs.
+		if !h.stopped && h.launched < h.max {
+			h.armLocked(now, pb)
+			return
+		}
+	default:
+		h.tryHedgeLocked(now)
+	}
+	if h.running == 0 {
+		// Nothing running and no attempt granted now: as in A6, the
+		// failure goes back to the caller.
+		h.decideLocked(h.failure, -1, now)
+	}
+}
+
+// decideLocked ends the call with out; winner is its attempt index, or -1
+// if every attempt failed. Attempts still running are cancelled and
+// learned as such.
+func (h *hcall) decideLocked(out *result, winner int, now time.Time) {
+	h.cancelRunningLocked(now)
+	if winner >= 0 {
+		h.slots[winner].cancel() // its call is over: release the context
+	}
+	h.c.p.End(&h.r, winner, now)
+	h.outcome = out
+	h.finishLocked()
+}
+
+// abortLocked ends the call because the caller's context is done.
+func (h *hcall) abortLocked(now time.Time) {
+	h.cancelRunningLocked(now)
+	h.c.p.End(&h.r, -1, now)
+	h.aborted = true
+	h.finishLocked()
+}
+
+func (h *hcall) cancelRunningLocked(now time.Time) {
+	for i := range h.slots[:h.launched] {
+		if a := &h.slots[i]; a.running {
+			a.cancel()
+			a.running = false
+			h.c.p.Observe(&h.r, i, now.Sub(a.start), tailcut.Canceled, now)
+		}
+	}
+	h.running = 0
+}
+
+func (h *hcall) finishLocked() {
+	h.decided = true
+	h.disarmLocked()
+	close(h.done)
+}
+
+// tryHedgeLocked sends the next attempt(s) the policy grants at now, and
+// arms the timer for the one after.
+func (h *hcall) tryHedgeLocked(now time.Time) {
+	p := h.c.p
+	for !h.stopped && h.launched < h.max {
+		if h.th != nil && !h.th.allow() {
+			break // throttled: try again at the next slot
+		}
+		d := p.Hedge(&h.r, now)
+		if d == tailcut.Send {
+			h.startHedgeLocked(now)
+			if h.delay > 0 {
+				break
+			}
+			continue // hedgingDelay "0s": send them all now
+		}
+		if d == tailcut.DenyMaxHedges {
+			h.stopped = true
+		}
+		break // denied (or a dry run): try again at the next slot
+	}
+	if h.stopped || h.launched >= h.max || h.delay == 0 {
+		// With a zero delay there is no later slot to try again at; a
+		// non-fatal failure still tries at once.
+		h.disarmLocked()
+		return
+	}
+	h.armLocked(now, h.delay)
+}
+
+func (h *hcall) armLocked(now time.Time, d time.Duration) {
+	h.armed, h.due = true, now.Add(d)
+	if h.timer == nil {
+		h.timer = time.AfterFunc(d, h.onTimer)
+		return
+	}
+	h.timer.Reset(d)
+}
+
+func (h *hcall) disarmLocked() {
+	h.armed = false
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+}
+
+// onTimer is the hedge timer's callback.
+func (h *hcall) onTimer() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	// A callback already under way when the timer was re-armed or stopped
+	// is stale: the state says when the timer is really due.
+	if h.decided || !h.armed || now.Before(h.due) {
+		return
+	}
+	h.armed = false
+	h.tryHedgeLocked(now)
+	if h.running == 0 {
+		// Every attempt failed and no hedge is granted now: the failure
+		// goes back to the caller.
+		h.decideLocked(h.failure, -1, now)
+	}
+}
