@@ -1,0 +1,217 @@
+package hedgeprom
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tailcut/tailcut"
+)
+
+// DefaultMaxKeys is the number of keys exported with their own label when
+// Options.MaxKeys is zero.
+const DefaultMaxKeys = 50
+
+// OtherKey is the key label under which keys beyond MaxKeys are summed.
+const OtherKey = "other"
+
+// Options configures a [Collector]. The zero value gives the defaults.
+type Options struct {
+	// Namespace prefixes every metric name. Empty means "tailcut".
+	Namespace string
+	// MaxKeys bounds the keys exported with their own label; the first
+	// MaxKeys keys the collector sees keep theirs for its life, later keys
+	// are summed under key="other" (counters only: a delay or a verdict of
+	// many keys has no sum). Zero means 50; negative means every key goes
+	// to "other".
+	MaxKeys int
+	// ConstLabels are added to every metric, e.g. {"downstream": "users"}
+	// when several policies are exported.
+	ConstLabels prometheus.Labels
+}
+
+// Collector is a prometheus.Collector over one Policy's Stats. It is safe
+// for concurrent use; each Collect calls Stats once.
+type Collector struct {
+	p       *tailcut.Policy
+	maxKeys int
+
+	requests, attempts, hedges, denied, wins, failed, triggered, would, trips *prometheus.Desc
+	delay, extraLoad, windowTrigger, diagnosis, breaker, p99, predicted       *prometheus.Desc
+	inflight, keys                                                            *prometheus.Desc
+
+	mu       sync.Mutex
+	exported map[string]bool // keys that have their own label
+	other    tailcut.Counts  // the last "other" sums emitted, kept monotonic
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a Collector for p.
+func NewCollector(p *tailcut.Policy, o Options) *Collector {
+	ns := o.Namespace
+	if ns == "" {
+		ns = "tailcut"
+	}
+	max := o.MaxKeys
+	if max == 0 {
+		max = DefaultMaxKeys
+	} else if max < 0 {
+		max = 0
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, o.ConstLabels)
+	}
+	k := "key"
+	return &Collector{
+		p:             p,
+		maxKeys:       max,
+		exported:      make(map[string]bool),
+		requests:      d("requests_total", "Requests begun (primaries sent).", k),
+		attempts:      d("attempts_total", "Attempts sent: primaries plus hedges.", k),
+		hedges:        d("hedges_total", "Hedges sent.", k),
+		denied:        d("hedges_denied_total", "Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight).", k, "reason"),
+		wins:          d("hedge_wins_total", "Requests answered by a hedge rather than the primary.", k),
+		failed:        d("requests_failed_total", "Requests whose every attempt failed.", k),
+		triggered:     d("hedge_triggers_total", "Requests that asked for a hedge (slower than the delay, or failed), granted or not.", k),
+		would:         d("dry_run_hedges_total", "Hedges that would have been sent in a dry run.", k),
+		trips:         d("breaker_trips_total", "Times the circuit breaker on hedges opened.", k),
+		delay:         d("hedge_delay_seconds", "Hedge delay in force.", k),
+		extraLoad:     d("extra_load_ratio", "Load added by hedges: attempts / requests - 1, since the policy started.", k),
+		windowTrigger: d("hedge_trigger_window_ratio", "Share of requests that asked for a hedge over the last ended diagnosis window.", k),
+		diagnosis:     d("diagnosis", "Verdict on the last diagnosis window (1 for the current status): healthy < 15 % trigger rate, grey_zone 15-50 %, masking > 50 % (hedging hides a server-side cause).", k, "status"),
+		breaker:       d("breaker_state", "Circuit breaker on hedges (1 for the current state).", k, "state"),
+		p99:           d("attempt_p99_seconds", "Measured p99 of one attempt's latency (dry run only).", k),
+		predicted:     d("predicted_p99_seconds", "p99 that hedging is predicted to reach (dry run only).", k),
+		inflight:      d("hedges_inflight", "Hedges in flight now (capped by MaxInflightHedges)."),
+		keys:          d("keys", "Keys the policy tracks."),
+	}
+}
+
+// Describe sends the descriptors of every metric the Collector exports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.requests, c.attempts, c.hedges, c.denied, c.wins, c.failed,
+		c.triggered, c.would, c.trips, c.delay, c.extraLoad, c.windowTrigger, c.diagnosis, c.breaker,
+		c.p99, c.predicted, c.inflight, c.keys} {
+		ch <- d
+	}
+}
+
+var diagnoses = []tailcut.Diagnosis{tailcut.DiagnosisUnknown, tailcut.DiagnosisHealthy, tailcut.DiagnosisGreyZone, tailcut.DiagnosisMasking}
+
+var breakerStates = []tailcut.BreakerState{tailcut.BreakerClosed, tailcut.BreakerOpen, tailcut.BreakerHalfOpen}
+
+// Collect reads the policy's Stats and sends the metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.p.Stats()
+	c.mu.Lock()
+	// Keys keep their label for the collector's life, in order of first
+	// sight (Stats sorts keys, so ties go alphabetically).
+	var sum tailcut.Counts
+	var own []tailcut.KeyStats
+	for _, k := range s.Keys {
+		if !c.exported[k.Key] && len(c.exported) < c.maxKeys && k.Key != OtherKey {
+			c.exported[k.Key] = true
+		}
+		if c.exported[k.Key] {
+			own = append(own, k)
+			add(&sum, &k.Counts)
+		}
+	}
+	// "other" = totals − exported keys: monotonic because the totals see
+	// every increment (evicted keys included); a momentary lag of the
+	// totals behind the keys is clamped so the counter never goes back.
+	other := s.Counts
+	sub(&other, &sum)
+	monotonic(&other, &c.other)
+	c.other = other
+	c.mu.Unlock()
+
+	for _, k := range own {
+		c.counters(ch, k.Key, &k.Counts)
+		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{k.Key}, labels...)...)
+		}
+		gauge(c.delay, k.Delay.Seconds())
+		gauge(c.extraLoad, k.ExtraLoad())
+		gauge(c.windowTrigger, k.WindowTriggerRate)
+		for _, d := range diagnoses {
+			gauge(c.diagnosis, b2f(k.Diagnosis == d), d.String())
+		}
+		for _, st := range breakerStates {
+			gauge(c.breaker, b2f(k.Breaker == st), st.String())
+		}
+		if k.P99 > 0 {
+			gauge(c.p99, k.P99.Seconds())
+			gauge(c.predicted, k.PredictedP99.Seconds())
+		}
+	}
+	if other.Requests > 0 { // once there, it stays: the counter only grows
+		c.counters(ch, OtherKey, &other)
+		ch <- prometheus.MustNewConstMetric(c.extraLoad, prometheus.GaugeValue, other.ExtraLoad(), OtherKey)
+	}
+	ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(s.InflightHedges))
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(len(s.Keys)))
+}
+
+// counters sends the counters of one key label.
+func (c *Collector) counters(ch chan<- prometheus.Metric, key string, n *tailcut.Counts) {
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{key}, labels...)...)
+	}
+	counter(c.requests, n.Requests)
+	counter(c.attempts, n.Attempts)
+	counter(c.hedges, n.Hedges)
+	var wins int64
+	for _, w := range n.Wins[1:] {
+		wins += w
+	}
+	counter(c.wins, wins)
+	counter(c.failed, n.Failed)
+	counter(c.triggered, n.Triggered)
+	counter(c.would, n.WouldHedge)
+	counter(c.trips, n.BreakerTrips)
+	for d := range tailcut.NumDecisions {
+		if dec := tailcut.Decision(d); dec != tailcut.Send && dec != tailcut.DryRun {
+			counter(c.denied, n.Denied[d], dec.String())
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// add adds b's counters to a.
+func add(a, b *tailcut.Counts) {
+	each(a, b, func(x *int64, y int64) { *x += y })
+}
+
+// sub subtracts b's counters from a.
+func sub(a, b *tailcut.Counts) {
+	each(a, b, func(x *int64, y int64) { *x -= y })
+}
+
+// monotonic raises every counter of a to at least its value in last.
+func monotonic(a, last *tailcut.Counts) {
+	each(a, last, func(x *int64, y int64) { *x = max(*x, y) })
+}
+
+// each applies f to every pair of counters of a and b.
+func each(a, b *tailcut.Counts, f func(x *int64, y int64)) {
+	f(&a.Requests, b.Requests)
+	f(&a.Attempts, b.Attempts)
+	f(&a.Hedges, b.Hedges)
+	for i := range a.Wins {
+		f(&a.Wins[i], b.Wins[i])
+	}
+	f(&a.Failed, b.Failed)
+	for i := range a.Denied {
+		f(&a.Denied[i], b.Denied[i])
+	}
+	f(&a.Triggered, b.Triggered)
+	f(&a.WouldHedge, b.WouldHedge)
+	f(&a.BreakerTrips, b.BreakerTrips)
+}

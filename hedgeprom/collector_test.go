@@ -1,0 +1,271 @@
+package hedgeprom_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"go.uber.org/goleak"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/hedgeprom"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Unix(1_000_000, 0)
+
+// traffic sends n requests to key; every slowEvery-th asks for a hedge,
+// which (when sent) wins.
+func traffic(p *tailcut.Policy, key string, n, slowEvery int) {
+	for i := range n {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		r := p.Begin(key, now)
+		winner := 0
+		if i%slowEvery == 0 {
+			if p.Hedge(&r, now) == tailcut.Send {
+				p.Observe(&r, 1, 2*time.Millisecond, tailcut.Completed, now)
+				winner = 1
+			}
+		}
+		o := tailcut.Completed
+		if winner == 1 {
+			o = tailcut.Canceled
+		}
+		p.Observe(&r, 0, time.Duration(1+i%10)*time.Millisecond, o, now)
+		p.End(&r, winner, now)
+	}
+}
+
+func newPolicy(t *testing.T, cfg tailcut.Config) *tailcut.Policy {
+	t.Helper()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	p, err := tailcut.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCollectorValues(t *testing.T) {
+	b, _ := budget.NewRatio(0.1, 5, -1)
+	p := newPolicy(t, tailcut.Config{Budget: b})
+	traffic(p, "users", 100, 4) // 25 asks, budget 5 + 10 → some denied
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(hedgeprom.NewCollector(p, hedgeprom.Options{}))
+
+	s := p.Stats()
+	var wins int64
+	for _, w := range s.Wins[1:] {
+		wins += w
+	}
+	want := fmt.Sprintf(`
+# HELP tailcut_requests_total Requests begun (primaries sent).
+# TYPE tailcut_requests_total counter
+tailcut_requests_total{key="users"} 100
+# HELP tailcut_hedges_total Hedges sent.
+# TYPE tailcut_hedges_total counter
+tailcut_hedges_total{key="users"} %d
+# HELP tailcut_hedge_wins_total Requests answered by a hedge rather than the primary.
+# TYPE tailcut_hedge_wins_total counter
+tailcut_hedge_wins_total{key="users"} %d
+# HELP tailcut_hedge_triggers_total Requests that asked for a hedge (slower than the delay, or failed), granted or not.
+# TYPE tailcut_hedge_triggers_total counter
+tailcut_hedge_triggers_total{key="users"} 25
+# HELP tailcut_hedges_inflight Hedges in flight now (capped by MaxInflightHedges).
+# TYPE tailcut_hedges_inflight gauge
+tailcut_hedges_inflight 0
+`, s.Hedges, wins)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"tailcut_requests_total", "tailcut_hedges_total", "tailcut_hedge_wins_total",
+		"tailcut_hedge_triggers_total", "tailcut_hedges_inflight"); err != nil {
+		t.Error(err)
+	}
+	if s.Hedges == 0 || s.Hedges == 25 || wins != s.Hedges {
+		t.Fatalf("traffic did not exercise both grants and denials: %+v", s.Counts)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "key" {
+					name += "/" + l.GetValue()
+				}
+			}
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			got[name] = v
+		}
+	}
+	for name, want := range map[string]float64{
+		"tailcut_hedges_denied_total/budget":   float64(s.Denied[tailcut.DenyBudget]),
+		"tailcut_hedges_denied_total/breaker":  0,
+		"tailcut_hedge_delay_seconds":          s.Keys[0].Delay.Seconds(),
+		"tailcut_extra_load_ratio":             s.ExtraLoad(),
+		"tailcut_breaker_state/closed":         1,
+		"tailcut_breaker_state/open":           0,
+		"tailcut_diagnosis/unknown":            1,
+		"tailcut_keys":                         1,
+		"tailcut_hedges_denied_total/sampling": 0,
+	} {
+		if g, ok := got[name]; !ok || g != want {
+			t.Errorf("%s = %v (present %v), want %v", name, g, ok, want)
+		}
+	}
+	if got["tailcut_hedges_denied_total/budget"] == 0 {
+		t.Error("no budget denial exported")
+	}
+	if _, ok := got["tailcut_predicted_p99_seconds"]; ok {
+		t.Error("predicted p99 exported outside a dry run")
+	}
+}
+
+func TestCollectorDryRunPrediction(t *testing.T) {
+	p := newPolicy(t, tailcut.Config{DryRun: true})
+	traffic(p, "k", 500, 10)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(hedgeprom.NewCollector(p, hedgeprom.Options{}))
+	k := p.Stats().Keys[0]
+	if k.P99 == 0 || k.WouldHedge == 0 {
+		t.Fatalf("dry run produced no prediction: %+v", k)
+	}
+	want := fmt.Sprintf(`
+# HELP tailcut_predicted_p99_seconds p99 that hedging is predicted to reach (dry run only).
+# TYPE tailcut_predicted_p99_seconds gauge
+tailcut_predicted_p99_seconds{key="k"} %v
+# HELP tailcut_dry_run_hedges_total Hedges that would have been sent in a dry run.
+# TYPE tailcut_dry_run_hedges_total counter
+tailcut_dry_run_hedges_total{key="k"} %d
+`, k.PredictedP99.Seconds(), k.WouldHedge)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "tailcut_predicted_p99_seconds", "tailcut_dry_run_hedges_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCollectorBoundsKeys: past MaxKeys, keys are summed under "other",
+// and "other" never decreases, even as keys are evicted by the policy.
+func TestCollectorBoundsKeys(t *testing.T) {
+	p := newPolicy(t, tailcut.Config{MaxKeys: 3})
+	c := hedgeprom.NewCollector(p, hedgeprom.Options{MaxKeys: 2, ConstLabels: prometheus.Labels{"downstream": "db"}})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	var lastOther float64
+	for round := range 5 {
+		for i := range 4 {
+			traffic(p, fmt.Sprintf("k%d-%d", round, i), 10, 2)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "tailcut_requests_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "key" {
+						keys[l.GetValue()] = m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		// The two first keys ever seen, plus other.
+		if len(keys) > 3 {
+			t.Errorf("round %d: %d key labels, want ≤ 3: %v", round, len(keys), keys)
+		}
+		other := keys[hedgeprom.OtherKey]
+		if other < lastOther {
+			t.Errorf("round %d: other went from %v to %v", round, lastOther, other)
+		}
+		lastOther = other
+		var sum float64
+		for _, v := range keys {
+			sum += v
+		}
+		if total := float64(p.Stats().Requests); sum != total {
+			t.Errorf("round %d: key series sum to %v, policy total %v", round, sum, total)
+		}
+	}
+	if lastOther == 0 {
+		t.Error("nothing aggregated under other")
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// busyPolicy returns a policy with traffic on several keys, a tripped
+// breaker and a dry-run key, so every metric has samples.
+func busyPolicy(t *testing.T) *tailcut.Policy {
+	p := newPolicy(t, tailcut.Config{})
+	traffic(p, "a", 200, 5)
+	traffic(p, "b", 50, 2)
+	for i := range 30 {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		r := p.Begin("broken", now)
+		p.Observe(&r, 0, time.Millisecond, tailcut.Failed, now)
+		p.End(&r, -1, now)
+	}
+	return p
+}
+
+func TestCollectorLint(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(hedgeprom.NewCollector(busyPolicy(t), hedgeprom.Options{}))
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range problems {
+		t.Errorf("lint: %s: %s", pr.Metric, pr.Text)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n < 40 {
+		t.Errorf("%d samples (%v), want a full exposition", n, err)
+	}
+}
+
+// TestPromtoolCheckMetrics runs Prometheus's own linter over the text
+// exposition. CI installs it (Debian package prometheus); without it the
+// test is skipped.
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (apt-get install prometheus): skipping the exposition check")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(hedgeprom.NewCollector(busyPolicy(t), hedgeprom.Options{}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(buf.Bytes())
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s\nexposition:\n%s", err, out, buf.String())
+	}
+	if !strings.Contains(buf.String(), `tailcut_breaker_state{key="broken",state="open"} 1`) {
+		t.Errorf("the broken key's breaker is not open in the exposition:\n%s", buf.String())
+	}
+}
