@@ -754,3 +754,48 @@ func TestStripCallOptionsKeepsCallersSlice(t *testing.T) {
 		t.Error("the caller's slice was modified")
 	}
 }
+
+func TestConcurrentCallsKeepTheirReplies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{MaxHedges: 3, Budget: &countBudget{tokens: 1 << 20}})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 4, "0.01s")))
+		// Attempt k of call i takes a pseudo-random time, sometimes fails
+		// non-fatally; every success echoes the call's id.
+		invoker := func(ctx context.Context, method string, req, rep any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			md, _ := metadata.FromOutgoingContext(ctx)
+			k, _ := strconv.Atoi(md.Get(AttemptKey)[0])
+			id := req.(*testpb.SimpleRequest).ResponseSize
+			h := (int(id)*7 + k*13) % 17
+			timer := time.NewTimer(time.Duration(h*3) * time.Millisecond)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			if h%5 == 0 {
+				return status.Error(codes.Unavailable, "try another")
+			}
+			rep.(*testpb.SimpleResponse).Username = strconv.Itoa(int(id))
+			return nil
+		}
+		var wg sync.WaitGroup
+		for i := range 200 {
+			wg.Go(func() {
+				out := &testpb.SimpleResponse{}
+				err := ic(t.Context(), unaryMethod, &testpb.SimpleRequest{ResponseSize: int32(i)}, out, nil, invoker)
+				if err == nil && out.Username != strconv.Itoa(i) {
+					t.Errorf("call %d got the reply of %q", i, out.Username)
+				}
+				if err != nil && status.Code(err) != codes.Unavailable {
+					t.Errorf("call %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		s := p.Stats()
+		if s.Requests != 200 || s.Hedges == 0 {
+			t.Errorf("stats %+v", s.Counts)
+		}
+	})
+}
