@@ -275,7 +275,7 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 		c.p.Pushback(key, end.Add(pb))
 	}
 	codeNonFatal := err != nil && c.nonFatalErr(ctx, err, nonFatal)
-	outcome, winner := tailcut.Completed, 0
+	outcome, winner := answerOutcome(err), 0
 	switch {
 	case err != nil && ctx.Err() != nil:
 		outcome, winner = tailcut.Canceled, -1 // the caller gave up
@@ -295,6 +295,18 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 		}
 	}
 	return err
+}
+
+// answerOutcome is how the policy learns an answer (an OK or a fatal
+// status): a status that reports a failure of the server itself is
+// [tailcut.Errored] (an error for the circuit breaker, latency not learned),
+// any other answer — NOT_FOUND, INVALID_ARGUMENT, … — [tailcut.Completed].
+func answerOutcome(err error) tailcut.Outcome {
+	switch status.Code(err) {
+	case codes.Unknown, codes.Internal, codes.DataLoss, codes.DeadlineExceeded:
+		return tailcut.Errored
+	}
+	return tailcut.Completed
 }
 
 // nonFatalErr reports whether err lets another attempt go: its code is in

@@ -799,3 +799,44 @@ func TestConcurrentCallsKeepTheirReplies(t *testing.T) {
 		}
 	})
 }
+
+func TestServerFailuresFeedTheBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		code  codes.Code
+		trips bool
+	}{{codes.Internal, true}, {codes.Unknown, true}, {codes.NotFound, false}, {codes.InvalidArgument, false}} {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mustPolicy(t, tailcut.Config{})
+				ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "1s")))
+				f := newFake(func(int) reply { return reply{after: time.Millisecond, code: tc.code} })
+				for range 25 {
+					if _, err, _ := call(t.Context(), ic, f); status.Code(err) != tc.code {
+						t.Fatalf("err %v, want %v", err, tc.code)
+					}
+				}
+				if trips := p.Stats().BreakerTrips; (trips > 0) != tc.trips {
+					t.Errorf("%v answers: %d breaker trips, want trips %v", tc.code, trips, tc.trips)
+				}
+			})
+		})
+	}
+}
+
+func TestDryRunSendsNoHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{DryRun: true})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		f := newFake(func(int) reply { return reply{after: 50 * time.Millisecond} })
+		out, err, took := call(t.Context(), ic, f)
+		if err != nil || out.Username != "attempt-0" || took != 50*time.Millisecond {
+			t.Fatalf("got %q, %v after %v", out.Username, err, took)
+		}
+		if n := len(f.records()); n != 1 {
+			t.Errorf("%d attempts in dry run, want 1", n)
+		}
+		if s := p.Stats(); s.WouldHedge != 1 || s.Hedges != 0 {
+			t.Errorf("would-hedge %d, hedges %d; want 1, 0", s.WouldHedge, s.Hedges)
+		}
+	})
+}

@@ -228,7 +228,7 @@ func (h *hcall) event(res *result) {
 	// RESOURCE_EXHAUSTED and a pushback) and the others may still succeed.
 	if res.err == nil || !(hasPB || codeNonFatal) {
 		// The winner: an OK or a fatal status.
-		p.Observe(&h.r, res.index, res.end.Sub(s.start), tailcut.Completed, res.end)
+		p.Observe(&h.r, res.index, res.end.Sub(s.start), answerOutcome(res.err), res.end)
 		if h.th != nil {
 			switch {
 			case res.err == nil:
