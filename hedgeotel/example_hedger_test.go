@@ -1,0 +1,48 @@
+package hedgeotel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/hedgeotel"
+)
+
+func ExampleHedger() {
+	// In an application the span comes from otelhttp or otelgrpc; here an
+	// in-memory recorder shows what is added to it.
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+
+	policy, _ := tailcut.New(tailcut.Config{Logger: slog.New(slog.DiscardHandler)})
+	h := hedgeotel.Hedger[string]{Hedger: tailcut.Hedger[string]{Policy: policy}}
+
+	ctx, span := tp.Tracer("example").Start(context.Background(), "GET /profile")
+	v, err := h.Do(ctx, "profiles", func(ctx context.Context, a tailcut.Attempt) (string, error) {
+		if a.Index == 0 {
+			return "", errors.New("connection refused") // the next attempt goes at once
+		}
+		return "profile", nil
+	})
+	span.End()
+	fmt.Println(v, err)
+	for _, e := range rec.Ended()[0].Events() {
+		fmt.Print(e.Name)
+		for _, kv := range e.Attributes {
+			if kv.Key != hedgeotel.LatencyKey {
+				fmt.Printf(" %s=%s", kv.Key, kv.Value.Emit())
+			}
+		}
+		fmt.Println()
+	}
+	// Output:
+	// profile <nil>
+	// hedge.attempt hedge.attempt=0 hedge.won=false hedge.reason=primary hedge.outcome=error
+	// hedge.attempt hedge.attempt=1 hedge.won=true hedge.reason=error hedge.outcome=success
+}

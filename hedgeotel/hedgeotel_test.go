@@ -1,0 +1,310 @@
+package hedgeotel_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/hedgeotel"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newPolicy returns a policy hedging at a fixed 20 ms, with a budget that
+// never runs out.
+func newPolicy(t *testing.T) *tailcut.Policy {
+	t.Helper()
+	b, _ := budget.NewRatio(1, 1e9, -1)
+	p, err := tailcut.New(tailcut.Config{WarmupDelay: 20 * time.Millisecond, MinSamples: 1 << 30, Budget: b,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// attrsOf returns the attributes as a map of their emitted values.
+func attrsOf(kvs []attribute.KeyValue) map[attribute.Key]any {
+	m := map[attribute.Key]any{}
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value.AsInterface()
+	}
+	return m
+}
+
+func TestSpanEventsPerAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sr := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		defer tp.Shutdown(context.Background())
+		h := hedgeotel.Hedger[string]{Hedger: tailcut.Hedger[string]{Policy: newPolicy(t)}}
+
+		// The primary straggles; the hedge, sent at 20 ms, answers at 25 ms.
+		ctx, parent := tp.Tracer("test").Start(context.Background(), "GET /users")
+		v, err := h.Do(ctx, "users", func(ctx context.Context, a tailcut.Attempt) (string, error) {
+			d := time.Second
+			if a.Index == 1 {
+				d = 5 * time.Millisecond
+			}
+			if err := sleep(ctx, d); err != nil {
+				return "", err
+			}
+			return "answer", nil
+		})
+		parent.End()
+		if v != "answer" || err != nil {
+			t.Fatalf("Do = %q, %v", v, err)
+		}
+		synctest.Wait() // the loser has returned
+
+		spans := sr.Ended()
+		if len(spans) != 1 {
+			t.Fatalf("%d spans ended, want only the caller's", len(spans))
+		}
+		ev := spans[0].Events()
+		if len(ev) != 2 {
+			t.Fatalf("%d events, want 2: %+v", len(ev), ev)
+		}
+		want := []map[attribute.Key]any{
+			{"hedge.attempt": int64(0), "hedge.won": false, "hedge.reason": "primary", "hedge.outcome": "canceled", "hedge.latency": 0.025},
+			{"hedge.attempt": int64(1), "hedge.won": true, "hedge.reason": "delay", "hedge.outcome": "success", "hedge.latency": 0.005},
+		}
+		for i, e := range ev {
+			if e.Name != hedgeotel.EventName {
+				t.Errorf("event %d named %q", i, e.Name)
+			}
+			got := attrsOf(e.Attributes)
+			for k, w := range want[i] {
+				if g := got[k]; g != w {
+					t.Errorf("event %d: %s = %v, want %v", i, k, g, w)
+				}
+			}
+		}
+		pa := attrsOf(spans[0].Attributes())
+		if pa["hedge.attempts"] != int64(2) || pa["hedge.winner"] != int64(1) || pa["tailcut.key"] != "users" {
+			t.Errorf("parent attributes %v", pa)
+		}
+	})
+}
+
+// TestChildSpansPerAttempt: with a Tracer, each attempt runs in its own
+// child span, whose context the call receives.
+func TestChildSpansPerAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sr := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		defer tp.Shutdown(context.Background())
+		tracer := tp.Tracer("test")
+		h := hedgeotel.Hedger[int]{Hedger: tailcut.Hedger[int]{Policy: newPolicy(t)}, Tracer: tracer}
+
+		errRefused := errors.New("connection refused")
+		ctx, parent := tracer.Start(context.Background(), "call")
+		v, err := h.Do(ctx, "db", func(ctx context.Context, a tailcut.Attempt) (int, error) {
+			// The transport's own span nests under the attempt's.
+			_, inner := tracer.Start(ctx, "transport")
+			defer inner.End()
+			if a.Index == 0 {
+				return 0, errRefused // fails at once: the next attempt goes at once
+			}
+			return 7, sleep(ctx, 3*time.Millisecond)
+		})
+		parent.End()
+		if v != 7 || err != nil {
+			t.Fatalf("Do = %d, %v", v, err)
+		}
+		byID := map[string]sdktrace.ReadOnlySpan{}
+		var attempts []sdktrace.ReadOnlySpan
+		for _, s := range sr.Ended() {
+			byID[s.SpanContext().SpanID().String()] = s
+			if s.Name() == hedgeotel.SpanName {
+				attempts = append(attempts, s)
+			}
+		}
+		if len(attempts) != 2 {
+			t.Fatalf("%d attempt spans, want 2", len(attempts))
+		}
+		for _, s := range attempts {
+			a := attrsOf(s.Attributes())
+			if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+				t.Errorf("attempt %v is not a child of the caller's span", a["hedge.attempt"])
+			}
+			switch a["hedge.attempt"] {
+			case int64(0):
+				if a["hedge.won"] != false || a["hedge.outcome"] != "error" || a["hedge.reason"] != "primary" {
+					t.Errorf("primary span %v", a)
+				}
+				if s.Status().Description != errRefused.Error() {
+					t.Errorf("primary span status %+v", s.Status())
+				}
+			case int64(1):
+				if a["hedge.won"] != true || a["hedge.outcome"] != "success" || a["hedge.reason"] != "error" {
+					t.Errorf("hedge span %v", a)
+				}
+			}
+		}
+		nested := 0
+		for _, s := range sr.Ended() {
+			if s.Name() == "transport" {
+				if p, ok := byID[s.Parent().SpanID().String()]; ok && p.Name() == hedgeotel.SpanName {
+					nested++
+				}
+			}
+		}
+		if nested != 2 {
+			t.Errorf("%d transport spans under attempt spans, want 2", nested)
+		}
+	})
+}
+
+// TestLoserSpanEndsLate: a loser still running when Do returns ends its
+// span itself, marked as not won.
+func TestLoserSpanEndsLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sr := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		defer tp.Shutdown(context.Background())
+		h := hedgeotel.Hedger[int]{Hedger: tailcut.Hedger[int]{Policy: newPolicy(t)}, Tracer: tp.Tracer("t")}
+		release := make(chan struct{})
+		_, err := h.Do(context.Background(), "k", func(ctx context.Context, a tailcut.Attempt) (int, error) {
+			if a.Index == 0 {
+				<-release // ignores its cancellation for a while
+				return 1, nil
+			}
+			return 2, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(sr.Ended()); n != 1 {
+			t.Fatalf("%d spans ended before the loser returned, want 1", n)
+		}
+		close(release)
+		synctest.Wait()
+		ended := sr.Ended()
+		if len(ended) != 2 {
+			t.Fatalf("%d spans ended, want 2", len(ended))
+		}
+		a := attrsOf(ended[1].Attributes())
+		if a["hedge.attempt"] != int64(0) || a["hedge.won"] != false || a["hedge.outcome"] != "success" {
+			t.Errorf("late loser span %v", a)
+		}
+	})
+}
+
+func TestMetrics(t *testing.T) {
+	p := newPolicy(t)
+	now := time.Unix(1000, 0)
+	for i := range 40 {
+		r := p.Begin("a", now)
+		winner := 0
+		if i%4 == 0 && p.Hedge(&r, now) == tailcut.Send {
+			p.Observe(&r, 1, time.Millisecond, tailcut.Completed, now)
+			winner = 1
+		}
+		p.Observe(&r, 0, time.Millisecond, tailcut.Completed, now)
+		p.End(&r, winner, now)
+	}
+	for _, k := range []string{"b", "c"} {
+		r := p.Begin(k, now)
+		p.End(&r, 0, now)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	reg, err := hedgeotel.RegisterMetrics(mp.Meter("tailcut"), p, hedgeotel.MetricsOptions{MaxKeys: 2,
+		Attributes: []attribute.KeyValue{attribute.String("downstream", "db")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	// name/key[/extra] → value
+	got := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					got[name(m.Name, dp.Attributes.ToSlice())] = float64(dp.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range d.DataPoints {
+					got[name(m.Name, dp.Attributes.ToSlice())] = dp.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					got[name(m.Name, dp.Attributes.ToSlice())] = float64(dp.Value)
+				}
+			}
+		}
+	}
+	for k, want := range map[string]float64{
+		"tailcut.requests/a":                     40,
+		"tailcut.hedges/a":                       10,
+		"tailcut.hedge.wins/a":                   10,
+		"tailcut.hedge.triggers/a":               10,
+		"tailcut.attempts/a":                     50,
+		"tailcut.requests/b":                     1,
+		"tailcut.requests/other":                 1, // c, beyond MaxKeys
+		"tailcut.hedges.denied/a/budget":         0,
+		"tailcut.extra_load/a":                   0.25,
+		"tailcut.hedge.delay/a":                  0.02,
+		"tailcut.breaker.state/a/closed":         1,
+		"tailcut.diagnosis/a/unknown":            1,
+		"tailcut.hedges.inflight/":               0,
+		"tailcut.keys/":                          3,
+		"tailcut.hedges.denied/other/max_hedges": 0,
+	} {
+		if g, ok := got[k]; !ok || g != want {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, want)
+		}
+	}
+	if _, ok := got["tailcut.requests/c"]; ok {
+		t.Error("key c exported past MaxKeys")
+	}
+	if err := reg.Unregister(); err != nil {
+		t.Error(err)
+	}
+}
+
+// name builds "metric/key[/other attribute values]" ignoring downstream.
+func name(metric string, kvs []attribute.KeyValue) string {
+	s, extra := metric+"/", ""
+	for _, kv := range kvs {
+		switch kv.Key {
+		case "tailcut.key":
+			s += kv.Value.AsString()
+		case "downstream":
+			if kv.Value.AsString() != "db" {
+				extra += "/bad-downstream"
+			}
+		default:
+			extra += "/" + kv.Value.Emit()
+		}
+	}
+	return s + extra
+}

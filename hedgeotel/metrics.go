@@ -1,0 +1,234 @@
+package hedgeotel
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tailcut/tailcut"
+)
+
+// DefaultMaxKeys is the number of keys exported with their own attribute
+// when MetricsOptions.MaxKeys is zero; OtherKey collects the rest.
+const (
+	DefaultMaxKeys = 50
+	OtherKey       = "other"
+)
+
+// MetricsOptions configures [RegisterMetrics]. The zero value gives the
+// defaults.
+type MetricsOptions struct {
+	// Prefix starts every instrument name. Empty means "tailcut.".
+	Prefix string
+	// MaxKeys bounds the keys exported with their own tailcut.key
+	// attribute: the first MaxKeys seen keep theirs, the others' counters
+	// are summed under tailcut.key="other". Zero means 50; negative means
+	// every key goes to "other".
+	MaxKeys int
+	// Attributes are added to every observation, e.g. the downstream's
+	// name when several policies are exported.
+	Attributes []attribute.KeyValue
+}
+
+// RegisterMetrics creates observable instruments on meter that report p's
+// Stats at every collection — the numbers package hedgeprom exports:
+//
+//	tailcut.requests, tailcut.attempts, tailcut.hedges, tailcut.hedges.denied
+//	(by tailcut.reason), tailcut.hedge.wins, tailcut.hedge.triggers,
+//	tailcut.dry_run.hedges, tailcut.requests.failed, tailcut.breaker.trips
+//	(counters, per tailcut.key); tailcut.hedge.delay (s), tailcut.extra_load,
+//	tailcut.hedge.trigger_window, tailcut.diagnosis (by tailcut.status),
+//	tailcut.breaker.state (by tailcut.state), tailcut.attempt.p99 and
+//	tailcut.predicted.p99 (s, dry run only) (gauges, per key);
+//	tailcut.hedges.inflight (up-down counter) and tailcut.keys.
+//
+// Unregister the returned Registration to stop reporting.
+func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (metric.Registration, error) {
+	pre := o.Prefix
+	if pre == "" {
+		pre = "tailcut."
+	}
+	max := o.MaxKeys
+	if max == 0 {
+		max = DefaultMaxKeys
+	} else if max < 0 {
+		max = 0
+	}
+	m := &meters{p: p, maxKeys: max, attrs: o.Attributes, exported: make(map[string]bool)}
+	var errs []error
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		c, err := meter.Int64ObservableCounter(pre+name, metric.WithDescription(desc), metric.WithUnit("{"+unitOf(name)+"}"))
+		errs = append(errs, err)
+		return c
+	}
+	gauge := func(name, desc, unit string) metric.Float64ObservableGauge {
+		g, err := meter.Float64ObservableGauge(pre+name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return g
+	}
+	m.requests = counter("requests", "Requests begun (primaries sent).")
+	m.attempts = counter("attempts", "Attempts sent: primaries plus hedges.")
+	m.hedges = counter("hedges", "Hedges sent.")
+	m.denied = counter("hedges.denied", "Hedges asked for and not sent, by tailcut.reason.")
+	m.wins = counter("hedge.wins", "Requests answered by a hedge rather than the primary.")
+	m.triggers = counter("hedge.triggers", "Requests that asked for a hedge, granted or not.")
+	m.would = counter("dry_run.hedges", "Hedges that would have been sent in a dry run.")
+	m.failed = counter("requests.failed", "Requests whose every attempt failed.")
+	m.trips = counter("breaker.trips", "Times the circuit breaker on hedges opened.")
+	m.delay = gauge("hedge.delay", "Hedge delay in force.", "s")
+	m.extraLoad = gauge("extra_load", "Load added by hedges: attempts / requests - 1.", "1")
+	m.window = gauge("hedge.trigger_window", "Share of requests that asked for a hedge over the last diagnosis window.", "1")
+	m.diagnosis = gauge("diagnosis", "1 for the key's current diagnosis (tailcut.status: healthy, grey_zone, masking, unknown).", "1")
+	m.breaker = gauge("breaker.state", "1 for the current state of the key's breaker on hedges (tailcut.state).", "1")
+	m.p99 = gauge("attempt.p99", "Measured p99 of one attempt's latency (dry run only).", "s")
+	m.predicted = gauge("predicted.p99", "p99 that hedging is predicted to reach (dry run only).", "s")
+	inflight, err := meter.Int64ObservableUpDownCounter(pre+"hedges.inflight", metric.WithDescription("Hedges in flight now."), metric.WithUnit("{hedge}"))
+	errs = append(errs, err)
+	m.inflight = inflight
+	keys, err := meter.Int64ObservableGauge(pre+"keys", metric.WithDescription("Keys the policy tracks."), metric.WithUnit("{key}"))
+	errs = append(errs, err)
+	m.keys = keys
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return meter.RegisterCallback(m.observe, m.requests, m.attempts, m.hedges, m.denied, m.wins, m.triggers,
+		m.would, m.failed, m.trips, m.delay, m.extraLoad, m.window, m.diagnosis, m.breaker, m.p99, m.predicted,
+		m.inflight, m.keys)
+}
+
+// unitOf returns the UCUM annotation of a counter's unit.
+func unitOf(name string) string {
+	switch name {
+	case "requests", "requests.failed":
+		return "request"
+	case "attempts":
+		return "attempt"
+	case "breaker.trips":
+		return "trip"
+	}
+	return "hedge"
+}
+
+// meters holds the instruments and the key bounding state.
+type meters struct {
+	p       *tailcut.Policy
+	maxKeys int
+	attrs   []attribute.KeyValue
+
+	requests, attempts, hedges, denied, wins, triggers, would, failed, trips metric.Int64ObservableCounter
+	delay, extraLoad, window, diagnosis, breaker, p99, predicted             metric.Float64ObservableGauge
+	inflight                                                                 metric.Int64ObservableUpDownCounter
+	keys                                                                     metric.Int64ObservableGauge
+
+	mu       sync.Mutex
+	exported map[string]bool
+	other    tailcut.Counts
+}
+
+var (
+	diagnoses     = []tailcut.Diagnosis{tailcut.DiagnosisUnknown, tailcut.DiagnosisHealthy, tailcut.DiagnosisGreyZone, tailcut.DiagnosisMasking}
+	breakerStates = []tailcut.BreakerState{tailcut.BreakerClosed, tailcut.BreakerOpen, tailcut.BreakerHalfOpen}
+)
+
+// observe is the collection callback.
+func (m *meters) observe(_ context.Context, o metric.Observer) error {
+	s := m.p.Stats()
+	m.mu.Lock()
+	var sum tailcut.Counts
+	var own []tailcut.KeyStats
+	for _, k := range s.Keys {
+		if !m.exported[k.Key] && len(m.exported) < m.maxKeys && k.Key != OtherKey {
+			m.exported[k.Key] = true
+		}
+		if m.exported[k.Key] {
+			own = append(own, k)
+			add(&sum, &k.Counts)
+		}
+	}
+	other := s.Counts
+	sub(&other, &sum)
+	monotonic(&other, &m.other) // the totals may lag the keys by a request
+	m.other = other
+	m.mu.Unlock()
+
+	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
+		return metric.WithAttributes(append(kv, m.attrs...)...)
+	}
+	for _, k := range own {
+		key := KeyKey.String(k.Key)
+		m.counters(o, key, &k.Counts, with)
+		o.ObserveFloat64(m.delay, k.Delay.Seconds(), with(key))
+		o.ObserveFloat64(m.extraLoad, k.ExtraLoad(), with(key))
+		o.ObserveFloat64(m.window, k.WindowTriggerRate, with(key))
+		for _, d := range diagnoses {
+			o.ObserveFloat64(m.diagnosis, b2f(k.Diagnosis == d), with(key, attribute.String("tailcut.status", d.String())))
+		}
+		for _, st := range breakerStates {
+			o.ObserveFloat64(m.breaker, b2f(k.Breaker == st), with(key, attribute.String("tailcut.state", st.String())))
+		}
+		if k.P99 > 0 {
+			o.ObserveFloat64(m.p99, k.P99.Seconds(), with(key))
+			o.ObserveFloat64(m.predicted, k.PredictedP99.Seconds(), with(key))
+		}
+	}
+	if other.Requests > 0 {
+		key := KeyKey.String(OtherKey)
+		m.counters(o, key, &other, with)
+		o.ObserveFloat64(m.extraLoad, other.ExtraLoad(), with(key))
+	}
+	o.ObserveInt64(m.inflight, s.InflightHedges, with())
+	o.ObserveInt64(m.keys, int64(len(s.Keys)), with())
+	return nil
+}
+
+// counters observes the counters of one key attribute.
+func (m *meters) counters(o metric.Observer, key attribute.KeyValue, n *tailcut.Counts, with func(...attribute.KeyValue) metric.MeasurementOption) {
+	o.ObserveInt64(m.requests, n.Requests, with(key))
+	o.ObserveInt64(m.attempts, n.Attempts, with(key))
+	o.ObserveInt64(m.hedges, n.Hedges, with(key))
+	var wins int64
+	for _, w := range n.Wins[1:] {
+		wins += w
+	}
+	o.ObserveInt64(m.wins, wins, with(key))
+	o.ObserveInt64(m.triggers, n.Triggered, with(key))
+	o.ObserveInt64(m.would, n.WouldHedge, with(key))
+	o.ObserveInt64(m.failed, n.Failed, with(key))
+	o.ObserveInt64(m.trips, n.BreakerTrips, with(key))
+	for d := range tailcut.NumDecisions {
+		if dec := tailcut.Decision(d); dec != tailcut.Send && dec != tailcut.DryRun {
+			o.ObserveInt64(m.denied, n.Denied[d], with(key, attribute.String("tailcut.reason", dec.String())))
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func add(a, b *tailcut.Counts)       { each(a, b, func(x *int64, y int64) { *x += y }) }
+func sub(a, b *tailcut.Counts)       { each(a, b, func(x *int64, y int64) { *x -= y }) }
+func monotonic(a, b *tailcut.Counts) { each(a, b, func(x *int64, y int64) { *x = max(*x, y) }) }
+
+// each applies f to every pair of counters of a and b.
+func each(a, b *tailcut.Counts, f func(x *int64, y int64)) {
+	f(&a.Requests, b.Requests)
+	f(&a.Attempts, b.Attempts)
+	f(&a.Hedges, b.Hedges)
+	for i := range a.Wins {
+		f(&a.Wins[i], b.Wins[i])
+	}
+	f(&a.Failed, b.Failed)
+	for i := range a.Denied {
+		f(&a.Denied[i], b.Denied[i])
+	}
+	f(&a.Triggered, b.Triggered)
+	f(&a.WouldHedge, b.WouldHedge)
+	f(&a.BreakerTrips, b.BreakerTrips)
+}
