@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -49,9 +50,22 @@ type Result struct {
 	Verdict string
 	Warning string
 
-	sorted []int64  // request latencies, ns, sorted
-	extra  []uint16 // extra attempts per request index
-	fanout int
+	sorted  []int64  // request latencies, ns, sorted
+	byIndex []int64  // request latencies, ns, by request index
+	extra   []uint16 // extra attempts per request index
+	fanout  int
+}
+
+// QuantileBetween returns the q-quantile of the latency of the requests
+// with index in [from, to): a phase of the run.
+func (r *Result) QuantileBetween(from, to int, q float64) time.Duration {
+	from, to = max(from, 0), min(to, len(r.byIndex))
+	if to <= from {
+		return 0
+	}
+	s := slices.Clone(r.byIndex[from:to])
+	slices.Sort(s)
+	return pct(s, q)
 }
 
 // ExtraLoadBetween returns the extra load of the requests with index in
@@ -153,7 +167,7 @@ func verdict(cfg Config, st Strategy, r, base *Result) (v, warn string) {
 	limit := budgetLimit(cfg, r.Calls)
 	var fails []string
 	if cut < GateP99Cut {
-		fails = append(fails, fmt.Sprintf("p99 %s (needs −%.0f %%)", signedPct(-cut), GateP99Cut*100))
+		fails = append(fails, fmt.Sprintf("p99 %s (needs −%.0f %%)", signedPct1(-cut), GateP99Cut*100))
 	}
 	if r.Errors > base.Errors {
 		fails = append(fails, fmt.Sprintf("errors up %d → %d", base.Errors, r.Errors))
@@ -192,6 +206,14 @@ func signedPct(f float64) string {
 	default:
 		return fmt.Sprintf("+%.0f %%", f*100)
 	}
+}
+
+// signedPct1 is signedPct with one decimal, for figures near a gate.
+func signedPct1(f float64) string {
+	if f < 0 {
+		return fmt.Sprintf("−%.1f %%", -f*100)
+	}
+	return fmt.Sprintf("+%.1f %%", f*100)
 }
 
 // Millis formats a duration in milliseconds with a precision that suits

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -356,6 +357,10 @@ func (s *sim) setup() error {
 			pc.MaxHedges = cfg.MaxHedges
 		}
 		s.maxHedges = pc.MaxHedges
+		if pc.Logger == nil {
+			// The lab reports the root-cause diagnosis in its verdicts.
+			pc.Logger = slog.New(slog.DiscardHandler)
+		}
 		if s.bud != nil {
 			pc.Budget = s.bud
 		} else {
@@ -793,6 +798,7 @@ func (s *sim) result() *Result {
 	sorted := slices.Clone(s.lat)
 	slices.Sort(sorted)
 	r.sorted = sorted
+	r.byIndex = s.lat
 	r.extra = s.extra
 	r.fanout = cfg.Fanout
 	var sum float64

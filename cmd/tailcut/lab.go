@@ -86,6 +86,7 @@ hedge budget off for that strategy.`,
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
 	fl.BoolVar(&f.list, "list", false, "list the scenarios and exit")
+	cmd.AddCommand(newExperimentCmd(e))
 	return cmd
 }
 

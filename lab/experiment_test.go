@@ -1,0 +1,71 @@
+package lab
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// runExperiment runs an experiment at a reduced scale (seeds fixed).
+func runExperiment(t *testing.T, name string, scale float64) *Outcome {
+	t.Helper()
+	e, err := LookupExperiment(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := e.Run(Options{Seed: 1, Scale: scale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Verdict == "" || len(o.Tables) == 0 || len(o.Published.Rows) == 0 || o.Setup == "" {
+		t.Errorf("%s: incomplete outcome %+v", name, o)
+	}
+	return o
+}
+
+func TestExperimentLockTrap(t *testing.T) {
+	o := runExperiment(t, "lock", 1)
+	if !o.Holds {
+		t.Errorf("lock: %s", o.Verdict)
+	}
+	if !strings.Contains(o.Tables[0].Rows[1][8], RootCauseWarning) {
+		t.Errorf("lock B row lacks the root-cause warning: %v", o.Tables[0].Rows[1])
+	}
+	if strings.Contains(o.Tables[0].Rows[2][8], RootCauseWarning) {
+		t.Errorf("lock C row has the root-cause warning: %v", o.Tables[0].Rows[2])
+	}
+}
+
+func TestExperimentOutageWithinBudget(t *testing.T) {
+	if o := runExperiment(t, "outage", 0.5); !o.Holds {
+		t.Errorf("outage: %s", o.Verdict)
+	}
+}
+
+func TestExperimentBhopeAndBudgetHold(t *testing.T) {
+	for _, name := range []string{"bhope", "budget"} {
+		if o := runExperiment(t, name, 0.3); !o.Holds {
+			t.Errorf("%s: %s", name, o.Verdict)
+		}
+	}
+}
+
+func TestExperimentJSON(t *testing.T) {
+	o := runExperiment(t, "lock", 0.5)
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"experiment", "title", "setup", "published_claim", "published", "tables", "holds", "verdict"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, b)
+		}
+	}
+	if _, err := LookupExperiment("nope"); err == nil || !strings.Contains(err.Error(), "lock") {
+		t.Errorf("unknown experiment: %v", err)
+	}
+}
