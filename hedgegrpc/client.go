@@ -201,6 +201,8 @@ func (c *client) plan(method string) (pl plan, ok bool) {
 	return pl, true
 }
 
+var _ grpc.UnaryClientInterceptor = (*client)(nil).intercept
+
 func (c *client) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	var co callOption
 	for i, o := range opts {

@@ -100,6 +100,8 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return s.intercept
 }
 
+var _ grpc.UnaryServerInterceptor = (*Server)(nil).intercept
+
 func (s *Server) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	hedge := AttemptFromContext(ctx) > 0
 	n := s.inFlight.Add(1)
