@@ -840,3 +840,56 @@ func TestDryRunSendsNoHedge(t *testing.T) {
 		}
 	})
 }
+
+func TestWithKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithKey(func(string) string { return "backend" }))
+		f := newFake(func(int) reply { return reply{after: time.Millisecond} })
+		for _, m := range []string{unaryMethod, "/grpc.testing.TestService/EmptyCall"} {
+			if _, err, _ := callMethod(t.Context(), m, ic, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := p.Stats()
+		if len(s.Keys) != 1 || s.Keys[0].Key != "backend" || s.Keys[0].Requests != 2 {
+			t.Errorf("keys %+v, want one key \"backend\" with 2 requests", s.Keys)
+		}
+	})
+}
+
+func TestThrottlingIsPerServer(t *testing.T) {
+	ts := &throttles{cfg: &Throttling{MaxTokens: 4, TokenRatio: 0.5}}
+	a, b := ts.get("dns:///a"), ts.get("dns:///b")
+	if a == b || ts.get("dns:///a") != a {
+		t.Fatal("want one throttle per target, reused")
+	}
+	a.failure()
+	a.failure() // 2 ≤ 4/2
+	if a.allow() || !b.allow() {
+		t.Errorf("a allows %v (want false), b allows %v (want true)", a.allow(), b.allow())
+	}
+	a.success() // 2.5 > 2
+	if !a.allow() || a.level() != 2.5 {
+		t.Errorf("after a success: allow %v, level %v; want true, 2.5", a.allow(), a.level())
+	}
+	for range 10 {
+		a.success()
+		a.failure()
+		a.failure()
+		a.failure()
+		a.failure()
+	}
+	if a.level() != 0 {
+		t.Errorf("level %v, want the floor 0", a.level())
+	}
+	for range 20 {
+		a.success()
+	}
+	if a.level() != 4 {
+		t.Errorf("level %v, want the ceiling 4", a.level())
+	}
+	if (*throttles)(nil).get("x") != nil {
+		t.Error("nil throttles must give no throttle")
+	}
+}

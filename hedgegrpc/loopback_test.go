@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -188,9 +190,13 @@ func TestLoopbackAttemptMetadata(t *testing.T) {
 	})
 	c := hedgingClient(t, serve(t, svc), mustPolicy(t, tailcut.Config{}), hedgeAfter("0.01s"))
 	var trailer metadata.MD
-	resp, err := c.UnaryCall(t.Context(), &testpb.SimpleRequest{}, grpc.Trailer(&trailer))
+	var pr peer.Peer
+	resp, err := c.UnaryCall(t.Context(), &testpb.SimpleRequest{}, grpc.Trailer(&trailer), grpc.Peer(&pr))
 	if err != nil || resp.Username != "hedge" {
 		t.Fatalf("got %v, %v; want the hedge's answer", resp, err)
+	}
+	if pr.Addr == nil || !strings.HasPrefix(pr.Addr.String(), "127.0.0.1:") {
+		t.Errorf("peer %v, want the server's loopback address", pr.Addr)
 	}
 	svc.waitExits(t, 1)
 	seen := svc.calls()

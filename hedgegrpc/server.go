@@ -26,7 +26,10 @@ const DefaultPushback = time.Second
 // retries in grpc-java, C++ and .NET). A shed call gets RESOURCE_EXHAUSTED
 // and the trailer "grpc-retry-pushback-ms", which makes a hedgegrpc client
 // (or any A6 client) pause its hedges; the original attempt it hedged keeps
-// running, so shedding a hedge costs its caller nothing but the hedge.
+// running, so shedding a hedge costs its caller nothing but the hedge. A
+// retry from gRPC's own retry policy also carries
+// grpc-previous-rpc-attempts and is treated as a hedge: it too is extra
+// load, and it too is shed first.
 //
 // The zero Server counts and sheds nothing. Set the fields before the first
 // call and do not change them afterwards; a Server is safe for concurrent
