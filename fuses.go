@@ -45,19 +45,32 @@ func (s BreakerState) String() string {
 const breakerBuckets = 10
 
 // breaker is one key's circuit breaker on hedges. Its zero value is a
-// closed breaker. allow is lock-free while closed; record takes a mutex.
+// closed breaker.
+//
+// The request path stays cheap: allow is one atomic load while closed, and
+// record of a success in the closed state is two atomic loads and an
+// atomic add into the current bucket. The mutex is taken for errors (which
+// evaluate the trip condition), when the window rolls to a new bucket, and
+// outside the closed state. A success racing with a roll may land in the
+// bucket before or after its own: the breaker is a statistic, not a ledger.
 type breaker struct {
 	state     atomic.Uint32 // a BreakerState
 	openUntil atomic.Int64  // UnixNano at which an open breaker turns half-open
+	epoch     atomic.Int64  // bucket number (UnixNano ÷ bucket width) of the newest bucket
+	buckets   [breakerBuckets]atomic.Uint64
 
 	mu        sync.Mutex
-	buckets   [breakerBuckets]struct{ n, errs uint32 }
-	epoch     int64 // bucket number (UnixNano ÷ bucket length) of the newest bucket
-	n, errs   uint32
+	started   bool  // epoch has been set
 	halfSince int64 // UnixNano at which the breaker turned half-open
 	probes    int   // successes in a row while half-open
-	started   bool  // epoch is set
 }
+
+// A bucket packs its attempt count in the high 32 bits and its error count
+// in the low 32 bits.
+const (
+	bucketAttempt = 1 << 32
+	bucketError   = 1
+)
 
 // bucketIndex maps a bucket number, possibly negative (virtual clocks may
 // start before 1970), to its slot.
@@ -103,6 +116,11 @@ func (b *breaker) halfOpenLocked(n int64) {
 // at n (both UnixNano), and reports whether the breaker opened because of
 // it.
 func (b *breaker) record(cfg *BreakerConfig, n, start int64, ok bool) (tripped bool) {
+	e := n / (int64(cfg.Window) / breakerBuckets)
+	if ok && BreakerState(b.state.Load()) == BreakerClosed && e == b.epoch.Load() {
+		b.buckets[bucketIndex(e)].Add(bucketAttempt) // the fast path
+		return false
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch BreakerState(b.state.Load()) {
@@ -126,33 +144,37 @@ func (b *breaker) record(cfg *BreakerConfig, n, start int64, ok bool) (tripped b
 		}
 		return false
 	}
-	// Closed: roll the window forward to n and count.
-	width := int64(cfg.Window) / breakerBuckets
-	e := n / width
-	if !b.started {
-		b.started, b.epoch = true, e
-	}
-	if d := e - b.epoch; d > 0 {
-		if d >= breakerBuckets {
-			b.resetLocked()
-		} else {
-			for i := b.epoch + 1; i <= e; i++ {
-				bk := &b.buckets[bucketIndex(i)]
-				b.n -= bk.n
-				b.errs -= bk.errs
-				*bk = struct{ n, errs uint32 }{}
-			}
+	// Closed: roll the window forward to e and count. An n slightly in the
+	// past (another goroutine's clock read) counts in the newest bucket.
+	cur := b.epoch.Load()
+	switch d := e - cur; {
+	case !b.started:
+		b.started = true
+		b.epoch.Store(e)
+	case d >= breakerBuckets:
+		b.resetLocked()
+		b.epoch.Store(e)
+	case d > 0:
+		for i := cur + 1; i <= e; i++ {
+			b.buckets[bucketIndex(i)].Store(0)
 		}
-		b.epoch = e
-	} // an n slightly in the past (another goroutine's clock read) counts now
-	bk := &b.buckets[bucketIndex(b.epoch)]
-	bk.n++
-	b.n++
-	if !ok {
-		bk.errs++
-		b.errs++
+		b.epoch.Store(e)
 	}
-	if b.n >= uint32(cfg.MinRequests) && float64(b.errs) >= cfg.Threshold*float64(b.n) {
+	v := uint64(bucketAttempt)
+	if !ok {
+		v |= bucketError
+	}
+	b.buckets[bucketIndex(b.epoch.Load())].Add(v)
+	if ok {
+		return false // only an error can raise the error ratio
+	}
+	var attempts, errs uint64
+	for i := range b.buckets {
+		v := b.buckets[i].Load()
+		attempts += v >> 32
+		errs += v & (bucketAttempt - 1)
+	}
+	if attempts >= uint64(cfg.MinRequests) && float64(errs) >= cfg.Threshold*float64(attempts) {
 		b.openLocked(cfg, n)
 		return true
 	}
@@ -168,8 +190,9 @@ func (b *breaker) openLocked(cfg *BreakerConfig, n int64) {
 
 // resetLocked clears the rolling window. b.mu must be held.
 func (b *breaker) resetLocked() {
-	b.buckets = [breakerBuckets]struct{ n, errs uint32 }{}
-	b.n, b.errs = 0, 0
+	for i := range b.buckets {
+		b.buckets[i].Store(0)
+	}
 }
 
 // stateAt returns the breaker's state as seen at n, without changing it.

@@ -492,3 +492,36 @@ func TestDryRunThroughDo(t *testing.T) {
 		}
 	})
 }
+
+// TestBreakerConcurrent: many goroutines reporting at once (run with
+// -race). Healthy traffic never trips; 20 % errors do.
+func TestBreakerConcurrent(t *testing.T) {
+	for _, tc := range []struct {
+		errEvery int
+		trips    bool
+	}{{0, false}, {5, true}} {
+		p := fusePolicy(t, tailcut.Config{})
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 2000 {
+					now := t0.Add(time.Duration(i) * 3 * time.Millisecond) // rolls buckets as it goes
+					o := tailcut.Completed
+					if tc.errEvery > 0 && (g+i)%tc.errEvery == 0 {
+						o = tailcut.Failed
+					}
+					r := p.Begin("k", now)
+					if p.Hedge(&r, now) == tailcut.Send {
+						p.Observe(&r, 1, time.Millisecond, tailcut.Canceled, now)
+					}
+					p.Observe(&r, 0, time.Millisecond, o, now)
+					p.End(&r, 0, now)
+				}
+			})
+		}
+		wg.Wait()
+		if s := p.Stats(); (s.BreakerTrips > 0) != tc.trips {
+			t.Errorf("errors every %d: %d trips, want trips=%v", tc.errEvery, s.BreakerTrips, tc.trips)
+		}
+	}
+}
