@@ -124,10 +124,10 @@ func identity(s string) string { return s }
 // (a grpc.OnFinish callback runs once per attempt, possibly concurrently).
 //
 // Cost: a call answered before its hedge delay pays no goroutine, no extra
-// message and no merge — about 3 µs and 13 allocations over the plain call
-// (BenchmarkInterceptorOverhead; a unary call over bufconn is ~75 µs);
-// calls that are not hedged pay a service-config lookup (~150 ns, no
-// allocation).
+// message and no merge: 13 allocations (1.3 KB) and 3–9 µs over the plain
+// call, measured on a loaded 2-core machine (BenchmarkInterceptorOverhead;
+// a unary call over bufconn takes 75–180 µs there). Calls that are not
+// hedged pay a service-config lookup: no allocation, 130–300 ns.
 //
 // A trailer "grpc-retry-pushback-ms: n" pauses hedging for the method's key
 // for n ms (tailcut.Policy.Pushback) and delays this call's next hedge by n
