@@ -155,6 +155,8 @@ type keyState struct {
 	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	warm         atomic.Bool  // cached comes from the estimator, not WarmupDelay
 
+	fleet atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
+
 	mu sync.Mutex // serialises recomputation
 
 	counters
@@ -398,6 +400,9 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 		return time.Duration(ks.cached.Load()) // another goroutine just did it
 	}
 	d, ok := ks.est.Quantile(p.cfg.Quantile, now)
+	if !ok {
+		d, ok = p.fleetQuantile(ks)
+	}
 	if ok {
 		d = time.Duration(float64(d) * p.cfg.Multiplier)
 	} else {
