@@ -525,3 +525,23 @@ func TestBreakerConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSampled checks the rollout properties for any ID: a request sampled
+// at one rate is sampled at every higher rate, and rate 1 samples all.
+func FuzzSampled(f *testing.F) {
+	for _, s := range []string{"", "req-1", "00000000-0000-0000-0000-000000000000", "\xff\x00"} {
+		f.Add(s, 0.05, 0.2)
+	}
+	f.Fuzz(func(t *testing.T, id string, a, b float64) {
+		if !(a > 0 && a <= 1 && b > 0 && b <= 1) {
+			return
+		}
+		lo, hi := min(a, b), max(a, b)
+		if tailcut.Sampled(id, lo) && !tailcut.Sampled(id, hi) {
+			t.Errorf("%q sampled at %v but not at %v", id, lo, hi)
+		}
+		if !tailcut.Sampled(id, 1) {
+			t.Errorf("%q not sampled at rate 1", id)
+		}
+	})
+}
