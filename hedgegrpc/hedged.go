@@ -57,7 +57,7 @@ type hcall struct {
 	decided  bool
 	outcome  *result       // the winner, or the failure returned
 	aborted  bool          // the caller's context ended the call
-	done     chan struct{} // closed when decided
+	done     chan struct{} // closed when decided; made only if the caller waits
 }
 
 // hedged runs one call as a hedged request.
@@ -65,7 +65,6 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	h := &hcall{
 		c: c, ctx: ctx, method: method, req: req, reply: reply, cc: cc, invoker: invoker,
 		pl: pl, th: th, key: c.key(method), max: min(pl.maxAttempts, MaxAttemptsLimit),
-		done: make(chan struct{}),
 	}
 	// Options that write into the caller's variables are kept back and
 	// served from the winning attempt: concurrent attempts must not write
@@ -113,16 +112,22 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	res := h.attempt(actx, 0, reply)
 	h.event(&res)
 
-	select {
-	case <-h.done:
-	case <-ctx.Done():
-		h.mu.Lock()
-		if !h.decided {
-			h.abortLocked(time.Now())
-		}
-		h.mu.Unlock()
-	}
 	h.mu.Lock()
+	if !h.decided {
+		// The original failed and hedges are running (or due): wait.
+		h.done = make(chan struct{})
+		h.mu.Unlock()
+		select {
+		case <-h.done:
+		case <-ctx.Done():
+			h.mu.Lock()
+			if !h.decided {
+				h.abortLocked(time.Now())
+			}
+			h.mu.Unlock()
+		}
+		h.mu.Lock()
+	}
 	if h.timer != nil {
 		h.timer.Stop()
 	}
@@ -306,7 +311,9 @@ func (h *hcall) cancelRunningLocked(now time.Time) {
 func (h *hcall) finishLocked() {
 	h.decided = true
 	h.disarmLocked()
-	close(h.done)
+	if h.done != nil {
+		close(h.done)
+	}
 }
 
 // tryHedgeLocked sends the next attempt(s) the policy grants at now, and
