@@ -100,7 +100,11 @@ func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
 	if end != 0 {
 		w = windowFigures{requests: req - dg.startReq, triggered: trig - dg.startTrig, sent: sent - dg.startSent}
 		if w.requests >= int64(max(p.cfg.MinSamples, 1)) {
-			rate := float64(w.triggered) / float64(w.requests)
+			// Asks are counted when made, requests when begun: a request
+			// begun at the end of one window may ask in the next. In a
+			// steady state the two balance; at a rate near 1 the ratio can
+			// exceed it by a few requests, hence the clamp.
+			rate := min(float64(w.triggered)/float64(w.requests), 1)
 			st := diagnose(rate)
 			dg.rate.Store(math.Float64bits(rate))
 			dg.status.Store(uint32(st))
@@ -134,7 +138,7 @@ func (p *Policy) warnMasking(key string, w windowFigures) {
 	}
 	l.LogAttrs(context.Background(), slog.LevelWarn, MaskingMessage,
 		slog.String("key", key),
-		slog.Float64("hedge_trigger_rate", ratio(w.triggered, w.requests)),
+		slog.Float64("hedge_trigger_rate", min(ratio(w.triggered, w.requests), 1)),
 		slog.Float64("hedge_sent_rate", ratio(w.sent, w.requests)),
 		slog.Int64("requests", w.requests),
 		slog.Duration("window", p.cfg.DiagnosisWindow),
