@@ -1,0 +1,316 @@
+// Command bhope runs the workload of the bhope/hedge benchmark through
+// plain net/http and through each hedging library, over a real loopback
+// server, and prints one markdown table of client-side latency percentiles
+// and extra load.
+//
+// The workload: 50,000 GET requests from 20 concurrent workers (closed
+// loop); the server's service time is lognormal with mean 5 ms and standard
+// deviation 2 ms, and 5 % of attempts are stragglers that take 10 times as
+// long; the server honours cancellation (a cancelled attempt stops waiting).
+// Each attempt draws its own service time, so a hedge of a straggler is
+// usually fast.
+//
+//	cd bench && go run ./cmd/bhope            # all strategies, ~20 s each
+//	go run ./cmd/bhope -n 5000 -only tailcut  # a quick look at one
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/cristalhq/hedgedhttp"
+	"github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/hedgepolicy"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/hedgehttp"
+)
+
+var (
+	flagN        = flag.Int("n", 50000, "requests per strategy")
+	flagC        = flag.Int("c", 20, "concurrent workers")
+	flagMean     = flag.Duration("mean", 5*time.Millisecond, "mean service time")
+	flagSD       = flag.Duration("sd", 2*time.Millisecond, "standard deviation of the service time")
+	flagStraggle = flag.Float64("stragglers", 0.05, "fraction of attempts that straggle")
+	flagFactor   = flag.Float64("factor", 10, "how much slower a straggler is")
+	flagSeed     = flag.Uint64("seed", 1, "seed of the service-time draws")
+	flagOnly     = flag.String("only", "", "comma-separated strategies to run (default all)")
+	flagRounds   = flag.Int("rounds", 10, "rounds in which the strategies take turns")
+)
+
+// server is the loopback service.
+type server struct {
+	mu        sync.Mutex
+	rng       *rand.Rand
+	mu0, sig  float64 // lognormal parameters of the service time, in ms
+	attempts  atomic.Int64
+	cancelled atomic.Int64
+	busy      atomic.Int64 // ns of service time actually spent (until done or cancelled)
+}
+
+func newServer(seed uint64) *server {
+	m := float64(*flagMean) / float64(time.Millisecond)
+	s := float64(*flagSD) / float64(time.Millisecond)
+	sig2 := math.Log(1 + s*s/(m*m))
+	return &server{
+		rng: rand.New(rand.NewPCG(seed, 0)),
+		mu0: math.Log(m) - sig2/2,
+		sig: math.Sqrt(sig2),
+	}
+}
+
+func (s *server) serviceTime() time.Duration {
+	s.mu.Lock()
+	ms := math.Exp(s.mu0 + s.sig*s.rng.NormFloat64())
+	if s.rng.Float64() < *flagStraggle {
+		ms *= *flagFactor
+	}
+	s.mu.Unlock()
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.attempts.Add(1)
+	d := s.serviceTime()
+	start := time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		io.WriteString(w, "ok")
+	case <-r.Context().Done():
+		s.cancelled.Add(1)
+	}
+	s.busy.Add(int64(time.Since(start)))
+}
+
+type strategy struct {
+	name  string
+	about string
+	rt    func(base http.RoundTripper, p95 time.Duration) http.RoundTripper
+}
+
+var strategies = []strategy{
+	{"plain", "net/http, no hedging", func(base http.RoundTripper, _ time.Duration) http.RoundTripper { return base }},
+	{"tailcut", "hedgehttp, default policy (p95 of the last 30 s, budget 10 % + burst 10)",
+		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
+			p, err := tailcut.New(tailcut.Config{})
+			if err != nil {
+				log.Fatal(err)
+			}
+			tailcutPolicy = p
+			return hedgehttp.NewTransport(base, p)
+		}},
+	{"hedgedhttp", "cristalhq/hedgedhttp v0.9.2, static delay = p95 of the service-time model, upto 2",
+		func(base http.RoundTripper, p95 time.Duration) http.RoundTripper {
+			rt, err := hedgedhttp.NewRoundTripper(p95, 2, base)
+			if err != nil {
+				log.Fatal(err)
+			}
+			return rt
+		}},
+	{"failsafe-go", "failsafe-go v0.9.8 hedgepolicy, delay = p95 quantile (age 1000, after 20), 1 hedge, no budget",
+		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
+			hp := hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 1000, 20).WithMaxHedges(1).Build()
+			return failsafehttp.NewRoundTripper(base, hp)
+		}},
+	{"failsafe-go+budget", "as failsafe-go, with its budget at max rate 10 %",
+		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
+			b := budget.NewBuilder().WithMaxRate(0.1).Build()
+			hp := hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 1000, 20).WithMaxHedges(1).WithBudget(b).Build()
+			return failsafehttp.NewRoundTripper(base, hp)
+		}},
+}
+
+// tailcutPolicy is the policy of the last tailcut run, for its statistics.
+var tailcutPolicy *tailcut.Policy
+
+type result struct {
+	name                     string
+	p50, p95, p99, p999, max time.Duration
+	extra                    float64 // attempts / requests − 1
+	busyExtra                float64 // server busy time / plain's − 1
+	errors                   int64
+	took                     time.Duration
+}
+
+// runner is one strategy's client, server and measurements.
+type runner struct {
+	st     strategy
+	srv    *server
+	hs     *http.Server
+	base   *http.Transport
+	client *http.Client
+	url    string
+	hist   *hdrhistogram.Histogram
+	errs   atomic.Int64
+	sent   int
+	took   time.Duration
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	only := map[string]bool{}
+	for _, s := range strings.Split(*flagOnly, ",") {
+		if s != "" {
+			only[s] = true
+		}
+	}
+	p95 := modelQuantile(0.95)
+	var runners []*runner
+	for i, st := range strategies {
+		if len(only) > 0 && !only[st.name] {
+			continue
+		}
+		runners = append(runners, newRunner(st, p95, *flagSeed+uint64(i)))
+	}
+	// The strategies take turns, a slice of the requests each, so that
+	// whatever else the machine is doing weighs on all of them alike.
+	for round := range *flagRounds {
+		for _, r := range runners {
+			n := *flagN / *flagRounds
+			if round == *flagRounds-1 {
+				n = *flagN - r.sent
+			}
+			r.run(n)
+		}
+		fmt.Fprintf(os.Stderr, "round %d/%d done\n", round+1, *flagRounds)
+	}
+	var plainBusy int64
+	var results []result
+	for _, r := range runners {
+		r.base.CloseIdleConnections()
+		r.hs.Close()
+		if r.st.name == "plain" {
+			plainBusy = r.srv.busy.Load()
+		}
+	}
+	for _, r := range runners {
+		q := func(p float64) time.Duration { return time.Duration(r.hist.ValueAtQuantile(p)) * time.Microsecond }
+		res := result{
+			name: r.st.name,
+			p50:  q(50), p95: q(95), p99: q(99), p999: q(99.9),
+			max:    time.Duration(r.hist.Max()) * time.Microsecond,
+			extra:  float64(r.srv.attempts.Load())/float64(r.sent) - 1,
+			errors: r.errs.Load(),
+			took:   r.took,
+		}
+		if plainBusy > 0 {
+			res.busyExtra = float64(r.srv.busy.Load())/float64(plainBusy) - 1
+		}
+		results = append(results, res)
+	}
+	if tailcutPolicy != nil {
+		s := tailcutPolicy.Stats()
+		var delay time.Duration
+		if len(s.Keys) > 0 {
+			delay = s.Keys[0].Delay
+		}
+		fmt.Fprintf(os.Stderr, "tailcut: hedge rate %.2f %%, hedge wins %.0f %%, denied %d (budget %d, pushback %d), final delay %v\n",
+			s.HedgeRate()*100, s.HedgeWinRate()*100, s.Denials(), s.Denied[tailcut.DenyBudget], s.Denied[tailcut.DenyPushback], delay)
+	}
+
+	fmt.Printf("bhope workload: %d requests, concurrency %d, lognormal mean %v sd %v, %.0f %% stragglers ×%g, server honours cancellation; "+
+		"strategies interleaved in %d rounds; %s, %d CPUs\n\n",
+		*flagN, *flagC, *flagMean, *flagSD, *flagStraggle*100, *flagFactor, *flagRounds, runtime.Version(), runtime.NumCPU())
+	fmt.Println("| strategy | p50 | p95 | p99 | p99.9 | max | extra attempts | extra server time | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %+.1f %% | %+.1f %% | %d |\n", r.name,
+			ms(r.p50), ms(r.p95), ms(r.p99), ms(r.p999), ms(r.max), r.extra*100, r.busyExtra*100, r.errors)
+	}
+	fmt.Println()
+	for _, r := range runners {
+		about := r.st.about
+		if r.st.name == "hedgedhttp" {
+			about += fmt.Sprintf(" (%.1f ms)", float64(p95)/float64(time.Millisecond))
+		}
+		fmt.Printf("- %s: %s\n", r.st.name, about)
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// modelQuantile returns the q-quantile of the service-time model, by
+// sampling it: the static delay given to hedgedhttp, as a user who knows
+// the distribution would set it.
+func modelQuantile(q float64) time.Duration {
+	s := newServer(12345)
+	const n = 200000
+	xs := make([]time.Duration, n)
+	for i := range xs {
+		xs[i] = s.serviceTime()
+	}
+	slices.Sort(xs)
+	return xs[int(q*n)]
+}
+
+func newRunner(st strategy, p95 time.Duration, seed uint64) *runner {
+	srv := newServer(seed)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv}
+	go hs.Serve(l)
+	base := &http.Transport{
+		MaxIdleConns:        1000,
+		MaxIdleConnsPerHost: 1000,
+		IdleConnTimeout:     time.Minute,
+	}
+	return &runner{
+		st: st, srv: srv, hs: hs, base: base,
+		client: &http.Client{Transport: st.rt(base, p95)},
+		url:    "http://" + l.Addr().String() + "/",
+		hist:   hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3),
+	}
+}
+
+// run sends n requests from the configured number of workers.
+func (r *runner) run(n int) {
+	var histMu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range *flagC {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, r.url, nil)
+				resp, err := r.client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				d := time.Since(t0)
+				if err != nil {
+					r.errs.Add(1)
+					continue
+				}
+				histMu.Lock()
+				r.hist.RecordValue(int64(d / time.Microsecond))
+				histMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	r.took += time.Since(start)
+	r.sent += n
+}
