@@ -31,6 +31,8 @@ type Result struct {
 	// Errors is the number of failed requests (the simulated servers do
 	// not fail; it is kept for the rollout gate "errors not up").
 	Errors int
+	// FirstError is the first error a real run met (RunReal).
+	FirstError string
 	// LockWait is the total time attempts waited for a lock, LockWaits
 	// how many waited.
 	LockWait  time.Duration
@@ -108,6 +110,10 @@ const (
 // strategies does not include none. cfg.Progress, if set, counts the
 // requests of all the runs together (the baseline's excepted).
 func Compare(cfg Config, strategies []Strategy) ([]*Result, error) {
+	return compareWith(cfg, strategies, Run)
+}
+
+func compareWith(cfg Config, strategies []Strategy, run func(Config, Strategy) (*Result, error)) ([]*Result, error) {
 	cfg, err := cfg.Resolve()
 	if err != nil {
 		return nil, err
@@ -120,7 +126,7 @@ func Compare(cfg Config, strategies []Strategy) ([]*Result, error) {
 			off := i * cfg.Requests
 			cfg.Progress = func(done int) { progress(off + done) }
 		}
-		r, err := Run(cfg, st)
+		r, err := run(cfg, st)
 		if err != nil {
 			return nil, err
 		}
@@ -131,7 +137,7 @@ func Compare(cfg Config, strategies []Strategy) ([]*Result, error) {
 	}
 	if base == nil {
 		cfg.Progress = nil
-		if base, err = Run(cfg, Strategy{Kind: None}); err != nil {
+		if base, err = run(cfg, Strategy{Kind: None}); err != nil {
 			return nil, err
 		}
 	}

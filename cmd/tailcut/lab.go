@@ -38,6 +38,7 @@ type labFlags struct {
 	json        bool
 	html        string
 	list        bool
+	real        bool
 }
 
 func newLabCmd(e *env) *cobra.Command {
@@ -86,6 +87,7 @@ hedge budget off for that strategy.`,
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
 	fl.BoolVar(&f.list, "list", false, "list the scenarios and exit")
+	fl.BoolVar(&f.real, "real", false, "run for real: HTTP over loopback through hedgehttp.Transport to an in-process server sleeping the sampled latencies (none, static, adaptive; default 10,000 requests)")
 	cmd.AddCommand(newExperimentCmd(e))
 	return cmd
 }
@@ -183,9 +185,26 @@ func runLab(e *env, cmd *cobra.Command, f *labFlags) error {
 	if err != nil {
 		return err
 	}
-	strategies, err := lab.ParseStrategies(f.strategies)
+	list := f.strategies
+	if f.real && !cmd.Flags().Changed("strategies") {
+		list = "none,static:10ms,adaptive" // the oracle cannot run for real
+	}
+	strategies, err := lab.ParseStrategies(list)
 	if err != nil {
 		return usageError{err}
+	}
+	if f.real {
+		for _, s := range strategies {
+			if !lab.RealSupported(s) {
+				return usagef("--real runs none, static and adaptive only, not %s", s)
+			}
+		}
+		if cfg.Scenario.GC != nil {
+			return usagef("--real does not model the GC pauses of scenario %s", cfg.Scenario.Name)
+		}
+		if !cmd.Flags().Changed("requests") {
+			cfg.Requests = min(cfg.Requests, 10000)
+		}
 	}
 	if f.html != "" && slices.ContainsFunc(strategies, func(s lab.Strategy) bool { return s.Kind == lab.Adaptive }) {
 		cfg.SeriesEvery = seriesStep(cfg)
@@ -193,7 +212,11 @@ func runLab(e *env, cmd *cobra.Command, f *labFlags) error {
 	total := cfg.Requests * len(strategies)
 	pb := newProgress(e, total, "simulating "+cfg.Scenario.Name)
 	cfg.Progress = pb.set
-	results, err := lab.Compare(cfg, strategies)
+	compare := lab.Compare
+	if f.real {
+		compare = lab.CompareReal
+	}
+	results, err := compare(cfg, strategies)
 	pb.finish()
 	if err != nil {
 		return err

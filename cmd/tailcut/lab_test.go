@@ -211,3 +211,20 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version: %d %q", code, out)
 	}
 }
+
+func TestLabReal(t *testing.T) {
+	code, out, errs := runCLI(t, "lab", "--real", "--requests", "300", "--rate", "300", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{`"none (real)"`, `"static:10ms (real)"`, `"adaptive (real)"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--real output lacks %s:\n%s", want, out)
+		}
+	}
+	for _, args := range [][]string{{"lab", "--real", "--strategies", "oracle"}, {"lab", "--real", "--scenario", "gc"}} {
+		if code, _, errs := runCLI(t, args...); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, errs)
+		}
+	}
+}

@@ -1,0 +1,316 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/hedgehttp"
+)
+
+// RealSupported reports whether [RunReal] can run strategy st.
+func RealSupported(st Strategy) bool {
+	return st.Kind == None || st.Kind == Static || st.Kind == Adaptive
+}
+
+// RunReal runs cfg under strategy st for real, in wall-clock time: the
+// client sends HTTP requests over loopback through a hedgehttp.Transport
+// to an in-process server on 127.0.0.1 that sleeps each attempt's service
+// time — drawn from the same stream, keyed by request, leg and attempt
+// (read from the Hedge-Attempt header), as in the simulation — and holds
+// real sync.Mutexes for the scenario's critical sections. It is the check
+// that the simulator and the real client agree.
+//
+// The server runs one goroutine per request (Workers only scales the
+// reported utilisation), honours cancellation unless cfg says otherwise,
+// and does not model GC pauses. Only none, static and adaptive can run for
+// real. A run takes Requests ÷ Rate seconds.
+func RunReal(cfg Config, st Strategy) (*Result, error) {
+	cfg, err := cfg.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	if !RealSupported(st) {
+		return nil, fmt.Errorf("lab: strategy %s cannot run for real (only none, static and adaptive)", st)
+	}
+	if cfg.Scenario.GC != nil {
+		return nil, fmt.Errorf("lab: scenario %s: GC pauses are not modelled for real", cfg.Scenario.Name)
+	}
+	srv, err := startRealServer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.close()
+
+	base := &http.Transport{MaxIdleConnsPerHost: 4096, IdleConnTimeout: 30 * time.Second}
+	defer base.CloseIdleConnections()
+	var rt http.RoundTripper = base
+	var policy *tailcut.Policy
+	if st.Kind != None {
+		pc := cfg.Policy
+		if pc.Quantile == 0 {
+			pc.Quantile = cfg.Quantile
+		}
+		if pc.MaxHedges == 0 {
+			pc.MaxHedges = cfg.MaxHedges
+		}
+		if pc.Logger == nil {
+			pc.Logger = slog.New(slog.DiscardHandler)
+		}
+		var b budget.Budget
+		if cfg.Budget > 0 && !st.Unbudgeted {
+			b, err = budget.NewRatio(cfg.Budget, cfg.Burst, 0)
+		} else {
+			b, err = budget.NewRatio(1, 1e12, -1)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+		pc.Budget = b
+		if policy, err = tailcut.New(pc); err != nil {
+			return nil, fmt.Errorf("lab: real policy: %w", err)
+		}
+		t := hedgehttp.NewTransport(base, policy, hedgehttp.WithKey(func(*http.Request) string { return policyKey }))
+		if err := t.Err(); err != nil {
+			return nil, err
+		}
+		rt = t
+	}
+	client := &http.Client{Transport: rt}
+	// Open the connections the run will need before measuring: the first
+	// requests of a cold client would otherwise pay for TCP handshakes.
+	srv.warm(&http.Client{Transport: base}, 64)
+
+	n := cfg.Requests
+	lat := make([]int64, n)
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	var done atomic.Int64
+	start := time.Now()
+	one := func(i int) {
+		ctx := context.Background()
+		if st.Kind == Static {
+			ctx = tailcut.WithDelay(ctx, st.Delay)
+		}
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for leg := range cfg.Fanout {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := srv.get(ctx, client, i, leg); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}()
+		}
+		wg.Wait()
+		lat[i] = int64(time.Since(t0))
+		if d := done.Add(1); cfg.Progress != nil && d%int64(max(n/200, 100)) == 0 {
+			cfg.Progress(int(d))
+		}
+	}
+	var wg sync.WaitGroup
+	if cfg.Concurrency > 0 {
+		var next atomic.Int64
+		for range min(cfg.Concurrency, n) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= n {
+						return
+					}
+					one(i)
+				}
+			}()
+		}
+	} else {
+		arr := rand.New(rand.NewPCG(splitmix64(cfg.Seed^streamArrivals), streamArrivals))
+		at := time.Duration(0)
+		for i := range n {
+			at += time.Duration(arr.ExpFloat64() / cfg.Rate * 1e9)
+			if d := time.Until(start.Add(at)); d > 0 {
+				time.Sleep(d) // pacing the open-loop load generator
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); one(i) }()
+		}
+	}
+	wg.Wait()
+	span := time.Since(start)
+
+	r := &Result{Strategy: st.String() + " (real)", Scenario: cfg.Scenario.Name, Requests: n, Calls: int64(n * cfg.Fanout),
+		Span: span, Errors: int(errs.Load()), LockWait: time.Duration(srv.lockWait.Load()), LockWaits: srv.lockWaits.Load()}
+	if e, ok := firstErr.Load().(string); ok {
+		r.FirstError = e
+	}
+	r.byIndex = lat
+	r.sorted = slices.Clone(lat)
+	slices.Sort(r.sorted)
+	var sum float64
+	for _, v := range r.sorted {
+		sum += float64(v)
+	}
+	r.Mean = time.Duration(sum / float64(n))
+	r.P50, r.P90, r.P95, r.P99, r.P999 = pct(r.sorted, 0.5), pct(r.sorted, 0.9), pct(r.sorted, 0.95), pct(r.sorted, 0.99), pct(r.sorted, 0.999)
+	r.Max = time.Duration(r.sorted[n-1])
+	if policy != nil {
+		s := policy.Stats()
+		r.Hedges = s.Hedges
+		r.Attempts = s.Attempts
+		r.ExtraLoad = s.ExtraLoad()
+		r.HedgeRate = s.HedgeRate()
+		r.Delay = policy.Delay(policyKey, time.Now())
+		r.Denied = s.Denials()
+	} else {
+		r.Attempts = r.Calls
+	}
+	r.Utilization = float64(srv.busy.Load()) / (float64(cfg.Replicas*cfg.Workers) * float64(span))
+	return r, nil
+}
+
+// realServer is the in-process server of RunReal.
+type realServer struct {
+	cfg   Config
+	ln    net.Listener
+	srv   *http.Server
+	url   string
+	locks []sync.Mutex
+
+	busy      atomic.Int64 // handler time, ns
+	lockWait  atomic.Int64
+	lockWaits atomic.Int64
+	received  atomic.Int64
+}
+
+func startRealServer(cfg Config) (*realServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("lab: real server: %w", err)
+	}
+	s := &realServer{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String() + "/"}
+	if cfg.Scenario.Locks > 0 {
+		s.locks = make([]sync.Mutex, cfg.Scenario.Locks)
+	}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *realServer) close() { _ = s.srv.Close() }
+
+// get sends leg of request i and reads the answer.
+func (s *realServer) get(ctx context.Context, c *http.Client, i, leg int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Lab-Request", strconv.Itoa(i))
+	req.Header.Set("Lab-Leg", strconv.Itoa(leg))
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+var errBadLabRequest = errors.New("bad Lab-Request or Lab-Leg header")
+
+// warm sends n concurrent requests that the server answers at once.
+func (s *realServer) warm(c *http.Client, n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequest(http.MethodGet, s.url, nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Lab-Warm", "1")
+			if resp, err := c.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// ServeHTTP sleeps the attempt's service time, holding its lock for the
+// critical section.
+func (s *realServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Lab-Warm") != "" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	t0 := time.Now()
+	s.received.Add(1)
+	i, err1 := strconv.Atoi(r.Header.Get("Lab-Request"))
+	leg, err2 := strconv.Atoi(r.Header.Get("Lab-Leg"))
+	if err1 != nil || err2 != nil || i < 0 || leg < 0 {
+		http.Error(w, errBadLabRequest.Error(), http.StatusBadRequest)
+		return
+	}
+	k := hedgehttp.ParseAttempt(r.Header)
+	rng := rand.New(rand.NewPCG(mix(s.cfg.Seed, streamService, i, leg, k), streamService))
+	svc := s.cfg.Scenario.Draw(rng, Call{Request: i, Requests: s.cfg.Requests, Leg: leg, Attempt: k})
+	honour := s.cfg.Cancel == CancelHonoured
+	defer func() { s.busy.Add(int64(time.Since(t0))) }()
+	if !sleepCtx(r.Context(), svc.Work, honour) {
+		return
+	}
+	if svc.Hold > 0 && len(s.locks) > 0 {
+		mu := &s.locks[mix(s.cfg.Seed, streamLock, i, leg, 0)%uint64(len(s.locks))]
+		w0 := time.Now()
+		mu.Lock() // a handler blocked here cannot see its context: as in the article
+		s.lockWait.Add(int64(time.Since(w0)))
+		s.lockWaits.Add(1)
+		time.Sleep(svc.Hold)
+		mu.Unlock()
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// sleepCtx sleeps d, or until ctx ends when honour is set; it reports
+// whether the whole d was slept.
+func sleepCtx(ctx context.Context, d time.Duration, honour bool) bool {
+	if !honour {
+		time.Sleep(d)
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// CompareReal is [Compare] with every strategy run by [RunReal].
+func CompareReal(cfg Config, strategies []Strategy) ([]*Result, error) {
+	return compareWith(cfg, strategies, RunReal)
+}
