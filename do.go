@@ -128,6 +128,15 @@ func WithDelay(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, ctxKey{}, o)
 }
 
+// Overrides reports the per-request overrides that [WithoutHedging] and
+// [WithDelay] put in ctx, for adapters that drive the [Policy] themselves
+// instead of through [Do]: noHedge means send the primary only; a positive
+// delay replaces the policy's delay for this request.
+func Overrides(ctx context.Context) (noHedge bool, delay time.Duration) {
+	o, _ := ctx.Value(ctxKey{}).(requestOptions)
+	return o.noHedge, o.delay
+}
+
 // result is what an attempt produced.
 type result[T any] struct {
 	v   T
