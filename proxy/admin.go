@@ -1,0 +1,185 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tailcut/tailcut"
+)
+
+// AdminHandler returns the handler of the admin listener:
+//
+//   - /healthz: 200 "ok", or 503 "draining" during a graceful shutdown;
+//   - /metrics: Prometheus metrics — per route, the policy's figures
+//     (hedgeprom: requests, hedges, denials by reason, delay, extra load,
+//     diagnosis) with a route label, and the proxy's own: request duration,
+//     attempts, hedges and errors per upstream replica;
+//   - /debug/tailcut: the same per route and upstream as JSON ([Debug]).
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/tailcut", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(s.Debug())
+	})
+	return mux
+}
+
+// Debug is the /debug/tailcut document.
+type Debug struct {
+	// Config is the file the config in force came from.
+	Config string `json:"config"`
+	// Draining is true during a graceful shutdown.
+	Draining bool `json:"draining"`
+	// Unrouted counts requests no route matched (answered 404).
+	Unrouted int64        `json:"unrouted"`
+	Routes   []DebugRoute `json:"routes"`
+}
+
+// DebugRoute is one route in [Debug].
+type DebugRoute struct {
+	Name       string `json:"name"`
+	Host       string `json:"host,omitempty"`
+	PathPrefix string `json:"path_prefix"`
+	Upstream   string `json:"upstream"`
+	Hedging    bool   `json:"hedging"`
+	// DelayMS is the hedge delay in force; Warm is false while it is
+	// still the warm-up delay (too few samples).
+	DelayMS float64 `json:"delay_ms"`
+	Warm    bool    `json:"warm"`
+	// Requests, Attempts and Hedges count since the route's policy was
+	// made; HedgeRate is hedges ÷ requests, ExtraLoad attempts ÷
+	// requests − 1, HedgeWinRate the share of hedges that won.
+	Requests     int64   `json:"requests"`
+	Attempts     int64   `json:"attempts"`
+	Hedges       int64   `json:"hedges"`
+	HedgeRate    float64 `json:"hedge_rate"`
+	ExtraLoad    float64 `json:"extra_load"`
+	HedgeWinRate float64 `json:"hedge_win_rate"`
+	Failed       int64   `json:"failed"`
+	// Denials counts hedges not sent, by reason (budget, pushback, …).
+	Denials map[string]int64 `json:"denials"`
+	// Diagnosis is the verdict on the last diagnosis window (healthy,
+	// grey_zone, masking: hedging hides a server-side cause, unknown)
+	// and TriggerRate that window's share of requests asking for a hedge.
+	Diagnosis   string          `json:"diagnosis"`
+	TriggerRate float64         `json:"trigger_rate"`
+	Breaker     string          `json:"breaker"`
+	Upstreams   []DebugUpstream `json:"upstreams"`
+}
+
+// DebugUpstream is one replica of a route's pool in [DebugRoute].
+type DebugUpstream struct {
+	URL string `json:"url"`
+	// Attempts sent to it, of which Hedges were hedges; Errors failed
+	// without an answer (not counting cancelled losers), Status5xx were
+	// answered with a 5xx; Inflight are running now; MeanMS is the mean
+	// time to response headers of the answered ones.
+	Attempts  int64   `json:"attempts"`
+	Hedges    int64   `json:"hedges"`
+	Errors    int64   `json:"errors"`
+	Status5xx int64   `json:"status_5xx"`
+	Inflight  int64   `json:"inflight"`
+	MeanMS    float64 `json:"mean_ms"`
+}
+
+// Debug returns the /debug/tailcut document.
+func (s *Server) Debug() Debug {
+	rt := s.router.Load()
+	d := Debug{Config: s.cfg.Load().file, Draining: s.draining.Load(), Unrouted: s.unrouted.Load(), Routes: []DebugRoute{}}
+	for _, r := range rt.routes {
+		st := r.policy.Stats()
+		dr := DebugRoute{
+			Name: r.cfg.Name, Host: r.cfg.Host, PathPrefix: r.prefix, Upstream: r.cfg.Upstream, Hedging: r.hedging,
+			Requests: st.Requests, Attempts: st.Attempts, Hedges: st.Hedges,
+			HedgeRate: st.HedgeRate(), ExtraLoad: st.ExtraLoad(), HedgeWinRate: st.HedgeWinRate(), Failed: st.Failed,
+			Denials:   map[string]int64{},
+			Diagnosis: tailcut.DiagnosisUnknown.String(), Breaker: tailcut.BreakerClosed.String(),
+			DelayMS: ms(r.policy.Config().WarmupDelay),
+		}
+		for reason, n := range st.Denied {
+			if n > 0 {
+				dr.Denials[tailcut.Decision(reason).String()] = n
+			}
+		}
+		for _, k := range st.Keys {
+			if k.Key == r.cfg.Name {
+				dr.DelayMS, dr.Warm = ms(k.Delay), k.Warm
+				dr.Diagnosis, dr.TriggerRate, dr.Breaker = k.Diagnosis.String(), k.WindowTriggerRate, k.Breaker.String()
+			}
+		}
+		for _, u := range r.meter.counters() {
+			du := DebugUpstream{URL: u.url, Attempts: u.attempts.Load(), Hedges: u.hedges.Load(), Errors: u.errors.Load(),
+				Status5xx: u.s5xx.Load(), Inflight: u.inflight.Load()}
+			if n := u.answered.Load(); n > 0 {
+				du.MeanMS = ms(time.Duration(u.nanos.Load() / n))
+			}
+			dr.Upstreams = append(dr.Upstreams, du)
+		}
+		d.Routes = append(d.Routes, dr)
+	}
+	return d
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// counters returns the replicas' counters in config order.
+func (m *meter) counters() []*upstreamCounters {
+	out := make([]*upstreamCounters, 0, len(m.ups))
+	seen := map[*upstreamCounters]bool{}
+	for _, s := range m.urls {
+		for _, c := range m.ups {
+			if c.url == s && !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// collector exports the routes of the config in force: each route's
+// hedgeprom collector, and the proxy's upstream counters. It is an
+// unchecked collector (Describe sends nothing) because a reload changes the
+// set of routes.
+type collector Server
+
+var (
+	descUpAttempts = prometheus.NewDesc("tailcut_proxy_upstream_attempts_total", "Attempts sent to an upstream replica (primaries and hedges).", []string{"route", "upstream"}, nil)
+	descUpHedges   = prometheus.NewDesc("tailcut_proxy_upstream_hedges_total", "Hedges sent to an upstream replica.", []string{"route", "upstream"}, nil)
+	descUpErrors   = prometheus.NewDesc("tailcut_proxy_upstream_errors_total", "Attempts to an upstream replica that failed without an answer (cancelled losers excepted).", []string{"route", "upstream"}, nil)
+	descUp5xx      = prometheus.NewDesc("tailcut_proxy_upstream_5xx_total", "Attempts to an upstream replica answered with a 5xx status.", []string{"route", "upstream"}, nil)
+	descUpInflight = prometheus.NewDesc("tailcut_proxy_upstream_inflight", "Attempts to an upstream replica running now.", []string{"route", "upstream"}, nil)
+	descUnrouted   = prometheus.NewDesc("tailcut_proxy_unrouted_requests_total", "Requests no route matched, answered 404.", nil, nil)
+)
+
+func (c *collector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := (*Server)(c)
+	for _, r := range s.router.Load().routes {
+		r.prom.Collect(ch)
+		for _, u := range r.meter.counters() {
+			l := []string{r.cfg.Name, u.url}
+			ch <- prometheus.MustNewConstMetric(descUpAttempts, prometheus.CounterValue, float64(u.attempts.Load()), l...)
+			ch <- prometheus.MustNewConstMetric(descUpHedges, prometheus.CounterValue, float64(u.hedges.Load()), l...)
+			ch <- prometheus.MustNewConstMetric(descUpErrors, prometheus.CounterValue, float64(u.errors.Load()), l...)
+			ch <- prometheus.MustNewConstMetric(descUp5xx, prometheus.CounterValue, float64(u.s5xx.Load()), l...)
+			ch <- prometheus.MustNewConstMetric(descUpInflight, prometheus.GaugeValue, float64(u.inflight.Load()), l...)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descUnrouted, prometheus.CounterValue, float64(s.unrouted.Load()))
+}

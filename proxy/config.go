@@ -1,0 +1,529 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tailcut/tailcut"
+)
+
+// DefaultAdminListen is the admin listener's address when the config sets
+// none: loopback only, so metrics and debug pages are not exposed.
+const DefaultAdminListen = "127.0.0.1:9901"
+
+// DefaultShutdownTimeout is how long a graceful shutdown waits for
+// requests in flight when the config sets no shutdown_timeout.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// Config is the sidecar's configuration, read from YAML by [Parse] or
+// [Load]. Field names in YAML are the snake_case names in the tags.
+type Config struct {
+	// Listeners are the addresses client traffic arrives on. At least one.
+	Listeners []Listener `yaml:"listeners"`
+	// Admin is the listener of /metrics, /healthz and /debug/tailcut.
+	Admin Admin `yaml:"admin"`
+	// Upstreams are the pools of replicas routes send to. Only these are
+	// ever contacted: the proxy is never an open proxy.
+	Upstreams []Upstream `yaml:"upstreams"`
+	// Routes map requests to upstreams, first by host, then by the longest
+	// path prefix. A request no route matches gets 404.
+	Routes []Route `yaml:"routes"`
+	// Log configures the structured logs (log/slog) on stderr.
+	Log Log `yaml:"log"`
+	// ShutdownTimeout is how long SIGTERM waits for requests in flight
+	// before closing their connections. Zero means 30 s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	file string // where the config came from, for messages
+}
+
+// Listener is one address client traffic arrives on.
+type Listener struct {
+	// Name identifies the listener in logs. Defaults to its address.
+	Name string `yaml:"name"`
+	// Listen is a host:port, e.g. "127.0.0.1:8080" or ":8080".
+	Listen string `yaml:"listen"`
+}
+
+// Admin configures the admin listener.
+type Admin struct {
+	// Listen is a host:port. Empty means DefaultAdminListen (loopback);
+	// "off" disables the admin listener.
+	Listen string `yaml:"listen"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Format is "text" (the default) or "json".
+	Format string `yaml:"format"`
+	// Level is "debug", "info" (the default), "warn" or "error".
+	Level string `yaml:"level"`
+}
+
+// Upstream is a named pool of replicas.
+type Upstream struct {
+	Name string `yaml:"name"`
+	// URLs are the replicas: absolute http or https URLs, each optionally
+	// with a path prefix, e.g. "http://10.0.0.7:8080".
+	URLs []string `yaml:"urls"`
+}
+
+// Route sends the requests it matches to an upstream pool under a hedging
+// policy.
+type Route struct {
+	// Name identifies the route in metrics, logs and /debug/tailcut, and is
+	// the key its latency is learned under. Required, unique.
+	Name string `yaml:"name"`
+	// Host, if set, matches the request's host (port ignored, case
+	// insensitive): "api.example.com", or "*.example.com" for any
+	// subdomain. Empty matches every host.
+	Host string `yaml:"host"`
+	// PathPrefix matches requests whose path starts with it. Empty means
+	// "/". Among routes matching a host, the longest prefix wins.
+	PathPrefix string `yaml:"path_prefix"`
+	// Upstream is the name of the pool to send to.
+	Upstream string `yaml:"upstream"`
+	// Policy is the route's hedging policy.
+	Policy Policy `yaml:"policy"`
+}
+
+// Policy is a route's hedging policy. Zero fields mean tailcut's defaults.
+type Policy struct {
+	// Hedge switches hedging on (the default) or off. A route with
+	// hedging off still balances requests over its pool and counts them.
+	Hedge *bool `yaml:"hedge"`
+	// Quantile of the route's recent latency after which a hedge is sent.
+	// Zero means 0.95.
+	Quantile float64 `yaml:"quantile"`
+	// MaxHedges is the most hedges per request, 1 to 4. Zero means 1.
+	MaxHedges int `yaml:"max_hedges"`
+	// Budget is the extra load hedges may add, as a fraction of the
+	// route's requests: 0.1 or "10%". Zero means 10 %.
+	Budget Fraction `yaml:"budget"`
+	// BudgetBurst is how many hedges may go at once beyond the budget's
+	// balance. Zero means 10.
+	BudgetBurst float64 `yaml:"budget_burst"`
+	// WarmupDelay, MinDelay and MaxDelay bound the delay (see
+	// tailcut.Config). Zero means the defaults (10 ms, none, none).
+	WarmupDelay time.Duration `yaml:"warmup_delay"`
+	MinDelay    time.Duration `yaml:"min_delay"`
+	MaxDelay    time.Duration `yaml:"max_delay"`
+	// Methods are methods hedged without an Idempotency-Key besides GET,
+	// HEAD and OPTIONS, e.g. ["PUT"]. Only list methods the upstream
+	// handles idempotently.
+	Methods []string `yaml:"methods"`
+	// ReplayLimit is the largest request body buffered to be replayed in
+	// hedges: bytes, or "64KiB", "1MiB". Larger bodies are sent once,
+	// unhedged, intact. Zero means 64 KiB; "off" disables buffering.
+	ReplayLimit ByteSize `yaml:"replay_limit"`
+	// FirstByte makes the latency signal the first body byte instead of
+	// the response headers (for streaming upstreams).
+	FirstByte bool `yaml:"first_byte"`
+	// Timeout, if set, is a hard timeout per request, all attempts
+	// together.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Hedging reports whether the policy hedges.
+func (p Policy) Hedging() bool { return p.Hedge == nil || *p.Hedge }
+
+// Fraction is a number in (0, 1], written 0.1 or "10%".
+type Fraction float64
+
+// UnmarshalYAML reads 0.1 or "10%".
+func (f *Fraction) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a fraction such as 0.1 or 10%%", n.Line)
+	}
+	s := strings.TrimSpace(n.Value)
+	scale := 1.0
+	if v, ok := strings.CutSuffix(s, "%"); ok {
+		s, scale = strings.TrimSpace(v), 0.01
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("line %d: want a fraction such as 0.1 or 10%%, got %q", n.Line, n.Value)
+	}
+	*f = Fraction(v * scale)
+	return nil
+}
+
+// ByteSize is a size in bytes, written 65536, "64KiB", "1MiB" or "off"
+// (stored as -1).
+type ByteSize int64
+
+// UnmarshalYAML reads a byte size.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a size such as 65536, 64KiB or 1MiB", n.Line)
+	}
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = v
+	return nil
+}
+
+// ParseByteSize parses "65536", "64KiB", "64KB", "1MiB", "1M" (binary
+// multiples: the proxy buffers bodies in memory) or "off" (-1).
+func ParseByteSize(s string) (ByteSize, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "off") {
+		return -1, nil
+	}
+	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.TrimSpace(s[len(num):])
+	mult := int64(1)
+	switch strings.ToLower(unit) {
+	case "", "b":
+	case "k", "kb", "kib":
+		mult = 1 << 10
+	case "m", "mb", "mib":
+		mult = 1 << 20
+	case "g", "gb", "gib":
+		mult = 1 << 30
+	default:
+		return 0, fmt.Errorf("want a size such as 65536, 64KiB or 1MiB, got %q", s)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("want a size such as 65536, 64KiB or 1MiB, got %q", s)
+	}
+	if v > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q too large", s)
+	}
+	return ByteSize(v * mult), nil
+}
+
+// Load reads and validates the config file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse reads and validates a YAML config; file names it in errors. Every
+// error names the file, the line and the field, e.g.
+//
+//	tailcut.yaml:12: routes[0].policy.quantile: must be in (0, 1), got 1.5
+//
+// and all the problems found are reported together.
+func Parse(file string, data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlError(file, err)
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty config: want at least listeners, upstreams and routes", file)
+		}
+		return nil, yamlError(file, err)
+	}
+	c.file = file
+	v := validator{file: file, root: &root}
+	c.validate(&v)
+	if len(v.errs) > 0 {
+		return nil, errors.Join(v.errs...)
+	}
+	return &c, nil
+}
+
+// yamlError puts the file name in front of each of the YAML decoder's
+// "line N: ..." messages.
+func yamlError(file string, err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		errs := make([]error, len(te.Errors))
+		for i, e := range te.Errors {
+			errs[i] = fmt.Errorf("%s:%s", file, strings.TrimPrefix(e, "line "))
+		}
+		return errors.Join(errs...)
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if strings.HasPrefix(msg, "line ") {
+		return fmt.Errorf("%s:%s", file, strings.TrimPrefix(msg, "line "))
+	}
+	return fmt.Errorf("%s: %s", file, msg)
+}
+
+// validator collects validation errors with the line of the field at fault.
+type validator struct {
+	file string
+	root *yaml.Node
+	errs []error
+}
+
+// path is a field path such as routes[0].policy.quantile, as a list of map
+// keys (string) and sequence indexes (int).
+type path []any
+
+func (p path) String() string {
+	var b strings.Builder
+	for _, e := range p {
+		switch e := e.(type) {
+		case int:
+			fmt.Fprintf(&b, "[%d]", e)
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(e)
+		}
+	}
+	return b.String()
+}
+
+// add records an error at p.
+func (v *validator) add(p path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if line := v.line(p); line > 0 {
+		v.errs = append(v.errs, fmt.Errorf("%s:%d: %s: %s", v.file, line, p, msg))
+		return
+	}
+	v.errs = append(v.errs, fmt.Errorf("%s: %s: %s", v.file, p, msg))
+}
+
+// line returns the line of the deepest node on p that exists.
+func (v *validator) line(p path) int {
+	n := v.root
+	if n == nil {
+		return 0
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, e := range p {
+		var next *yaml.Node
+		switch e := e.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == e {
+						line = n.Content[i].Line
+						next = n.Content[i+1]
+						break
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && e < len(n.Content) {
+				next = n.Content[e]
+				line = next.Line
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+	}
+	return line
+}
+
+func (c *Config) validate(v *validator) {
+	if c.ShutdownTimeout < 0 {
+		v.add(path{"shutdown_timeout"}, "must not be negative, got %v", c.ShutdownTimeout)
+	}
+	switch c.Log.Format {
+	case "", "text", "json":
+	default:
+		v.add(path{"log", "format"}, "want text or json, got %q", c.Log.Format)
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "", "debug", "info", "warn", "error":
+	default:
+		v.add(path{"log", "level"}, "want debug, info, warn or error, got %q", c.Log.Level)
+	}
+
+	if len(c.Listeners) == 0 {
+		v.add(path{"listeners"}, "at least one listener is required")
+	}
+	addrs := map[string]bool{}
+	for i, l := range c.Listeners {
+		p := path{"listeners", i, "listen"}
+		if err := checkAddr(l.Listen); err != nil {
+			v.add(p, "%v", err)
+		} else if addrs[l.Listen] {
+			v.add(p, "address %q used twice", l.Listen)
+		}
+		if !strings.HasSuffix(l.Listen, ":0") { // port 0: any free port
+			addrs[l.Listen] = true
+		}
+	}
+	if a := c.Admin.Listen; a != "" && a != "off" {
+		if err := checkAddr(a); err != nil {
+			v.add(path{"admin", "listen"}, "%v", err)
+		} else if addrs[a] {
+			v.add(path{"admin", "listen"}, "address %q is also a traffic listener", a)
+		}
+	}
+
+	pools := map[string]bool{}
+	for i, u := range c.Upstreams {
+		p := path{"upstreams", i}
+		switch {
+		case u.Name == "":
+			v.add(append(p, "name"), "required")
+		case pools[u.Name]:
+			v.add(append(p, "name"), "upstream %q defined twice", u.Name)
+		}
+		pools[u.Name] = true
+		if len(u.URLs) == 0 {
+			v.add(append(p, "urls"), "at least one replica URL is required")
+		}
+		for j, s := range u.URLs {
+			if err := checkUpstreamURL(s); err != nil {
+				v.add(append(p, "urls", j), "%v", err)
+			}
+		}
+	}
+	if len(c.Upstreams) == 0 {
+		v.add(path{"upstreams"}, "at least one upstream is required")
+	}
+
+	if len(c.Routes) == 0 {
+		v.add(path{"routes"}, "at least one route is required")
+	}
+	names := map[string]bool{}
+	matches := map[string]int{}
+	for i, r := range c.Routes {
+		p := path{"routes", i}
+		switch {
+		case r.Name == "":
+			v.add(append(p, "name"), "required")
+		case names[r.Name]:
+			v.add(append(p, "name"), "route %q defined twice", r.Name)
+		case strings.ContainsAny(r.Name, " \t\r\n\"\\"):
+			v.add(append(p, "name"), "must not contain spaces, quotes or backslashes, got %q", r.Name)
+		}
+		names[r.Name] = true
+		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
+			v.add(append(p, "path_prefix"), "must start with /, got %q", r.PathPrefix)
+		}
+		if h := r.Host; h != "" {
+			if strings.ContainsAny(h, "/ :") || strings.Contains(strings.TrimPrefix(h, "*."), "*") {
+				v.add(append(p, "host"), "want a host name such as api.example.com or *.example.com, got %q", h)
+			}
+		}
+		m := strings.ToLower(r.Host) + " " + prefixOrRoot(r.PathPrefix)
+		if j, dup := matches[m]; dup {
+			v.add(append(p, "path_prefix"), "matches the same requests as routes[%d]", j)
+		}
+		matches[m] = i
+		switch {
+		case r.Upstream == "":
+			v.add(append(p, "upstream"), "required")
+		case !pools[r.Upstream]:
+			v.add(append(p, "upstream"), "no upstream named %q", r.Upstream)
+		}
+		r.Policy.validate(v, append(p, "policy"))
+	}
+}
+
+func prefixOrRoot(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return p
+}
+
+func (pol *Policy) validate(v *validator, p path) {
+	at := func(f string) path { return append(append(path{}, p...), f) }
+	if q := pol.Quantile; q != 0 && !(q > 0 && q < 1) {
+		v.add(at("quantile"), "must be in (0, 1), got %v", q)
+	}
+	if m := pol.MaxHedges; m < 0 || m > tailcut.MaxHedgesLimit {
+		v.add(at("max_hedges"), "must be in [1, %d], got %d", tailcut.MaxHedgesLimit, m)
+	}
+	if b := float64(pol.Budget); b != 0 && !(b > 0 && b <= 1) {
+		v.add(at("budget"), "must be in (0, 1] (or 0%%–100%%), got %v", b)
+	}
+	if b := pol.BudgetBurst; b != 0 && (!(b >= 1) || math.IsInf(b, 0)) {
+		v.add(at("budget_burst"), "must be at least 1, got %v", b)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"warmup_delay", pol.WarmupDelay}, {"min_delay", pol.MinDelay}, {"max_delay", pol.MaxDelay}, {"timeout", pol.Timeout}} {
+		if d.v < 0 {
+			v.add(at(d.name), "must not be negative, got %v", d.v)
+		}
+	}
+	if pol.MaxDelay > 0 && pol.MinDelay > pol.MaxDelay {
+		v.add(at("min_delay"), "%v exceeds max_delay %v", pol.MinDelay, pol.MaxDelay)
+	}
+	for j, m := range pol.Methods {
+		if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t\r\n") {
+			v.add(append(at("methods"), j), "want an upper-case method such as PUT, got %q", m)
+		}
+	}
+	if pol.ReplayLimit < -1 {
+		v.add(at("replay_limit"), "must not be negative")
+	}
+}
+
+// checkAddr validates a listen address.
+func checkAddr(a string) error {
+	if a == "" {
+		return errors.New("required (host:port, e.g. 127.0.0.1:8080)")
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port, got %q", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("bad port in %q", a)
+	}
+	return nil
+}
+
+// checkUpstreamURL validates a replica URL, with the same rules as
+// hedgehttp.WithEndpoints.
+func checkUpstreamURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("bad URL %q", s)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("want an absolute http or https URL such as http://10.0.0.7:8080, got %q", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("%q must not carry a query, fragment or user info", s)
+	}
+	return nil
+}
+
+// adminListen returns the admin address, or "" when it is off.
+func (c *Config) adminListen() string {
+	switch c.Admin.Listen {
+	case "":
+		return DefaultAdminListen
+	case "off":
+		return ""
+	}
+	return c.Admin.Listen
+}
+
+func (c *Config) shutdownTimeout() time.Duration {
+	if c.ShutdownTimeout == 0 {
+		return DefaultShutdownTimeout
+	}
+	return c.ShutdownTimeout
+}

@@ -1,0 +1,272 @@
+package proxy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const validConfig = `
+listeners:
+  - name: main
+    listen: 127.0.0.1:8080
+admin:
+  listen: 127.0.0.1:9901
+log:
+  format: json
+  level: debug
+shutdown_timeout: 5s
+upstreams:
+  - name: api
+    urls: [http://127.0.0.1:9001, "http://127.0.0.1:9002/base"]
+routes:
+  - name: api
+    path_prefix: /api/
+    upstream: api
+    policy:
+      quantile: 0.9
+      max_hedges: 2
+      budget: 5%
+      budget_burst: 20
+      warmup_delay: 20ms
+      max_delay: 1s
+      methods: [PUT]
+      replay_limit: 1MiB
+      first_byte: true
+      timeout: 3s
+  - name: catchall
+    host: "*.example.com"
+    upstream: api
+    policy:
+      hedge: false
+      replay_limit: "off"
+`
+
+func TestParseValid(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(validConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Listeners) != 1 || c.Listeners[0].Listen != "127.0.0.1:8080" || c.adminListen() != "127.0.0.1:9901" {
+		t.Errorf("listeners %+v admin %q", c.Listeners, c.adminListen())
+	}
+	if c.Log.Format != "json" || c.shutdownTimeout() != 5*time.Second {
+		t.Errorf("log %+v shutdown %v", c.Log, c.shutdownTimeout())
+	}
+	p := c.Routes[0].Policy
+	if p.Quantile != 0.9 || p.MaxHedges != 2 || p.Budget != 0.05 || p.BudgetBurst != 20 ||
+		p.WarmupDelay != 20*time.Millisecond || p.MaxDelay != time.Second || p.ReplayLimit != 1<<20 ||
+		!p.FirstByte || p.Timeout != 3*time.Second || len(p.Methods) != 1 || !p.Hedging() {
+		t.Errorf("policy %+v", p)
+	}
+	if q := c.Routes[1].Policy; q.Hedging() || q.ReplayLimit != -1 {
+		t.Errorf("catchall policy %+v", q)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse("t.yaml", []byte(`
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://10.0.0.1:80"]}]
+routes: [{name: r, upstream: u}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.adminListen() != DefaultAdminListen || c.shutdownTimeout() != DefaultShutdownTimeout {
+		t.Errorf("admin %q shutdown %v, want the defaults", c.adminListen(), c.shutdownTimeout())
+	}
+	if !c.Routes[0].Policy.Hedging() {
+		t.Error("hedging off by default")
+	}
+}
+
+// Every error names the file, the line and the field.
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown field", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - name: r
+    upstream: u
+    policy:
+      quantle: 0.9
+`, []string{"c.yaml:8:", "quantle"}},
+		{"bad quantile", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - name: r
+    upstream: u
+    policy:
+      max_hedges: 2
+      quantile: 1.5
+`, []string{"c.yaml:9: routes[0].policy.quantile: must be in (0, 1), got 1.5"}},
+		{"unknown upstream", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - name: r
+    upstream: nope
+`, []string{`c.yaml:6: routes[0].upstream: no upstream named "nope"`}},
+		{"bad url", `
+listeners: [{listen: ":8080"}]
+upstreams:
+  - name: u
+    urls:
+      - http://h:1
+      - ftp://h:2
+routes: [{name: r, upstream: u}]
+`, []string{"c.yaml:7: upstreams[0].urls[1]:", "ftp://h:2"}},
+		{"bad duration", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - name: r
+    upstream: u
+    policy: {max_delay: soon}
+`, []string{"c.yaml:7:", "soon"}},
+		{"bad budget", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - name: r
+    upstream: u
+    policy:
+      budget: 150%
+`, []string{"c.yaml:8: routes[0].policy.budget: must be in (0, 1]"}},
+		{"bad size", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - name: r
+    upstream: u
+    policy:
+      replay_limit: 12 parsecs
+`, []string{"c.yaml:8:", "12 parsecs"}},
+		{"several at once", `
+listeners: [{listen: "8080"}]
+upstreams: [{name: u, urls: []}]
+routes:
+  - name: r
+    upstream: u
+    path_prefix: api
+    policy: {max_hedges: 9, methods: [put], min_delay: 2s, max_delay: 1s}
+  - name: r
+    upstream: u
+`, []string{
+			"c.yaml:2: listeners[0].listen: want host:port",
+			"c.yaml:3: upstreams[0].urls: at least one replica URL",
+			"c.yaml:7: routes[0].path_prefix: must start with /",
+			"c.yaml:8: routes[0].policy.max_hedges: must be in [1, 4], got 9",
+			`c.yaml:8: routes[0].policy.methods[0]: want an upper-case method such as PUT, got "put"`,
+			"c.yaml:8: routes[0].policy.min_delay: 2s exceeds max_delay 1s",
+			`c.yaml:9: routes[1].name: route "r" defined twice`,
+		}},
+		{"same match twice", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - {name: a, upstream: u, path_prefix: /x}
+  - {name: b, upstream: u, path_prefix: /x}
+`, []string{"c.yaml:6: routes[1].path_prefix: matches the same requests as routes[0]"}},
+		{"admin on a traffic port", `
+listeners: [{listen: "127.0.0.1:8080"}]
+admin: {listen: "127.0.0.1:8080"}
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes: [{name: r, upstream: u}]
+`, []string{"c.yaml:3: admin.listen: address"}},
+		{"empty", ``, []string{"c.yaml: empty config"}},
+		{"nothing", `log: {format: json}`, []string{"c.yaml:1: listeners: at least one", "upstreams: at least one", "routes: at least one"}},
+		{"not yaml", "listeners: [", []string{"c.yaml:"}},
+		{"wrong type", `listeners: 3`, []string{"c.yaml:1:", "cannot unmarshal"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("c.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tailcut.yaml")
+	if err := os.WriteFile(p, []byte(validConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.file != p {
+		t.Errorf("file %q", c.file)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("no error for a missing file")
+	}
+}
+
+// The example config shipped in examples/proxy is valid.
+func TestExampleConfigValid(t *testing.T) {
+	if _, err := Load("../examples/proxy/tailcut.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{"0": 0, "65536": 65536, "64KiB": 64 << 10, "64 kb": 64 << 10, "1MiB": 1 << 20, "2G": 2 << 30, "off": -1, "OFF": -1} {
+		if got, err := ParseByteSize(in); err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "KiB", "-1", "1.5MiB", "1TB", "99999999999999999999", "9999999999999G"} {
+		if got, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(validConfig)
+	f.Add("listeners: [{listen: \":8080\"}]\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nroutes: [{name: r, upstream: u}]\n")
+	f.Add("routes: [{name: r, policy: {budget: 10%, replay_limit: 1KiB}}]")
+	f.Add("listeners: &a [*a]")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := Parse("f.yaml", []byte(s))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.yaml") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		// A config that parses is one the server can be built from.
+		if len(c.Listeners) == 0 || len(c.Routes) == 0 || len(c.Upstreams) == 0 {
+			t.Fatalf("accepted a config without listeners, routes or upstreams: %q", s)
+		}
+		pools := map[string]bool{}
+		for _, u := range c.Upstreams {
+			pools[u.Name] = true
+		}
+		for _, r := range c.Routes {
+			if !pools[r.Upstream] {
+				t.Fatalf("accepted route %q to unknown upstream %q", r.Name, r.Upstream)
+			}
+			if _, err := newPolicy(r, discardLogger()); err != nil {
+				t.Fatalf("accepted a policy tailcut rejects: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,16 @@
+// Package proxy is the sidecar behind `tailcut proxy`: a hedging reverse
+// proxy that gives services in any language tailcut's hedged requests by
+// pointing them at it.
+//
+// A YAML [Config] lists listeners, upstream pools of replica URLs, and
+// routes (host and path prefix) to pools, each route with its own hedging
+// policy. A [Server] serves the routes with net/http/httputil.ReverseProxy
+// over a hedgehttp.Transport per route (WithEndpoints over the pool), and an
+// admin listener (loopback by default) with /metrics, /healthz and
+// /debug/tailcut.
+//
+// Safety: only configured replicas are ever contacted; requests that are
+// not safe to repeat (a POST without Idempotency-Key) or whose body is past
+// the route's replay limit are sent once, intact; a Hedge-Attempt header
+// sent by the client is replaced by the proxy's own.
+package proxy

@@ -1,0 +1,588 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tailcut/tailcut/hedgehttp"
+)
+
+// upstream is a loopback replica that records what it receives.
+type upstream struct {
+	*httptest.Server
+	name string
+	mu   sync.Mutex
+	seen []seenReq
+	hits atomic.Int64
+}
+
+type seenReq struct {
+	method, path, attempt, body, host string
+}
+
+func (u *upstream) requests() []seenReq {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]seenReq(nil), u.seen...)
+}
+
+// startUpstream starts a replica named name; serve, if not nil, answers
+// after the request is recorded (the default answers "name path").
+func startUpstream(t *testing.T, name string, serve func(w http.ResponseWriter, r *http.Request)) *upstream {
+	t.Helper()
+	u := &upstream{name: name}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.seen = append(u.seen, seenReq{r.Method, r.URL.Path, strings.Join(r.Header[hedgehttp.AttemptHeader], ","), string(b), r.Host})
+		u.mu.Unlock()
+		u.hits.Add(1)
+		if serve != nil {
+			serve(w, r)
+			return
+		}
+		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// stallUntilCanceled blocks a handler until its client cancels (bounded, so
+// a broken test still ends).
+func stallUntilCanceled(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-time.After(20 * time.Second):
+		io.WriteString(w, "late")
+	}
+}
+
+// testProxy is a Server with its traffic and admin handlers on loopback.
+type testProxy struct {
+	*Server
+	url, admin string
+	client     *http.Client
+}
+
+func startProxy(t *testing.T, yaml string) *testProxy {
+	t.Helper()
+	cfg, err := Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic := httptest.NewServer(s.Handler())
+	admin := httptest.NewServer(s.AdminHandler())
+	tr := &http.Transport{}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		traffic.Close()
+		admin.Close()
+		s.router.Load().closeIdle()
+		s.base.CloseIdleConnections()
+	})
+	return &testProxy{Server: s, url: traffic.URL, admin: admin.URL, client: &http.Client{Transport: tr}}
+}
+
+func (p *testProxy) do(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := p.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func (p *testProxy) get(t *testing.T, path string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, p.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if strings.EqualFold(header[i], "Host") {
+			req.Host = header[i+1]
+			continue
+		}
+		req.Header.Set(header[i], header[i+1])
+	}
+	return p.do(t, req)
+}
+
+func TestProxyRouting(t *testing.T) {
+	a := startUpstream(t, "a", nil)
+	b := startUpstream(t, "b", nil)
+	c := startUpstream(t, "c", nil)
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams:
+  - {name: a, urls: [%q]}
+  - {name: b, urls: ["%s/base"]}
+  - {name: c, urls: [%q]}
+routes:
+  - {name: any, upstream: a}
+  - {name: api, path_prefix: /api/, upstream: b}
+  - {name: wild, host: "*.example.com", upstream: c}
+  - {name: exact, host: api.example.com, path_prefix: /api/, upstream: a}
+`, a.URL, b.URL, c.URL))
+	for _, tc := range []struct {
+		path, host, want string
+	}{
+		{"/x", "", "a /x"},
+		{"/api/v1", "", "b /base/api/v1"},
+		{"/api/v1", "shop.example.com", "c /api/v1"},
+		{"/x", "shop.EXAMPLE.com:8080", "c /x"},
+		{"/api/v1", "api.example.com", "a /api/v1"},
+		{"/other", "api.example.com", "c /other"},
+	} {
+		code, body := p.get(t, tc.path, "Host", tc.host)
+		if code != 200 || body != tc.want {
+			t.Errorf("GET %s (Host %q) = %d %q, want %q", tc.path, tc.host, code, body, tc.want)
+		}
+	}
+}
+
+func TestProxyNoRoute(t *testing.T) {
+	a := startUpstream(t, "a", nil)
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: a, urls: [%q]}]
+routes: [{name: api, path_prefix: /api/, upstream: a}]
+`, a.URL))
+	// Neither a path outside every route nor an absolute-form request for
+	// another host is ever forwarded.
+	if code, _ := p.get(t, "/elsewhere"); code != http.StatusNotFound {
+		t.Errorf("unrouted path: %d, want 404", code)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET http://example.org/ HTTP/1.1\r\nHost: example.org\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("open-proxy request: %d, want 404", resp.StatusCode)
+	}
+	if a.hits.Load() != 0 {
+		t.Errorf("upstream hit %d times", a.hits.Load())
+	}
+	if d := p.Debug(); d.Unrouted != 2 {
+		t.Errorf("unrouted %d, want 2", d.Unrouted)
+	}
+}
+
+// A pool of a straggler and a healthy replica: requests the straggler gets
+// are hedged to the other replica, and every request is answered fast.
+func TestProxyHedgesStraggler(t *testing.T) {
+	slow := startUpstream(t, "slow", stallUntilCanceled)
+	fast := startUpstream(t, "fast", nil)
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: pool, urls: [%q, %q]}]
+routes:
+  - name: r
+    upstream: pool
+    policy: {warmup_delay: 5ms, budget: 100%%}
+`, slow.URL, fast.URL))
+	for i := range 20 {
+		start := time.Now()
+		code, body := p.get(t, "/item")
+		if code != 200 || body != "fast /item" {
+			t.Fatalf("request %d: %d %q", i, code, body)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("request %d took %v: not hedged", i, d)
+		}
+	}
+	r := p.Debug().Routes[0]
+	var slowPrimaries int64
+	for _, s := range slow.requests() {
+		if s.attempt == "0" {
+			slowPrimaries++
+		}
+	}
+	// Each primary the straggler got was answered by a hedge. (A hedge may
+	// also land on the straggler when the healthy replica is slower than
+	// the delay, under -race; the primary answers those.)
+	if slowPrimaries == 0 || r.Hedges < slowPrimaries || r.Requests != 20 || r.HedgeWinRate == 0 {
+		t.Errorf("route %+v: want a winning hedge for each of the straggler's %d primaries", r, slowPrimaries)
+	}
+	if len(r.Upstreams) != 2 || r.Upstreams[0].URL != slow.URL || r.Upstreams[0].Attempts < slow.hits.Load() {
+		t.Errorf("upstreams %+v", r.Upstreams)
+	}
+}
+
+// A POST without Idempotency-Key reaches the upstream exactly once, intact,
+// even when slow; with an Idempotency-Key it is hedged. A client's own
+// Hedge-Attempt never reaches the upstream.
+func TestProxyUnsafeSentOnce(t *testing.T) {
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		// 25 times the hedge delay: a hedgeable request would be hedged.
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "done")
+	})
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%}}]
+`, u.URL))
+
+	body := strings.Repeat("order;", 100)
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/slow", strings.NewReader(body))
+	req.Header.Set(hedgehttp.AttemptHeader, "3")
+	if code, got := p.do(t, req); code != 200 || got != "done" {
+		t.Fatalf("POST: %d %q", code, got)
+	}
+	seen := u.requests()
+	if len(seen) != 1 || seen[0].body != body || seen[0].attempt != "0" {
+		t.Fatalf("upstream saw %d requests %+v, want one, intact, as attempt 0", len(seen), seen)
+	}
+
+	// The same with an Idempotency-Key: hedged while the first stalls.
+	release2 := make(chan struct{})
+	u2 := startUpstream(t, "u2", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(hedgehttp.AttemptHeader) == "0" {
+			select {
+			case <-release2:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		io.WriteString(w, "hedge")
+	})
+	defer close(release2)
+	p2 := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%}}]
+`, u2.URL))
+	req, _ = http.NewRequest(http.MethodPost, p2.url+"/slow", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", "k1")
+	req.Header.Set(hedgehttp.AttemptHeader, "0")
+	if code, got := p2.do(t, req); code != 200 || got != "hedge" {
+		t.Fatalf("idempotent POST: %d %q, want the hedge's answer", code, got)
+	}
+	// The primary may still be on its way (it lost): look for the hedge.
+	hedged := false
+	for _, s := range u2.requests() {
+		hedged = hedged || s.attempt == "1" && s.body == body
+	}
+	if !hedged {
+		t.Errorf("upstream saw %+v, want hedge 1 with the body", u2.requests())
+	}
+}
+
+// A body past the replay limit goes once, intact; one within it is hedged.
+func TestProxyReplayLimit(t *testing.T) {
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(hedgehttp.AttemptHeader) == "0" && r.URL.Path == "/stall" {
+			stallUntilCanceled(w, r)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%, methods: [PUT], replay_limit: 1KiB}}]
+`, u.URL))
+	big := bytes.Repeat([]byte("x"), 4<<10)
+	// Unknown length (chunked): the transport reads past the limit, then
+	// sends the whole once.
+	req, _ := http.NewRequest(http.MethodPut, p.url+"/big", io.MultiReader(bytes.NewReader(big)))
+	if code, _ := p.do(t, req); code != 200 {
+		t.Fatalf("big PUT: %d", code)
+	}
+	small := []byte("small body")
+	req, _ = http.NewRequest(http.MethodPut, p.url+"/stall", bytes.NewReader(small))
+	if code, got := p.do(t, req); code != 200 || got != "ok" {
+		t.Fatalf("small PUT: %d %q", code, got)
+	}
+	seen := u.requests()
+	if len(seen) != 3 {
+		t.Fatalf("upstream saw %d requests, want 3 (big once, small twice)", len(seen))
+	}
+	if seen[0].body != string(big) || seen[0].attempt != "0" {
+		t.Errorf("big body: %d bytes, attempt %q; want all %d, once", len(seen[0].body), seen[0].attempt, len(big))
+	}
+	if seen[1].body != string(small) || seen[2].body != string(small) || seen[2].attempt != "1" {
+		t.Errorf("small PUT: %+v", seen[1:])
+	}
+}
+
+// A hedge shed by a hedgehttp.Handler upstream (429) does not win: the
+// client gets the primary's answer, and hedging pauses.
+func TestProxyShedHedgeDoesNotWin(t *testing.T) {
+	release := make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	h, err := hedgehttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if k, _ := hedgehttp.AttemptFromContext(r.Context()); k == 0 {
+			var wait <-chan struct{} = release // the first primary answers once its hedge is shed
+			if !first.Swap(false) {
+				c := make(chan struct{})
+				time.AfterFunc(20*time.Millisecond, func() { close(c) })
+				wait = c
+			}
+			select {
+			case <-wait:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, "primary")
+	}), hedgehttp.HandlerOptions{HedgeLimit: 1, RetryAfter: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.Header.Get(hedgehttp.AttemptHeader) == "1" && h.Stats().Hedge.Shed == 1 {
+			close(release)
+		}
+	}))
+	defer up.Close()
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%}}]
+`, up.URL))
+	if code, body := p.get(t, "/x"); code != 200 || body != "primary" {
+		t.Fatalf("got %d %q, want the primary's answer", code, body)
+	}
+	// Later hedges are denied: the shed asked for a 30 s pause. (The first
+	// shed's answer may reach the proxy after its primary won, and be
+	// dropped; a later primary waits 20 ms, long after its hedge is shed.)
+	for i := 0; p.Debug().Routes[0].Denials["pushback"] == 0; i++ {
+		if i == 3 {
+			t.Fatalf("no pushback denial after %d requests: %+v", i+1, p.Debug().Routes[0])
+		}
+		if code, body := p.get(t, "/x"); code != 200 || body != "primary" {
+			t.Fatalf("request %d: %d %q", i+2, code, body)
+		}
+	}
+	// A shed hedge never wins: hedge wins ≤ hedges the server served. (A
+	// hedge that reaches the server before its primary, under -race, is
+	// within the limit and served.)
+	r := p.Debug().Routes[0]
+	st := h.Stats()
+	if wins := int64(math.Round(r.HedgeWinRate * float64(r.Hedges))); st.Hedge.Shed == 0 || wins > st.Hedge.Served {
+		t.Errorf("route %+v, server %+v: a shed hedge won", r, st)
+	}
+}
+
+func TestProxyAdmin(t *testing.T) {
+	slow := startUpstream(t, "slow", stallUntilCanceled)
+	fast := startUpstream(t, "fast", nil)
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: pool, urls: [%q, %q]}]
+routes: [{name: r1, upstream: pool, policy: {warmup_delay: 5ms, budget: 100%%}}]
+`, slow.URL, fast.URL))
+	for range 10 {
+		p.get(t, "/")
+	}
+	resp, err := http.Get(p.admin + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "ok\n" {
+		t.Errorf("healthz: %d %q", resp.StatusCode, b)
+	}
+
+	resp, err = http.Get(p.admin + "/debug/tailcut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Debug
+	err = json.NewDecoder(resp.Body).Decode(&d)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Routes) != 1 || d.Routes[0].Name != "r1" || d.Routes[0].Requests != 10 || len(d.Routes[0].Upstreams) != 2 ||
+		d.Routes[0].DelayMS <= 0 || d.Routes[0].Diagnosis == "" {
+		t.Errorf("debug %+v", d)
+	}
+
+	problems, err := testutil.GatherAndLint(p.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range problems {
+		t.Errorf("metric lint: %s: %s", pr.Metric, pr.Text)
+	}
+	resp, err = http.Get(p.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`tailcut_requests_total{key="r1",route="r1"} 10`,
+		`tailcut_hedges_total{key="r1",route="r1"}`,
+		`tailcut_proxy_request_duration_seconds_count{route="r1"} 10`,
+		fmt.Sprintf(`tailcut_proxy_upstream_attempts_total{route="r1",upstream=%q}`, fast.URL),
+		`tailcut_proxy_unrouted_requests_total 0`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// A reload keeps the policy of unchanged routes, replaces changed ones, and
+// serves new routes at once.
+func TestProxyReload(t *testing.T) {
+	a := startUpstream(t, "a", nil)
+	b := startUpstream(t, "b", nil)
+	conf := func(extra string) *Config {
+		c, err := Parse("r.yaml", []byte(fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: a, urls: [%q]}, {name: b, urls: [%q]}]
+routes:
+  - {name: keep, path_prefix: /keep, upstream: a}
+  - {name: change, path_prefix: /change, upstream: a%s}
+`, a.URL, b.URL, extra)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c1 := conf("")
+	s, err := New(c1, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.base.CloseIdleConnections()
+	before := s.router.Load()
+	c2 := conf(", policy: {quantile: 0.9}}\n  - {name: new, path_prefix: /new, upstream: b")
+	if err := s.Reload(c2); err != nil {
+		t.Fatal(err)
+	}
+	after := s.router.Load()
+	if after.byName["keep"].policy != before.byName["keep"].policy {
+		t.Error("unchanged route lost its policy")
+	}
+	if after.byName["change"].policy == before.byName["change"].policy {
+		t.Error("changed route kept its old policy")
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/new/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "b /new/x" {
+		t.Errorf("new route answered %q", body)
+	}
+}
+
+// Run drains on cancellation: /healthz turns 503, a request in flight
+// finishes, and Run returns.
+func TestProxyRunDrains(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		io.WriteString(w, "finished")
+	})
+	cfg, err := Parse("d.yaml", []byte(fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+admin: {listen: "127.0.0.1:0"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+`, u.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan []net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, func(a []net.Addr) { addrs <- a }) }()
+	a := <-addrs
+	if len(a) != 2 {
+		t.Fatalf("addrs %v", a)
+	}
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		resp, err := client.Get("http://" + a[0].String() + "/")
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res <- result{resp.StatusCode, string(b), err}
+	}()
+	<-entered
+	cancel()
+	// The drain has begun once /healthz says so.
+	for {
+		resp, err := client.Get("http://" + a[1].String() + "/healthz")
+		if err != nil {
+			t.Fatalf("admin closed before the drain ended: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+	}
+	close(release)
+	r := <-res
+	if r.err != nil || r.code != 200 || r.body != "finished" {
+		t.Fatalf("request in flight: %+v", r)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/hedgeprom"
+)
+
+// route is one configured route, ready to serve.
+type route struct {
+	cfg      Route
+	pool     Upstream
+	host     string // lower case; "" any; "*.x" a suffix match
+	prefix   string
+	policy   *tailcut.Policy
+	tr       *hedgehttp.Transport
+	meter    *meter
+	rp       *httputil.ReverseProxy
+	prom     *hedgeprom.Collector
+	hedging  bool
+	observed func(route string, d time.Duration) // request duration metric
+}
+
+// newRoute builds a route. A policy (and its collector and upstream
+// counters) of old is reused when the route is unchanged, so that a reload
+// keeps what the route has learned.
+func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logger *slog.Logger) (*route, error) {
+	r := &route{
+		cfg:     rc,
+		pool:    pool,
+		host:    strings.ToLower(rc.Host),
+		prefix:  prefixOrRoot(rc.PathPrefix),
+		hedging: rc.Policy.Hedging(),
+	}
+	if old != nil && reflect.DeepEqual(old.cfg, rc) && reflect.DeepEqual(old.pool, pool) {
+		r.policy, r.prom, r.meter = old.policy, old.prom, old.meter
+	} else {
+		p, err := newPolicy(rc, logger)
+		if err != nil {
+			return nil, err
+		}
+		r.policy = p
+		r.prom = hedgeprom.NewCollector(p, hedgeprom.Options{ConstLabels: map[string]string{"route": rc.Name}})
+		r.meter = newMeter(base, pool.URLs)
+	}
+	opts := []hedgehttp.Option{
+		hedgehttp.WithEndpoints(pool.URLs...),
+		hedgehttp.WithKey(func(*http.Request) string { return rc.Name }),
+	}
+	if len(rc.Policy.Methods) > 0 {
+		opts = append(opts, hedgehttp.WithMethods(rc.Policy.Methods...))
+	}
+	switch l := rc.Policy.ReplayLimit; {
+	case l < 0:
+		opts = append(opts, hedgehttp.WithBufferLimit(0))
+	case l > 0:
+		opts = append(opts, hedgehttp.WithBufferLimit(int64(l)))
+	}
+	if rc.Policy.FirstByte {
+		opts = append(opts, hedgehttp.WithFirstByte())
+	}
+	if rc.Policy.Timeout > 0 {
+		opts = append(opts, hedgehttp.WithTimeout(rc.Policy.Timeout))
+	}
+	r.tr = hedgehttp.NewTransport(r.meter, r.policy, opts...)
+	if err := r.tr.Err(); err != nil {
+		return nil, err
+	}
+	name := rc.Name
+	r.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The scheme and host are placeholders: the transport points
+			// every attempt at one of the pool's replicas (WithEndpoints),
+			// and the meter refuses any other host.
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = "upstream.invalid"
+			pr.Out.Host = ""
+			pr.SetXForwarded()
+			// A client's own Hedge-Attempt would be a lie about this hop:
+			// the transport sets its own on hedged requests, and requests
+			// sent once go as primaries.
+			pr.Out.Header[hedgehttp.AttemptHeader] = []string{"0"}
+		},
+		Transport: r.tr,
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			status := http.StatusBadGateway
+			var te *hedgehttp.TimeoutError
+			if errors.As(err, &te) {
+				status = http.StatusGatewayTimeout
+			}
+			if req.Context().Err() == nil {
+				logger.Warn("upstream request failed", "route", name, "method", req.Method, "path", req.URL.Path, "err", err)
+			}
+			w.WriteHeader(status)
+		},
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	return r, nil
+}
+
+// newPolicy makes a route's policy from its config.
+func newPolicy(rc Route, logger *slog.Logger) (*tailcut.Policy, error) {
+	pc := rc.Policy
+	b, err := budget.NewRatio(float64(pc.Budget), pc.BudgetBurst, 0)
+	if err != nil {
+		return nil, fmt.Errorf("route %q: %w", rc.Name, err)
+	}
+	p, err := tailcut.New(tailcut.Config{
+		Quantile:    pc.Quantile,
+		MaxHedges:   pc.MaxHedges,
+		WarmupDelay: pc.WarmupDelay,
+		MinDelay:    pc.MinDelay,
+		MaxDelay:    pc.MaxDelay,
+		Budget:      b,
+		Logger:      logger.With("route", rc.Name),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("route %q: %w", rc.Name, err)
+	}
+	return p, nil
+}
+
+func (r *route) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	if !r.hedging {
+		req = req.WithContext(tailcut.WithoutHedging(req.Context()))
+	}
+	r.rp.ServeHTTP(w, req)
+	if r.observed != nil {
+		r.observed(r.cfg.Name, time.Since(start))
+	}
+}
+
+// matches reports whether the route serves a request to host (lower case,
+// no port) and path, and how specifically: a higher score wins.
+func (r *route) matches(host, path string) (score int, ok bool) {
+	switch {
+	case r.host == "":
+	case strings.HasPrefix(r.host, "*."):
+		if !strings.HasSuffix(host, r.host[1:]) {
+			return 0, false
+		}
+		score = 1 << 20
+	case host != r.host:
+		return 0, false
+	default:
+		score = 2 << 20
+	}
+	if !strings.HasPrefix(path, r.prefix) {
+		return 0, false
+	}
+	return score + len(r.prefix), true
+}
+
+// router picks the route of each request. It is immutable; a reload
+// builds a new one.
+type router struct {
+	routes   []*route
+	byName   map[string]*route
+	unrouted *atomic.Int64
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if r := rt.match(req); r != nil {
+		r.ServeHTTP(w, req)
+		return
+	}
+	rt.unrouted.Add(1)
+	http.Error(w, "tailcut proxy: no route for this request", http.StatusNotFound)
+}
+
+func (rt *router) match(req *http.Request) *route {
+	host := req.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	var best *route
+	bestScore := -1
+	for _, r := range rt.routes {
+		if s, ok := r.matches(host, req.URL.Path); ok && s > bestScore {
+			best, bestScore = r, s
+		}
+	}
+	return best
+}
+
+// closeIdle closes the idle upstream connections of every route.
+func (rt *router) closeIdle() {
+	for _, r := range rt.routes {
+		r.tr.CloseIdleConnections()
+	}
+}
+
+// meter is the base transport of a route's hedgehttp.Transport: it counts
+// attempts per replica, and refuses to contact any host not in the pool —
+// the last line of the "never an open proxy" rule.
+type meter struct {
+	base http.RoundTripper
+	ups  map[string]*upstreamCounters // by scheme://host
+	urls []string                     // in config order
+}
+
+type upstreamCounters struct {
+	url                            string
+	attempts, hedges, errors, s5xx atomic.Int64
+	inflight                       atomic.Int64
+	nanos, answered                atomic.Int64
+}
+
+func newMeter(base http.RoundTripper, urls []string) *meter {
+	m := &meter{base: base, ups: make(map[string]*upstreamCounters), urls: urls}
+	for _, s := range urls {
+		u, _ := url.Parse(s) // validated
+		k := u.Scheme + "://" + u.Host
+		if m.ups[k] == nil {
+			m.ups[k] = &upstreamCounters{url: s}
+		}
+	}
+	return m
+}
+
+// errUnconfigured is returned for an attempt to a host outside the pool; it
+// cannot happen with WithEndpoints, and is checked all the same.
+var errUnconfigured = errors.New("proxy: refusing to contact a host outside the upstream pool")
+
+func (m *meter) RoundTrip(req *http.Request) (*http.Response, error) {
+	c := m.ups[req.URL.Scheme+"://"+req.URL.Host]
+	if c == nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errUnconfigured
+	}
+	hedge := hedgehttp.ParseAttempt(req.Header) > 0
+	c.attempts.Add(1)
+	if hedge {
+		c.hedges.Add(1)
+	}
+	c.inflight.Add(1)
+	start := time.Now()
+	resp, err := m.base.RoundTrip(req)
+	d := time.Since(start)
+	c.inflight.Add(-1)
+	switch {
+	case err != nil:
+		if !errors.Is(err, context.Canceled) {
+			c.errors.Add(1)
+		}
+		return nil, err
+	case resp.StatusCode >= 500:
+		c.s5xx.Add(1)
+	}
+	c.nanos.Add(int64(d))
+	c.answered.Add(1)
+	if hedge && resp.StatusCode == http.StatusTooManyRequests {
+		// A hedge shed by the upstream (hedgehttp.Handler answers 429 with
+		// Retry-After) must not win the race against its primary:
+		// hedgehttp.Transport takes a 429 as a final answer, a 503 as a
+		// failed attempt, pausing hedges for the Retry-After either way.
+		resp.StatusCode = http.StatusServiceUnavailable
+		resp.Status = "503 Service Unavailable"
+	}
+	return resp, nil
+}
+
+// CloseIdleConnections closes the base transport's idle connections.
+func (m *meter) CloseIdleConnections() {
+	if c, ok := m.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,260 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Server is the sidecar: a hedging reverse proxy over the routes and
+// upstream pools of a [Config], and its admin endpoints.
+//
+// Traffic is served by [Server.Handler]: each request is matched to a route
+// (by host, then longest path prefix; 404 if none) and sent by an
+// httputil.ReverseProxy whose transport is a hedgehttp.Transport over the
+// route's pool (WithEndpoints), under the route's own tailcut.Policy keyed
+// by the route's name. Only the configured replicas are ever contacted.
+//
+// [Server.Run] binds the listeners and serves until its context is done,
+// then drains: the listeners stop accepting, requests in flight finish
+// (up to the config's shutdown_timeout). [Server.Reload] swaps in a new
+// config without closing any connection; routes whose config did not
+// change keep their policy, and so their learned delay.
+type Server struct {
+	logger *slog.Logger
+	base   *http.Transport
+	reg    *prometheus.Registry
+	dur    *prometheus.HistogramVec
+
+	unrouted atomic.Int64
+	draining atomic.Bool
+
+	mu     sync.Mutex // serialises reloads
+	cfg    atomic.Pointer[Config]
+	router atomic.Pointer[router]
+}
+
+// New returns a Server for cfg (from [Parse] or [Load]) that logs to
+// logger (nil means slog.Default()).
+func New(cfg *Config, logger *slog.Logger) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("proxy: nil config")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	// A proxy sends many requests to few hosts: keep enough idle
+	// connections per replica (the default of 2 would reopen connections
+	// under any concurrency).
+	base.MaxIdleConns = 0
+	base.MaxIdleConnsPerHost = 512
+	base.IdleConnTimeout = 90 * time.Second
+	s := &Server{
+		logger: logger,
+		base:   base,
+		reg:    prometheus.NewRegistry(),
+		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "tailcut",
+			Subsystem: "proxy",
+			Name:      "request_duration_seconds",
+			Help:      "Time from a request's arrival to the end of its answer, by route.",
+			Buckets:   []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route"}),
+	}
+	s.reg.MustRegister(s.dur, (*collector)(s))
+	if err := s.Reload(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reload makes cfg the config in force. Connections stay open; requests
+// in flight finish on the routes they started on. Listener addresses are
+// those of the config the server was started with: a change of address
+// needs a restart (Reload logs a warning). On error the old config stays.
+func (s *Server) Reload(cfg *Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.router.Load()
+	pools := make(map[string]Upstream, len(cfg.Upstreams))
+	for _, u := range cfg.Upstreams {
+		pools[u.Name] = u
+	}
+	rt := &router{byName: make(map[string]*route), unrouted: &s.unrouted}
+	for _, rc := range cfg.Routes {
+		var prev *route
+		if old != nil {
+			prev = old.byName[rc.Name]
+		}
+		r, err := newRoute(rc, pools[rc.Upstream], s.base, prev, s.logger)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cfg.file, err)
+		}
+		r.observed = s.observe
+		rt.routes = append(rt.routes, r)
+		rt.byName[rc.Name] = r
+	}
+	if prev := s.cfg.Load(); prev != nil {
+		if !slices.Equal(listenAddrs(prev), listenAddrs(cfg)) || prev.adminListen() != cfg.adminListen() {
+			s.logger.Warn("listener addresses changed: restart to apply", "old", listenAddrs(prev), "new", listenAddrs(cfg))
+		}
+	}
+	s.cfg.Store(cfg)
+	s.router.Store(rt)
+	if old != nil {
+		s.logger.Info("config reloaded", "file", cfg.file, "routes", len(rt.routes))
+	}
+	return nil
+}
+
+func listenAddrs(c *Config) []string {
+	var a []string
+	for _, l := range c.Listeners {
+		a = append(a, l.Listen)
+	}
+	return a
+}
+
+func (s *Server) observe(route string, d time.Duration) {
+	s.dur.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// Handler returns the handler of client traffic: the router of the config
+// in force.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.router.Load().ServeHTTP(w, r)
+	})
+}
+
+// Run binds the listeners of the config (and the admin listener), serves
+// until ctx is done, then shuts down gracefully: the listeners close,
+// /healthz answers 503, and requests in flight get up to the config's
+// shutdown_timeout to finish. It returns nil after a clean shutdown, or
+// the error that stopped a listener. ready, if not nil, is called with the
+// bound addresses (traffic listeners first, then the admin listener if
+// any) once every listener accepts connections.
+func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
+	cfg := s.cfg.Load()
+	type srv struct {
+		name string
+		ln   net.Listener
+		hs   *http.Server
+	}
+	var srvs []srv
+	closeAll := func() {
+		for _, x := range srvs {
+			x.ln.Close()
+		}
+	}
+	errLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
+	for _, l := range cfg.Listeners {
+		ln, err := net.Listen("tcp", l.Listen)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listener %q: %w", l.Listen, err)
+		}
+		name := l.Name
+		if name == "" {
+			name = l.Listen
+		}
+		srvs = append(srvs, srv{name: name, ln: ln, hs: &http.Server{
+			Handler:           s.Handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          errLog,
+		}})
+	}
+	if a := cfg.adminListen(); a != "" {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("admin listener %q: %w", a, err)
+		}
+		srvs = append(srvs, srv{name: "admin", ln: ln, hs: &http.Server{
+			Handler:           s.AdminHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          errLog,
+		}})
+	}
+
+	errc := make(chan error, len(srvs))
+	addrs := make([]net.Addr, len(srvs))
+	for i, x := range srvs {
+		addrs[i] = x.ln.Addr()
+		s.logger.Info("listening", "listener", x.name, "addr", x.ln.Addr().String())
+		go func() {
+			if err := x.hs.Serve(x.ln); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("listener %s: %w", x.name, err)
+			}
+		}()
+	}
+	if ready != nil {
+		ready(addrs)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.draining.Store(true)
+	timeout := s.cfg.Load().shutdownTimeout()
+	s.logger.Info("shutting down: draining requests in flight", "timeout", timeout)
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	// Traffic first; the admin listener last, so /healthz reports the
+	// drain while it lasts.
+	for _, x := range srvs {
+		if x.name == "admin" {
+			continue
+		}
+		wg.Go(func() {
+			if err := x.hs.Shutdown(sctx); err != nil {
+				s.logger.Warn("drain cut short: closing connections", "listener", x.name, "err", err)
+				x.hs.Close()
+			}
+		})
+	}
+	wg.Wait()
+	for _, x := range srvs {
+		if x.name == "admin" {
+			_ = x.hs.Shutdown(sctx)
+			x.hs.Close()
+		}
+	}
+	s.router.Load().closeIdle()
+	s.logger.Info("stopped")
+	return runErr
+}
+
+// NewLogger returns the logger described by l, writing to w.
+func NewLogger(l Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	switch strings.ToLower(l.Level) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
