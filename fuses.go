@@ -56,10 +56,15 @@ const breakerBuckets = 10
 type breaker struct {
 	state     atomic.Uint32 // a BreakerState
 	openUntil atomic.Int64  // UnixNano at which an open breaker turns half-open
-	epoch     atomic.Int64  // bucket number (UnixNano ÷ bucket width) of the newest bucket
-	buckets   [breakerBuckets]atomic.Uint64
+	// The newest bucket covers [from, to) and sits in slot. The fast path
+	// reads them without the lock: a read torn by a concurrent roll counts
+	// a success in a neighbouring bucket.
+	from, to atomic.Int64
+	slot     atomic.Uint32
+	buckets  [breakerBuckets]atomic.Uint64
 
 	mu        sync.Mutex
+	epoch     int64 // bucket number (UnixNano ÷ bucket width) of the newest bucket
 	started   bool  // epoch has been set
 	halfSince int64 // UnixNano at which the breaker turned half-open
 	probes    int   // successes in a row while half-open
@@ -112,14 +117,25 @@ func (b *breaker) halfOpenLocked(n int64) {
 	b.state.Store(uint32(BreakerHalfOpen))
 }
 
-// record counts the outcome of one attempt that started at start and ended
-// at n (both UnixNano), and reports whether the breaker opened because of
-// it.
-func (b *breaker) record(cfg *BreakerConfig, n, start int64, ok bool) (tripped bool) {
-	e := n / (int64(cfg.Window) / breakerBuckets)
-	if ok && BreakerState(b.state.Load()) == BreakerClosed && e == b.epoch.Load() {
-		b.buckets[bucketIndex(e)].Add(bucketAttempt) // the fast path
+// record counts the outcome of one attempt that took lat and ended at n
+// (UnixNano), and reports whether the breaker opened because of it. A
+// success in the closed state within the newest bucket takes the fast path:
+// four atomic loads and an add, no lock.
+func (b *breaker) record(cfg *BreakerConfig, n int64, lat time.Duration, ok bool) (tripped bool) {
+	if ok && n < b.to.Load() && n >= b.from.Load() && b.state.Load() == uint32(BreakerClosed) {
+		b.buckets[b.slot.Load()%breakerBuckets].Add(bucketAttempt)
 		return false
+	}
+	return b.recordSlow(cfg, n, n-int64(lat), ok)
+}
+
+// recordSlow is record under the lock: errors, rolls and the states other
+// than closed. start is when the attempt started (UnixNano).
+func (b *breaker) recordSlow(cfg *BreakerConfig, n, start int64, ok bool) (tripped bool) {
+	width := int64(cfg.Window) / breakerBuckets
+	e := n / width
+	if n < 0 && n%width != 0 {
+		e-- // floor, for virtual clocks before 1970
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -146,25 +162,24 @@ func (b *breaker) record(cfg *BreakerConfig, n, start int64, ok bool) (tripped b
 	}
 	// Closed: roll the window forward to e and count. An n slightly in the
 	// past (another goroutine's clock read) counts in the newest bucket.
-	cur := b.epoch.Load()
-	switch d := e - cur; {
+	switch d := e - b.epoch; {
 	case !b.started:
 		b.started = true
-		b.epoch.Store(e)
+		b.setEpochLocked(e, width)
 	case d >= breakerBuckets:
 		b.resetLocked()
-		b.epoch.Store(e)
+		b.setEpochLocked(e, width)
 	case d > 0:
-		for i := cur + 1; i <= e; i++ {
+		for i := b.epoch + 1; i <= e; i++ {
 			b.buckets[bucketIndex(i)].Store(0)
 		}
-		b.epoch.Store(e)
+		b.setEpochLocked(e, width)
 	}
 	v := uint64(bucketAttempt)
 	if !ok {
 		v |= bucketError
 	}
-	b.buckets[bucketIndex(b.epoch.Load())].Add(v)
+	b.buckets[bucketIndex(b.epoch)].Add(v)
 	if ok {
 		return false // only an error can raise the error ratio
 	}
@@ -179,6 +194,14 @@ func (b *breaker) record(cfg *BreakerConfig, n, start int64, ok bool) (tripped b
 		return true
 	}
 	return false
+}
+
+// setEpochLocked makes bucket e the newest. b.mu must be held.
+func (b *breaker) setEpochLocked(e, width int64) {
+	b.epoch = e
+	b.slot.Store(uint32(bucketIndex(e)))
+	b.from.Store(e * width)
+	b.to.Store((e + 1) * width)
 }
 
 // openLocked opens the breaker at n. b.mu must be held.

@@ -332,7 +332,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 		p.inflight.Add(-1)
 	}
 	if o != Canceled && !p.cfg.Breaker.Disabled {
-		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), now.Add(-latency).UnixNano(), o == Completed) {
+		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), latency, o == Completed) {
 			ks.breakerTrips.Add(1)
 			p.totals.breakerTrips.Add(1)
 		}
