@@ -265,6 +265,12 @@ type RedisConfig struct {
 // Open validates c and returns a [Redis] over a new client, which
 // [Redis.Close] closes. It does not connect: the first round of a [Syncer]
 // does, and a Redis that is down is then only logged.
+//
+// The client honours context deadlines (ContextTimeoutEnabled), retries a
+// command once (a pooled connection may have died with a restarted server)
+// and dials once per attempt: the Syncer retries every Interval anyway.
+// go-redis logs each failed dial itself, through its global logger
+// (redis.SetLogger), whatever the Syncer's Logger says.
 func (c RedisConfig) Open() (*Redis, error) {
 	switch {
 	case len(c.Addrs) == 0:
@@ -293,6 +299,8 @@ func (c RedisConfig) Open() (*Redis, error) {
 			Password:              c.Password,
 			ContextTimeoutEnabled: true,
 			PoolSize:              4,
+			MaxRetries:            1,
+			DialerRetries:         1,
 		})
 	} else {
 		client = redis.NewClient(&redis.Options{
@@ -302,6 +310,8 @@ func (c RedisConfig) Open() (*Redis, error) {
 			DB:                    c.DB,
 			ContextTimeoutEnabled: true,
 			PoolSize:              4,
+			MaxRetries:            1,
+			DialerRetries:         1,
 		})
 	}
 	return &Redis{Client: client, Prefix: c.Prefix, MaxInstances: c.MaxInstances, owned: true}, nil

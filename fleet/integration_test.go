@@ -1,0 +1,302 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tailcut/tailcut"
+)
+
+// redisServer is a redis-server process started by a test.
+type redisServer struct {
+	port int
+	cmd  *exec.Cmd
+}
+
+// startRedis starts redis-server on 127.0.0.1:port (a free port if 0),
+// without persistence, and waits until it accepts connections. The test is
+// skipped when the binary is absent (CI installs Debian's redis-server).
+func startRedis(t *testing.T, port int) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not found on PATH; install it (apt-get install -y redis-server) to run the Redis integration tests")
+	}
+	if port == 0 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "notice")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &redisServer{port: port, cmd: cmd}
+	t.Cleanup(s.kill)
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && strings.Contains(sc.Text(), "Ready to accept connections") {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false // exited before it was ready
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("redis-server on port %d exited before accepting connections", port)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("redis-server on port %d not ready after 20s", port)
+	}
+	return s
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// kill stops the server, at once (SIGKILL: a crash, not a shutdown).
+func (s *redisServer) kill() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// hedged runs one tailcut.Do on p whose primary hangs until cancelled and
+// whose hedge answers: it returns only if the policy hedges.
+func hedged(t *testing.T, p *tailcut.Policy, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := tailcut.Do(ctx, p, key, func(ctx context.Context, a tailcut.Attempt) (int, error) {
+		if a.Index == 0 {
+			<-ctx.Done()
+			return 0, ctx.Err()
+		}
+		return a.Index, nil
+	})
+	if err != nil || v != 1 {
+		t.Fatalf("Do on %s: %v, %v; want the hedge's answer", key, v, err)
+	}
+}
+
+// TestRealRedisFleet runs the scenario against a real redis-server:
+// three policies converge on the pooled delay, a new one starts warm, Redis
+// dies and requests keep flowing on local estimates, Redis returns on the
+// same port and sharing recovers.
+func TestRealRedisFleet(t *testing.T) {
+	srv := startRedis(t, 0)
+	ctx := context.Background()
+	const key = "orders.internal:8443"
+	cfg := func(inst string, log *slog.Logger) Config {
+		return Config{Instance: inst, Interval: time.Second, Timeout: 500 * time.Millisecond,
+			Redis: RedisConfig{Addrs: []string{srv.addr()}}, Logger: log}
+	}
+	open := func(t *testing.T, p *tailcut.Policy, c Config) *Syncer {
+		t.Helper()
+		r, err := c.Redis.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(p, r, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.closeStore = r.Close
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+
+	// Three thin instances, each with 1 ms-scale latencies from a different
+	// part of the traffic: 10, 12 and 15 samples, below MinSamples 20.
+	var all []time.Duration
+	var ps []*tailcut.Policy
+	var ss []*Syncer
+	var logs []*logRecorder
+	for i, n := range []int{10, 12, 15} {
+		p := newPolicy(t)
+		ds := draw(uint64(40+i), n, 0.5+float64(i)*0.3, 0.5)
+		observe(p, key, time.Now(), ds...)
+		all = append(all, ds...)
+		rec := &logRecorder{recovered: make(chan struct{}, 1)}
+		logs = append(logs, rec)
+		ps = append(ps, p)
+		ss = append(ss, open(t, p, cfg(fmt.Sprintf("thin-%d", i), slog.New(rec))))
+	}
+	for range 2 {
+		for _, s := range ss {
+			if err := s.SyncNow(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pooled := exactQuantile(all, 0.95)
+	delay := ps[0].Delay(key, time.Now())
+	for i, p := range ps {
+		d := p.Delay(key, time.Now())
+		if d != delay || !within(d, pooled, 0.01) {
+			t.Errorf("instance %d delay %v (instance 0: %v), want the same pooled p95 %v within 1%%", i, d, delay, pooled)
+		}
+	}
+
+	// A new instance that has served nothing starts at the fleet's delay.
+	fresh := newPolicy(t)
+	fs, err := Start(ctx, fresh, mustOpen(t, srv), Config{Instance: "fresh", Interval: time.Hour, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	if d := fresh.Delay(key, time.Now()); d != delay {
+		t.Errorf("fresh instance's first delay %v, want the fleet's %v", d, delay)
+	}
+
+	// A busy instance with its own estimate (50 µs-scale latencies).
+	busy := newPolicy(t)
+	observe(busy, key, time.Now(), draw(50, 200, 0.05, 0.2)...)
+	local := busy.Delay(key, time.Now())
+	bs := open(t, busy, cfg("busy", quiet))
+	if err := bs.SyncNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := busy.Delay(key, time.Now()); d != local {
+		t.Errorf("busy instance's delay moved from its own %v to %v", local, d)
+	}
+	hedged(t, busy, key)
+
+	// A slow Redis: every client paused. Rounds give up at Timeout; requests
+	// do not notice.
+	admin := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	defer admin.Close()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	roundErr := make(chan error, 1)
+	go func() { roundErr <- bs.SyncNow(ctx) }()
+	hedged(t, busy, key)
+	hedged(t, ps[0], key)
+	if err := <-roundErr; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("round against a paused Redis: %v, want a deadline", err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Redis dies. Rounds fail (one warning), requests keep flowing and
+	// hedging: the busy instance on its own windows, the thin ones on the
+	// last pooled estimate (KeepStale).
+	srv.kill()
+	for range 3 {
+		for _, s := range append(ss, bs) {
+			if err := s.SyncNow(ctx); err == nil {
+				t.Fatal("a round succeeded with Redis down")
+			}
+		}
+		hedged(t, busy, key)
+		hedged(t, ps[1], key)
+	}
+	if d := busy.Delay(key, time.Now()); d != local {
+		t.Errorf("busy delay %v in the outage, want its own %v", d, local)
+	}
+	if d := ps[1].Delay(key, time.Now()); d != delay {
+		t.Errorf("thin delay %v in the outage, want the last pooled %v", d, delay)
+	}
+	for i, rec := range logs {
+		if got := rec.levels(); !slices.Equal(got, []slog.Level{slog.LevelWarn}) {
+			t.Errorf("instance %d logged %v in the outage, want one warning", i, got)
+		}
+	}
+	if st := ss[0].Stats(); !st.Failing || st.Failures != 3 {
+		t.Errorf("stats in the outage: %+v", st)
+	}
+
+	// Redis returns on the same port, empty (no persistence). go-redis
+	// stops dialing a server that refused PoolSize dials and probes it once
+	// a second, so recovery comes at the first round after a probe got
+	// through: let the Syncers' own loops (Interval 1 s) find it, and wait
+	// for each one's recovery line.
+	startRedis(t, srv.port)
+	loopCtx, stop := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	for _, s := range ss {
+		loops.Go(func() { _ = s.Run(loopCtx) })
+	}
+	for i, rec := range logs {
+		select {
+		case <-rec.recovered:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("instance %d: no recovery within 20s of Redis returning; stats %+v", i, ss[i].Stats())
+		}
+	}
+	stop()
+	loops.Wait()
+	for i, rec := range logs {
+		if got := rec.levels(); !slices.Equal(got, []slog.Level{slog.LevelWarn, slog.LevelInfo}) {
+			t.Errorf("instance %d logged %v, want the warning then one recovery line", i, got)
+		}
+	}
+	// Every instance has republished; one more round pools them all.
+	for _, s := range ss {
+		if err := s.SyncNow(ctx); err != nil {
+			t.Fatalf("round after recovery: %v", err)
+		}
+	}
+	// The thin instances learned from the hedged requests above (their
+	// cancelled primaries): the pool is their current sketches merged.
+	now := time.Now()
+	pool := snapshotOf(t)
+	for _, p := range ps {
+		s, _ := p.Snapshot(key, now)
+		if err := pool.Merge(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, _ := pool.Quantile(0.95)
+	for i, p := range ps {
+		if d := p.Delay(key, now); d != want {
+			t.Errorf("instance %d delay %v after recovery, want the pooled %v", i, d, want)
+		}
+	}
+	check := mustOpen(t, srv)
+	n, err := check.Client.SCard(ctx, membersKey(DefaultPrefix, key)).Result()
+	if err != nil || n != 3 {
+		t.Errorf("instances in Redis after recovery: %d, %v; want the 3 thin ones", n, err)
+	}
+}
+
+func mustOpen(t *testing.T, srv *redisServer) *Redis {
+	t.Helper()
+	r, err := RedisConfig{Addrs: []string{srv.addr()}}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
