@@ -308,3 +308,20 @@ func name(metric string, kvs []attribute.KeyValue) string {
 	}
 	return s + extra
 }
+
+// TestNoSpanPassThrough: without a recording span or a Tracer the call
+// runs as tailcut.Hedger's, hooks included.
+func TestNoSpanPassThrough(t *testing.T) {
+	var discarded int
+	h := hedgeotel.Hedger[int]{Hedger: tailcut.Hedger[int]{Policy: newPolicy(t), Discard: func(int) { discarded++ }}}
+	errBad := errors.New("bad")
+	v, err := h.Do(context.Background(), "k", func(ctx context.Context, a tailcut.Attempt) (int, error) {
+		if a.Index == 0 {
+			return -1, errBad
+		}
+		return 42, nil
+	})
+	if v != 42 || err != nil || discarded != 1 {
+		t.Errorf("Do = %d, %v with %d discarded; want 42, nil, 1", v, err, discarded)
+	}
+}

@@ -44,8 +44,8 @@ const (
 // Policy, Classify, Discard and Keep — and records every attempt on the
 // span found in the caller's context: one "hedge.attempt" event per
 // attempt, stamped at the attempt's end, added when the request returns
-// (only then is the winner known). A caller without a recording span pays
-// for nothing but the bookkeeping of five attempts.
+// (only then is the winner known). Without a Tracer, a call whose context
+// holds no recording span runs as the embedded Hedger's, at no extra cost.
 //
 // With Tracer set, every attempt also runs in a child span named
 // "tailcut.attempt" carrying the same attributes, and the call receives that
@@ -92,6 +92,9 @@ type calls struct {
 // Do runs one hedged call; see [tailcut.Hedger.Do]. It returns what the
 // embedded Hedger returns.
 func (h *Hedger[T]) Do(ctx context.Context, key string, call func(ctx context.Context, a tailcut.Attempt) (T, error)) (T, error) {
+	if h.Tracer == nil && !trace.SpanFromContext(ctx).IsRecording() {
+		return h.Hedger.Do(ctx, key, call) // nothing to record on
+	}
 	st := &calls{}
 	inner := tailcut.Hedger[tagged[T]]{Policy: h.Policy}
 	if h.Classify != nil {
