@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestLoadUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"load"}, "one URL"},
+		{[]string{"load", "ftp://x"}, "absolute http"},
+		{[]string{"load", "--rate", "10", "--concurrency", "2", "http://x"}, "exclude"},
+		{[]string{"load", "--duration", "1s", "--requests", "2", "http://x"}, "exclude"},
+		{[]string{"load", "--rate", "0", "http://x"}, "--rate"},
+		{[]string{"load", "--concurrency", "-1", "http://x"}, "--concurrency"},
+		{[]string{"load", "--hedge", "maybe", "http://x"}, "--hedge"},
+		{[]string{"load", "--quantile", "1", "http://x"}, "--quantile"},
+		{[]string{"load", "--max-hedges", "5", "http://x"}, "--max-hedges"},
+		{[]string{"load", "--budget", "off", "http://x"}, "--budget"},
+		{[]string{"load", "-H", "no colon", "http://x"}, "--header"},
+	} {
+		code, _, errs := runCLI(t, c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+}
+
+// load against a loopback server with stragglers: both runs, the table, and
+// the attempts counted.
+func TestLoadTable(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test") != "yes" {
+			http.Error(w, "header missing", http.StatusBadRequest)
+			return
+		}
+		if n.Add(1)%10 == 0 {
+			select { // a straggler; freed when the hedge wins
+			case <-time.After(100 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer srv.Close()
+	code, out, errs := runCLI(t, "load", "--concurrency", "4", "--requests", "200", "-H", "X-Test: yes", srv.URL)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"closed loop, 4 clients, 200 requests", "p99.9", "extra load", "hedge rate", "errors", "req/s", "none", "adaptive", "baseline"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if errs != "" {
+		t.Errorf("stderr without a terminal: %q", errs)
+	}
+}
+
+func TestLoadJSON(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.Method != http.MethodPost {
+			t.Errorf("method %s", r.Method)
+		}
+	}))
+	defer srv.Close()
+	code, out, errs := runCLI(t, "load", "--rate", "400", "--requests", "100", "--hedge", "off", "--method", "post", "--body", "x", "--json", srv.URL)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep struct {
+		Target  string           `json:"target"`
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if rep.Target != srv.URL || len(rep.Results) != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	r := rep.Results[0]
+	for _, k := range []string{"strategy", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "mean_ms", "extra_load", "hedge_rate", "verdict", "requests", "attempts", "errors", "throughput_rps"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("result lacks %q", k)
+		}
+	}
+	if r["strategy"] != "none" || r["requests"] != 100.0 || r["attempts"] != 100.0 || r["errors"] != 0.0 || r["verdict"] != "baseline" {
+		t.Errorf("result %v", r)
+	}
+	if hits.Load() != 100 {
+		t.Errorf("server hits %d, want 100", hits.Load())
+	}
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/proxy"
+)
+
+func TestProxyCheck(t *testing.T) {
+	code, out, errs := runCLI(t, "proxy", "--config", "../../examples/proxy/tailcut.yaml", "--check")
+	if code != 0 || !strings.Contains(out, "tailcut.yaml: ok (1 listeners, 2 upstreams, 3 routes)") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("listeners: [{listen: \":8080\"}]\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nroutes:\n  - name: r\n    upstream: v\n"), 0o600)
+	code, _, errs = runCLI(t, "proxy", "--config", bad, "--check")
+	if code != 2 || !strings.Contains(errs, bad+`:5: routes[0].upstream: no upstream named "v"`) {
+		t.Errorf("bad config: exit %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "proxy"); code != 2 || !strings.Contains(errs, "--config") {
+		t.Errorf("no --config: exit %d, stderr %q", code, errs)
+	}
+	if code, _, _ := runCLI(t, "proxy", "--config", filepath.Join(t.TempDir(), "none.yaml")); code != 2 {
+		t.Errorf("missing file: exit %d", code)
+	}
+}
+
+// The proxy command in process: serves, reloads on SIGHUP (a bad config is
+// ignored), stops on SIGTERM.
+func TestProxySignals(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "up "+r.URL.Path)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tailcut.yaml")
+	write := func(routes string) {
+		t.Helper()
+		yaml := fmt.Sprintf("listeners: [{listen: \"127.0.0.1:0\"}]\nadmin: {listen: \"127.0.0.1:0\"}\nlog: {format: json}\nupstreams: [{name: u, urls: [%q]}]\nroutes:\n%s", up.URL, routes)
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("  - {name: a, path_prefix: /a/, upstream: u}\n")
+	cfg, err := proxy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	e := &env{stdout: io.Discard, stderr: &logs}
+	sigs := make(chan os.Signal, 1)
+	addrs := make(chan []net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- runProxy(context.Background(), e, path, cfg, sigs, func(a []net.Addr) { addrs <- a }) }()
+	a := <-addrs
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	traffic, admin := "http://"+a[0].String(), "http://"+a[1].String()
+	if code, body := get(traffic + "/a/1"); code != 200 || body != "up /a/1" {
+		t.Fatalf("GET /a/1: %d %q", code, body)
+	}
+	if code, _ := get(traffic + "/b/1"); code != 404 {
+		t.Fatalf("GET /b/1 before the reload: %d", code)
+	}
+	routes := func() []string {
+		_, body := get(admin + "/debug/tailcut")
+		var d proxy.Debug
+		if err := json.Unmarshal([]byte(body), &d); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range d.Routes {
+			names = append(names, r.Name)
+		}
+		return names
+	}
+
+	// A bad config is logged and ignored.
+	os.WriteFile(path, []byte("listeners: ["), 0o600)
+	sigs <- syscall.SIGHUP
+	waitUntil(t, "the failed reload is logged", func() bool { return strings.Contains(logs.String(), "reload failed") })
+	if got := routes(); len(got) != 1 {
+		t.Fatalf("routes after a bad reload: %v", got)
+	}
+
+	write("  - {name: a, path_prefix: /a/, upstream: u}\n  - {name: b, path_prefix: /b/, upstream: u}\n")
+	sigs <- syscall.SIGHUP
+	waitUntil(t, "the new route", func() bool { return len(routes()) == 2 })
+	if code, body := get(traffic + "/b/1"); code != 200 || body != "up /b/1" {
+		t.Fatalf("GET /b/1 after the reload: %d %q", code, body)
+	}
+
+	sigs <- syscall.SIGTERM
+	if err := <-done; err != nil {
+		t.Fatalf("runProxy: %v", err)
+	}
+	for _, want := range []string{`"msg":"listening"`, `"msg":"config reloaded"`, `"msg":"signal received"`, `"msg":"stopped"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("JSON logs lack %s:\n%s", want, logs.String())
+		}
+	}
+}
+
+// waitUntil polls cond, a bounded number of times.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
