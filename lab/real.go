@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +93,13 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 		rt = t
 	}
 	client := &http.Client{Transport: rt}
+	var mutex0 time.Duration
+	if len(srv.locks) > 0 {
+		// Contention as the runtime sees it, as the article read it.
+		old := runtime.SetMutexProfileFraction(1)
+		defer runtime.SetMutexProfileFraction(old)
+		mutex0 = MutexProfileDelay()
+	}
 	// Open the connections the run will need before measuring: the first
 	// requests of a cold client would otherwise pay for TCP handshakes.
 	srv.warm(&http.Client{Transport: base}, 64)
@@ -152,9 +163,14 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 	}
 	wg.Wait()
 	span := time.Since(start)
+	var mutexDelay time.Duration
+	if len(srv.locks) > 0 {
+		mutexDelay = MutexProfileDelay() - mutex0
+	}
 
 	r := &Result{Strategy: st.String() + " (real)", Scenario: cfg.Scenario.Name, Requests: n, Calls: int64(n * cfg.Fanout),
 		Span: span, Errors: int(errs.Load()), LockWait: time.Duration(srv.lockWait.Load()), LockWaits: srv.lockWaits.Load()}
+	r.MutexProfileDelay = mutexDelay
 	if e, ok := firstErr.Load().(string); ok {
 		r.FirstError = e
 	}
@@ -181,6 +197,38 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 	}
 	r.Utilization = float64(srv.busy.Load()) / (float64(cfg.Replicas*cfg.Workers) * float64(span))
 	return r, nil
+}
+
+// MutexProfileDelay returns the total contention delay recorded so far in
+// the process's mutex profile (runtime/pprof "mutex", sampled at the rate
+// set by runtime.SetMutexProfileFraction and scaled back by it).
+func MutexProfileDelay() time.Duration {
+	var b bytes.Buffer
+	p := pprof.Lookup("mutex")
+	if p == nil || p.WriteTo(&b, 1) != nil {
+		return 0
+	}
+	var cps, period float64 = 0, 1
+	var cycles float64
+	for _, line := range strings.Split(b.String(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "cycles/second="):
+			cps, _ = strconv.ParseFloat(strings.TrimPrefix(line, "cycles/second="), 64)
+		case strings.HasPrefix(line, "sampling period="):
+			period, _ = strconv.ParseFloat(strings.TrimPrefix(line, "sampling period="), 64)
+		case strings.Contains(line, " @ "):
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				v, _ := strconv.ParseFloat(f[0], 64)
+				cycles += v
+			}
+		}
+	}
+	if cps <= 0 {
+		return 0
+	}
+	_ = period // the runtime already scales each record by the sampling period
+	return time.Duration(cycles / cps * 1e9)
 }
 
 // realServer is the in-process server of RunReal.

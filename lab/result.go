@@ -33,6 +33,9 @@ type Result struct {
 	Errors int
 	// FirstError is the first error a real run met (RunReal).
 	FirstError string
+	// MutexProfileDelay is the contention recorded by the runtime's mutex
+	// profile during a real run of a lock scenario.
+	MutexProfileDelay time.Duration
 	// LockWait is the total time attempts waited for a lock, LockWaits
 	// how many waited.
 	LockWait  time.Duration

@@ -19,6 +19,7 @@ type experimentFlags struct {
 	json bool
 	html string
 	seed uint64
+	real bool
 }
 
 // newExperimentCmd is `tailcut lab experiment`, added under lab.
@@ -43,6 +44,7 @@ writes one self-contained report with every table and chart.`,
 	fl.BoolVar(&f.json, "json", false, "print JSON instead of tables")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report to `FILE`")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
+	fl.BoolVar(&f.real, "real", false, "lock only: also run A, B and C against a real in-process Go HTTP server with a real sync.Mutex, reading contention from the mutex profile")
 	return cmd
 }
 
@@ -58,6 +60,9 @@ func runExperiments(e *env, f *experimentFlags, args []string) error {
 		return usagef("name an experiment (or all); see tailcut lab experiment --list")
 	}
 	var todo []*lab.Experiment
+	if f.real && args[0] != "lock" {
+		return usagef("--real: only the lock experiment has a real mode")
+	}
 	if args[0] == "all" {
 		todo = lab.Experiments()
 	} else {
@@ -70,7 +75,7 @@ func runExperiments(e *env, f *experimentFlags, args []string) error {
 	sp := newSpinner(e)
 	var outs []*lab.Outcome
 	for _, x := range todo {
-		out, err := x.Run(lab.Options{Seed: f.seed, Progress: sp.step})
+		out, err := x.Run(lab.Options{Seed: f.seed, Progress: sp.step, Real: f.real})
 		if err != nil {
 			sp.finish()
 			return err

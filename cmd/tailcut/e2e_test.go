@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+)
+
+// e2eUpstreamEnv makes the test binary an upstream server (see
+// TestE2EUpstreamProcess): its value is the percentage of straggling
+// requests.
+const e2eUpstreamEnv = "TAILCUT_E2E_UPSTREAM"
+
+// TestE2EUpstreamProcess is not a test: run as a child process with
+// e2eUpstreamEnv set, it is one upstream replica of the end-to-end test. It
+// prints "ADDR host:port" and serves until killed:
+//
+//   - GET any path: answers in 1–3 ms, or 200 ms for the straggling
+//     percentage of requests; stops early when the request is cancelled;
+//   - paths containing "drain": answers after 1.5 s (for the drain test);
+//   - POST: counts the request per path, answers after 100 ms;
+//   - /count?path=P: the POSTs counted for P; /inflight: requests running.
+func TestE2EUpstreamProcess(t *testing.T) {
+	pct, err := strconv.Atoi(os.Getenv(e2eUpstreamEnv))
+	if err != nil {
+		t.Skip("helper process for TestEndToEnd")
+	}
+	var mu sync.Mutex
+	posts := map[string]int{}
+	var inflight atomic.Int64
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 7))
+	var rngMu sync.Mutex
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/count":
+			mu.Lock()
+			fmt.Fprint(w, posts[r.URL.Query().Get("path")])
+			mu.Unlock()
+			return
+		case "/inflight":
+			fmt.Fprint(w, inflight.Load())
+			return
+		}
+		inflight.Add(1)
+		defer inflight.Add(-1)
+		io.Copy(io.Discard, r.Body)
+		var d time.Duration
+		switch {
+		case strings.Contains(r.URL.Path, "drain"):
+			d = 1500 * time.Millisecond
+		case r.Method == http.MethodPost:
+			mu.Lock()
+			posts[r.URL.Path]++
+			mu.Unlock()
+			d = 100 * time.Millisecond
+		default:
+			rngMu.Lock()
+			straggle := rng.IntN(100) < pct
+			d = time.Duration(1000+rng.IntN(2000)) * time.Microsecond
+			rngMu.Unlock()
+			if straggle {
+				d = 200 * time.Millisecond
+			}
+		}
+		select {
+		case <-time.After(d):
+			fmt.Fprintf(w, "done %s\n", r.URL.Path)
+		case <-r.Context().Done():
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("ADDR %s\n", ln.Addr())
+	os.Stdout.Sync()
+	(&http.Server{Handler: h}).Serve(ln)
+}
+
+// e2eProc is a child process with its output read line by line.
+type e2eProc struct {
+	cmd   *exec.Cmd
+	pw    *io.PipeWriter
+	lines chan string
+	done  chan struct{} // closed once the output is read to the end
+	once  sync.Once
+	err   error
+}
+
+// startProc starts a process whose stdout or stderr (if stderr) is read.
+func startProc(t *testing.T, cmd *exec.Cmd, stderr bool) *e2eProc {
+	t.Helper()
+	pr, pw := io.Pipe()
+	if stderr {
+		cmd.Stderr = pw
+	} else {
+		cmd.Stdout = pw
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &e2eProc{cmd: cmd, pw: pw, lines: make(chan string, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			select {
+			case p.lines <- sc.Text():
+			default: // nobody is reading any more
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		p.wait()
+	})
+	return p
+}
+
+// wait waits for the process to exit and its output to be read.
+func (p *e2eProc) wait() error {
+	p.once.Do(func() {
+		p.err = p.cmd.Wait() // returns once the output is copied to pw
+		p.pw.Close()
+		<-p.done
+	})
+	return p.err
+}
+
+// waitLine returns the first line for which match returns true.
+func (p *e2eProc) waitLine(t *testing.T, what string, match func(string) bool) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l := <-p.lines:
+			if match(l) {
+				return l
+			}
+		case <-p.done:
+			t.Fatalf("process ended before %s", what)
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestEndToEnd builds the tailcut binary and runs it as a real proxy in
+// front of two upstream processes (one with stragglers), drives it with
+// `tailcut load`, and checks what the sidecar promises.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs processes")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tailcut")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	// Two upstream replicas: a healthy one, and one where 10 % of the
+	// requests straggle for 200 ms.
+	var ups []string
+	for _, pct := range []int{0, 10} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestE2EUpstreamProcess$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", e2eUpstreamEnv, pct))
+		p := startProc(t, cmd, false)
+		l := p.waitLine(t, "the upstream's address", func(l string) bool { return strings.HasPrefix(l, "ADDR ") })
+		ups = append(ups, "http://"+strings.TrimPrefix(l, "ADDR "))
+	}
+
+	cfgPath := filepath.Join(dir, "tailcut.yaml")
+	cfg := fmt.Sprintf(`
+listeners: [{name: main, listen: "127.0.0.1:0"}]
+admin: {listen: "127.0.0.1:0"}
+log: {format: json}
+shutdown_timeout: 10s
+upstreams:
+  - {name: pool, urls: [%q, %q]}
+routes:
+  - name: hedged
+    path_prefix: /h/
+    upstream: pool
+  - name: plain
+    path_prefix: /p/
+    upstream: pool
+    policy: {hedge: false}
+`, ups[0], ups[1])
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "proxy", "--config", cfgPath, "--check").CombinedOutput(); err != nil {
+		t.Fatalf("--check: %v\n%s", err, out)
+	}
+	px := startProc(t, exec.Command(bin, "proxy", "--config", cfgPath), true)
+	addrOf := func(listener string) string {
+		l := px.waitLine(t, "listener "+listener, func(l string) bool {
+			return strings.Contains(l, `"msg":"listening"`) && strings.Contains(l, `"listener":"`+listener+`"`)
+		})
+		var rec struct{ Addr string }
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		return "http://" + rec.Addr
+	}
+	traffic, admin := addrOf("main"), addrOf("admin")
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i := 0; ; i++ { // readiness: bounded polling
+		if code, _ := get(admin + "/healthz"); code == 200 {
+			break
+		}
+		if i == 100 {
+			t.Fatal("proxy never healthy")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// p99 through the proxy, with and without hedging.
+	load := func(path string) map[string]any {
+		t.Helper()
+		out, err := exec.Command(bin, "load", "--hedge", "off", "--rate", "250", "--requests", "1000", "--json", traffic+path).Output()
+		if err != nil {
+			t.Fatalf("tailcut load %s: %v", path, err)
+		}
+		var rep struct{ Results []map[string]any }
+		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 1 {
+			t.Fatalf("tailcut load output: %v\n%s", err, out)
+		}
+		return rep.Results[0]
+	}
+	plain, hedged := load("/p/item"), load("/h/item")
+	t.Logf("p99 without hedging %.1f ms, with %.1f ms (p50 %.1f / %.1f ms)", plain["p99_ms"], hedged["p99_ms"], plain["p50_ms"], hedged["p50_ms"])
+	if plain["errors"] != 0.0 || hedged["errors"] != 0.0 {
+		t.Errorf("errors: %v without hedging, %v with", plain["errors"], hedged["errors"])
+	}
+	if !(hedged["p99_ms"].(float64) < plain["p99_ms"].(float64)) {
+		t.Errorf("p99 with hedging %.1f ms, not below %.1f ms without", hedged["p99_ms"], plain["p99_ms"])
+	}
+
+	// /metrics parses, passes promtool's lint when it is installed, and
+	// shows the hedges.
+	_, metrics := get(admin + "/metrics")
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(strings.NewReader(metrics))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	var hedges float64
+	for _, m := range families["tailcut_hedges_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "route" && l.GetValue() == "hedged" {
+				hedges = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if hedges <= 0 {
+		t.Errorf("tailcut_hedges_total{route=\"hedged\"} = %v, want > 0", hedges)
+	}
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = strings.NewReader(metrics)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("promtool not installed: lint skipped")
+	}
+
+	// /debug/tailcut shows the route.
+	_, body := get(admin + "/debug/tailcut")
+	var dbg struct {
+		Routes []struct {
+			Name      string
+			Hedges    int64
+			Requests  int64
+			Upstreams []struct{ URL string }
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &dbg); err != nil {
+		t.Fatalf("/debug/tailcut: %v\n%s", err, body)
+	}
+	found := false
+	for _, r := range dbg.Routes {
+		if r.Name == "hedged" {
+			found = true
+			if r.Requests != 1000 || r.Hedges == 0 || len(r.Upstreams) != 2 {
+				t.Errorf("/debug/tailcut route %+v", r)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("/debug/tailcut lacks the route:\n%s", body)
+	}
+
+	// A POST without Idempotency-Key, slower than the hedge delay, reaches
+	// the upstreams exactly once.
+	resp, err := client.Post(traffic+"/h/order", "text/plain", strings.NewReader("one order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST: %d", resp.StatusCode)
+	}
+	total := 0
+	for _, u := range ups {
+		_, n := get(u + "/count?path=/h/order")
+		k, _ := strconv.Atoi(n)
+		total += k
+	}
+	if total != 1 {
+		t.Errorf("the POST reached the upstreams %d times, want exactly 1", total)
+	}
+
+	// SIGTERM drains: a request in flight finishes, then the proxy exits 0.
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		resp, err := client.Get(traffic + "/p/drain")
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res <- result{resp.StatusCode, string(b), err}
+	}()
+	for i := 0; ; i++ { // wait until an upstream holds the request
+		n := 0
+		for _, u := range ups {
+			_, s := get(u + "/inflight")
+			k, _ := strconv.Atoi(s)
+			n += k
+		}
+		if n > 0 {
+			break
+		}
+		if i == 200 {
+			t.Fatal("the drain request never reached an upstream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := px.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.err != nil || r.code != 200 || r.body != "done /p/drain\n" {
+		t.Errorf("request in flight at SIGTERM: %+v, want 200 \"done /p/drain\"", r)
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- px.wait() }()
+	select {
+	case err := <-waitErr:
+		if err != nil {
+			t.Errorf("proxy exit: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("proxy did not exit after SIGTERM")
+	}
+	var logs bytes.Buffer
+	for {
+		select {
+		case l := <-px.lines:
+			logs.WriteString(l + "\n")
+			continue
+		default:
+		}
+		break
+	}
+	if !strings.Contains(logs.String(), `"msg":"stopped"`) {
+		t.Errorf("no \"stopped\" log line after SIGTERM:\n%s", logs.String())
+	}
+}
