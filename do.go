@@ -31,6 +31,11 @@ const (
 	// connection, an HTTP 503): the next attempt is launched at once, if
 	// the policy grants it, and the others keep running.
 	Retryable
+	// ServerError ends the request with this result like Fatal, but the
+	// answer reports a failure of the downstream (an HTTP 500, a gRPC
+	// INTERNAL): the policy counts it as an error for the circuit breaker
+	// ([Errored]) and does not learn its latency.
+	ServerError
 )
 
 // Hedger runs hedged calls returning T under a [Policy]. Its fields are the
@@ -262,8 +267,11 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 			running--
 			class := h.classify(ctx, r.v, r.err)
 			outcome := Completed
-			if class == Retryable {
+			switch class {
+			case Retryable:
 				outcome = Failed
+			case ServerError:
+				outcome = Errored
 			}
 			p.Observe(&req, i, r.end.Sub(a.start), outcome, r.end)
 			if class != Retryable {

@@ -425,3 +425,38 @@ func TestOverrides(t *testing.T) {
 		t.Errorf("negative delay kept: %v", d)
 	}
 }
+
+// TestDoServerErrorFeedsBreaker: a ServerError answer is returned at once
+// like a Fatal one, but counts as an error: enough of them open the breaker
+// and hedges stop, while every primary still goes.
+func TestDoServerErrorFeedsBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newTestPolicy(t, Config{})
+		errInternal := errors.New("500")
+		h := Hedger[int]{Policy: p, Classify: func(v int, err error) Class {
+			if err != nil {
+				return ServerError
+			}
+			return Success
+		}}
+		var calls atomic.Int32
+		for range 40 {
+			_, err := h.Do(t.Context(), "k", func(ctx context.Context, a Attempt) (int, error) {
+				calls.Add(1)
+				return 0, errInternal
+			})
+			if err != errInternal {
+				t.Fatalf("err = %v, want the server error returned at once", err)
+			}
+		}
+		synctest.Wait()
+		if calls.Load() != 40 {
+			t.Errorf("%d attempts for 40 requests, want 40: a server error is final", calls.Load())
+		}
+		r := p.Begin("k", time.Now())
+		if d := p.Hedge(&r, time.Now()); d != DenyBreaker {
+			t.Errorf("after 40 server errors Hedge = %v, want %v", d, DenyBreaker)
+		}
+		p.End(&r, 0, time.Now())
+	})
+}
