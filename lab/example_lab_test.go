@@ -69,3 +69,18 @@ func ExampleCustomFromSamples() {
 		panic(err)
 	}
 }
+
+// Reproduce a published experiment and read its verdict.
+func ExampleLookupExperiment() {
+	e, err := lab.LookupExperiment("lock")
+	if err != nil {
+		panic(err)
+	}
+	out, err := e.Run(lab.Options{Seed: 1})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(out.Title+": claim holds here:", out.Holds)
+	// Output:
+	// The lock-contention trap: claim holds here: true
+}

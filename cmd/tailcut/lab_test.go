@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -226,5 +227,28 @@ func TestLabReal(t *testing.T) {
 		if code, _, errs := runCLI(t, args...); code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2", args, code, errs)
 		}
+	}
+}
+
+func TestProgressOnlyOnTerminalAfterASecond(t *testing.T) {
+	var errb bytes.Buffer
+	p := newProgress(&env{stderr: &errb, stderrTTY: true}, 1000, "simulating")
+	p.set(10)
+	if errb.Len() != 0 {
+		t.Errorf("progress shown before a second: %q", errb.String())
+	}
+	p.start = p.start.Add(-2 * time.Second)
+	p.set(500)
+	p.finish()
+	if !strings.Contains(errb.String(), "simulating") {
+		t.Errorf("no progress bar after a second on a terminal: %q", errb.String())
+	}
+	errb.Reset()
+	q := newProgress(&env{stderr: &errb}, 1000, "simulating")
+	q.start = q.start.Add(-2 * time.Second)
+	q.set(500)
+	q.finish()
+	if errb.Len() != 0 {
+		t.Errorf("progress shown without a terminal: %q", errb.String())
 	}
 }
