@@ -190,6 +190,7 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 		r.Attempts = s.Attempts
 		r.ExtraLoad = s.ExtraLoad()
 		r.HedgeRate = s.HedgeRate()
+		r.TriggerRate = s.TriggerRate()
 		r.Delay = policy.Delay(policyKey, time.Now())
 		r.Denied = s.Denials()
 	} else {

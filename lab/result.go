@@ -23,6 +23,10 @@ type Result struct {
 	P50, P90, P95, P99, P999, Mean, Max time.Duration
 	// ExtraLoad is Attempts ÷ Calls − 1; HedgeRate is Hedges ÷ Calls.
 	ExtraLoad, HedgeRate float64
+	// TriggerRate is the share of legs that asked for an extra attempt
+	// (still unanswered at the delay), granted or not: a budget caps the
+	// hedge rate, not the need for hedges (see tailcut.Diagnosis).
+	TriggerRate float64
 	// Utilization is busy worker-time ÷ (workers × span).
 	Utilization float64
 	// Slow is the fraction of requests slower than the scenario's
@@ -100,7 +104,7 @@ func (r *Result) Quantile(q float64) time.Duration {
 func (r *Result) Latencies() []int64 { return r.sorted }
 
 // RootCauseWarning is the warning given when more than half the requests
-// are hedged (DESIGN.md, Diagnosis).
+// ask for a hedge — sent or denied by the budget (DESIGN.md, Diagnosis).
 const RootCauseWarning = "hedge rate > 50 %: hedging is covering a root cause"
 
 // Rollout gates, as teams use them before keeping hedging on.
@@ -163,7 +167,7 @@ func budgetLimit(cfg Config, calls int64) float64 {
 // verdict applies the rollout gates: p99 down ≥ 20 %, errors not up, extra
 // load within budget.
 func verdict(cfg Config, st Strategy, r, base *Result) (v, warn string) {
-	if r.HedgeRate > 0.5 {
+	if max(r.HedgeRate, r.TriggerRate) > 0.5 {
 		warn = RootCauseWarning
 	}
 	if st.Kind == None {

@@ -274,6 +274,7 @@ type sim struct {
 	extra     []uint16 // extra attempts per request index
 
 	nCalls, nAttempts, nHedges int64
+	nTriggered                 int64 // calls that asked for an extra attempt
 	busyNS, lockWaitNS         int64
 	lockWaits                  int64
 
@@ -498,6 +499,9 @@ func (s *sim) startCall(req int32, index, leg int) {
 	s.launch(c, svc)
 	switch s.st.Kind {
 	case Oracle:
+		if int64(svc.Total()) > s.oracleThr {
+			s.nTriggered++
+		}
 		if int64(svc.Total()) > s.oracleThr && s.grant() {
 			s.nHedges++
 			s.extra[index]++
@@ -750,6 +754,9 @@ func (s *sim) onTimer(c int32, gen uint32, k int) {
 	req := &s.reqs[cl.req]
 	index, leg := req.index, int(cl.leg)
 	next := int64(-1)
+	if k == 1 {
+		s.nTriggered++ // still unanswered at its delay: it needs a hedge
+	}
 	switch s.st.Kind {
 	case Adaptive:
 		if s.policy.Hedge(&cl.pr, s.vnow()) == tailcut.Send {
@@ -820,6 +827,7 @@ func (s *sim) result() *Result {
 	r.Slow = float64(slow) / float64(n)
 	r.ExtraLoad = float64(s.nAttempts-s.nCalls) / float64(s.nCalls)
 	r.HedgeRate = float64(s.nHedges) / float64(s.nCalls)
+	r.TriggerRate = float64(s.nTriggered) / float64(s.nCalls)
 	if s.now > 0 {
 		r.Utilization = float64(s.busyNS) / (float64(cfg.Replicas*cfg.Workers) * float64(s.now))
 	}
