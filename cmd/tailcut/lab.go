@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -30,6 +31,7 @@ type labFlags struct {
 	replicas    int
 	workers     int
 	budget      string
+	burst       float64
 	quantile    float64
 	maxHedges   int
 	seed        uint64
@@ -79,6 +81,7 @@ hedge budget off for that strategy.`,
 	fl.IntVar(&f.replicas, "replicas", 0, "server replicas (default: the scenario's)")
 	fl.IntVar(&f.workers, "workers", 0, "workers per replica, each with a FIFO queue in front (default: the scenario's)")
 	fl.StringVar(&f.budget, "budget", "10%", "hedge budget: fraction of traffic (0.1 or 10%), or off")
+	fl.Float64Var(&f.burst, "burst", 10, "hedge budget burst, in hedges (raise it to at least fan-out × budget)")
 	fl.Float64Var(&f.quantile, "quantile", 0.95, "quantile the adaptive policy hedges after (and the oracle's threshold)")
 	fl.IntVar(&f.maxHedges, "max-hedges", 1, "most extra attempts per request (1–4)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed: the same seed gives the same numbers")
@@ -152,6 +155,10 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 	if cfg.Budget, err = parseBudget(f.budget); err != nil {
 		return cfg, err
 	}
+	if !(f.burst >= 1) || f.burst > 1e9 {
+		return cfg, usagef("--burst must be in [1, 1e9], got %v", f.burst)
+	}
+	cfg.Burst = f.burst
 	if !(f.quantile > 0 && f.quantile < 1) {
 		return cfg, usagef("--quantile must be in (0, 1), got %v", f.quantile)
 	}
@@ -238,6 +245,13 @@ func runLab(e *env, cmd *cobra.Command, f *labFlags) error {
 		return enc.Encode(lab.NewJSONReport(cfg.Scenario.Name, cfg.Requests, results))
 	}
 	fmt.Fprintf(e.stdout, "scenario %s: %s\n%s\n\n", cfg.Scenario.Name, cfg.Scenario.Summary, describe(cfg))
+	// A fan-out request deposits all its legs' tokens at once; a burst
+	// of a few requests' worth lets the deposits accumulate instead of
+	// overflowing (docs/EXPERIMENTS.md, fanout).
+	if need := float64(cfg.Fanout) * cfg.Budget; cfg.Budget > 0 && 4*need > cfg.Burst {
+		fmt.Fprintf(e.stdout, "note: one request deposits %g hedge tokens at once (fan-out %d × budget %g) into a burst of %g:\n"+
+			"      deposits overflow and hedges are denied at random; try --burst %g\n\n", need, cfg.Fanout, cfg.Budget, cfg.Burst, math.Ceil(10*need))
+	}
 	if err := lab.WriteTable(e.stdout, results); err != nil {
 		return err
 	}

@@ -88,6 +88,7 @@ func TestLabBadInputExits2(t *testing.T) {
 		{"lab", "--strategies", "static:abc"},
 		{"lab", "--budget", "2"},
 		{"lab", "--budget", "lots"},
+		{"lab", "--burst", "0.5"},
 		{"lab", "--requests", "-5"},
 		{"lab", "--requests", "ten"},
 		{"lab", "--quantile", "1.5"},
