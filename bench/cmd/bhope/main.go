@@ -34,11 +34,12 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/cristalhq/hedgedhttp"
-	"github.com/failsafe-go/failsafe-go/budget"
+	fsbudget "github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
 	"github.com/tailcut/tailcut/hedgehttp"
 )
 
@@ -117,6 +118,18 @@ var strategies = []strategy{
 			tailcutPolicy = p
 			return hedgehttp.NewTransport(base, p)
 		}},
+	{"tailcut-burst40", "as tailcut, with a budget burst of 40 (twice the concurrency) instead of 10",
+		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
+			b, err := budget.NewRatio(0.1, 40, 1)
+			if err != nil {
+				log.Fatal(err)
+			}
+			p, err := tailcut.New(tailcut.Config{Budget: b})
+			if err != nil {
+				log.Fatal(err)
+			}
+			return hedgehttp.NewTransport(base, p)
+		}},
 	{"hedgedhttp", "cristalhq/hedgedhttp v0.9.2, static delay = p95 of the service-time model, upto 2",
 		func(base http.RoundTripper, p95 time.Duration) http.RoundTripper {
 			rt, err := hedgedhttp.NewRoundTripper(p95, 2, base)
@@ -132,7 +145,7 @@ var strategies = []strategy{
 		}},
 	{"failsafe-go+budget", "as failsafe-go, with its budget at max rate 10 %",
 		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
-			b := budget.NewBuilder().WithMaxRate(0.1).Build()
+			b := fsbudget.NewBuilder().WithMaxRate(0.1).Build()
 			hp := hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.95, 1000, 20).WithMaxHedges(1).WithBudget(b).Build()
 			return failsafehttp.NewRoundTripper(base, hp)
 		}},
