@@ -149,3 +149,25 @@ func FuzzParseSpec(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseStrategies(f *testing.F) {
+	for _, s := range []string{"none,static:10ms,adaptive,oracle", "static!:50ms", "retry:1s, speculative", ",,", "static:", "adaptive!", "static:1e9h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sts, err := ParseStrategies(s)
+		if err != nil {
+			return
+		}
+		for _, st := range sts {
+			if st.Delay < 0 || (st.Delay > 0 && st.Kind != Static && st.Kind != Retry && st.Kind != Speculative) {
+				t.Fatalf("%q parsed to %+v", s, st)
+			}
+			// What String prints, ParseStrategy reads back.
+			back, err := ParseStrategy(st.String())
+			if err != nil || back != st {
+				t.Fatalf("%q: %+v prints %q, which parses to %+v, %v", s, st, st.String(), back, err)
+			}
+		}
+	})
+}

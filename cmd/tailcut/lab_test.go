@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -252,4 +253,23 @@ func TestProgressOnlyOnTerminalAfterASecond(t *testing.T) {
 	if errb.Len() != 0 {
 		t.Errorf("progress shown without a terminal: %q", errb.String())
 	}
+}
+
+func FuzzParseBudget(f *testing.F) {
+	for _, s := range []string{"10%", "0.1", "off", "1", "0", "-5%", "NaN", "1e-300", " 50 % "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseBudget(s)
+		if err != nil {
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("%q: error %v is not a usage error (exit 2)", s, err)
+			}
+			return
+		}
+		if v != -1 && !(v > 0 && v <= 1) {
+			t.Fatalf("%q parsed to %v, outside (0, 1]", s, v)
+		}
+	})
 }
