@@ -56,8 +56,10 @@ type Config struct {
 	Budget float64
 	// Burst is the budget's burst; zero means 10.
 	Burst float64
-	// Quantile is the adaptive policy's quantile and the oracle's and
-	// default static delay's threshold; zero means 0.95.
+	// Quantile pins the adaptive policy's delay to this quantile, and is
+	// the oracle's and the default static delay's threshold. Zero leaves
+	// the policy on its auto delay (tailcut.Config.Quantile unset) and
+	// makes the threshold 0.95 (see Threshold).
 	Quantile float64
 	// MaxHedges bounds the extra attempts per leg; zero means 1.
 	MaxHedges int
@@ -113,9 +115,6 @@ func (c Config) Resolve() (Config, error) {
 	if c.Burst == 0 {
 		c.Burst = budget.DefaultBurst
 	}
-	if c.Quantile == 0 {
-		c.Quantile = tailcut.DefaultQuantile
-	}
 	if c.MaxHedges == 0 {
 		c.MaxHedges = tailcut.DefaultMaxHedges
 	}
@@ -144,7 +143,7 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: budget must be a fraction in (0, 1] (or negative for none), got %v", c.Budget)
 	case !(c.Burst >= 1) || math.IsInf(c.Burst, 0):
 		return c, fmt.Errorf("lab: burst must be at least 1, got %v", c.Burst)
-	case !(c.Quantile > 0 && c.Quantile < 1):
+	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
 		return c, fmt.Errorf("lab: quantile must be in (0, 1), got %v", c.Quantile)
 	case c.MaxHedges < 1 || c.MaxHedges > tailcut.MaxHedgesLimit:
 		return c, fmt.Errorf("lab: max-hedges must be in [1, %d], got %d", tailcut.MaxHedgesLimit, c.MaxHedges)
@@ -152,6 +151,16 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: SeriesEvery must not be negative, got %v", c.SeriesEvery)
 	}
 	return c, nil
+}
+
+// Threshold returns the quantile that static, speculative and oracle
+// strategies use when they are given no delay: Quantile, or 0.95 when it is
+// zero. (A zero Quantile leaves the adaptive policy on its auto delay.)
+func (c Config) Threshold() float64 {
+	if c.Quantile == 0 {
+		return tailcut.DefaultQuantile
+	}
+	return c.Quantile
 }
 
 // Streams of the seeded generators. Each concern draws from its own stream,
@@ -340,7 +349,7 @@ func (s *sim) setup() error {
 	case Static, Speculative, Retry:
 		s.delay = int64(s.st.Delay)
 		if s.delay == 0 {
-			q := cfg.Quantile
+			q := cfg.Threshold()
 			if s.st.Kind == Retry {
 				q = 0.99
 			}
@@ -348,7 +357,7 @@ func (s *sim) setup() error {
 		}
 		s.delay = max(s.delay, 1)
 	case Oracle:
-		s.oracleThr = int64(quantileOf(trueQ, cfg.Quantile))
+		s.oracleThr = int64(quantileOf(trueQ, cfg.Threshold()))
 	case Adaptive:
 		pc := cfg.Policy
 		if pc.Quantile == 0 {
@@ -499,10 +508,10 @@ func (s *sim) startCall(req int32, index, leg int) {
 	s.launch(c, svc)
 	switch s.st.Kind {
 	case Oracle:
-		if int64(svc.Total()) > s.oracleThr {
+		if s.oracleSlow(c, svc) {
 			s.nTriggered++
 		}
-		if int64(svc.Total()) > s.oracleThr && s.grant() {
+		if s.oracleSlow(c, svc) && s.grant() {
 			s.nHedges++
 			s.extra[index]++
 			s.launch(c, s.draw(index, leg, 1))
@@ -510,6 +519,18 @@ func (s *sim) startCall(req int32, index, leg int) {
 	case Static, Adaptive, Retry, Speculative:
 		s.schedule(s.now+max(delay, 0), evTimer, c, gen, 1)
 	}
+}
+
+// oracleSlow reports whether the primary of call c, of service svc, will
+// take longer than the oracle's threshold: the oracle knows the service
+// time and the replica's GC pauses (not the queue it may meet).
+func (s *sim) oracleSlow(c int32, svc Service) bool {
+	d := int64(svc.Total())
+	if s.sc.GC != nil {
+		r := int(s.calls[c].r0)
+		d = s.gcFinish(r, s.now, int64(svc.Work)) - s.now + int64(svc.Hold)
+	}
+	return d > s.oracleThr
 }
 
 // grant asks the budget for one extra attempt.
@@ -845,8 +866,8 @@ func (s *sim) result() *Result {
 		// The true quantile at each point, from the scenario's own
 		// distribution at that request index.
 		cache := map[int]time.Duration{}
-		q := cfg.Quantile
-		if s.policy != nil {
+		q := cfg.Threshold()
+		if s.policy != nil && s.policy.Config().Quantile != 0 {
 			q = s.policy.Config().Quantile
 		}
 		for i := range s.series {

@@ -22,10 +22,11 @@ const (
 	// Speculative cancels the primary after a short delay and re-issues
 	// it (speculative retry).
 	Speculative
-	// Oracle knows each attempt's service time in advance: it hedges, at
-	// once, exactly the calls whose primary will take longer than the
-	// scenario's Quantile — the limit no strategy with that hedge rate can
-	// beat.
+	// Oracle knows each attempt's service time (and its replica's GC
+	// pauses) in advance: it hedges, at once, exactly the calls whose
+	// primary will take longer than the scenario's Quantile of service
+	// time — the limit no strategy with that hedge rate can beat. It does
+	// not foresee queueing.
 	Oracle
 )
 
