@@ -51,8 +51,11 @@
 // Redis.MaxInstances (default 32) members per key, then one MGET per key.
 // Reading a random sample of instances bounds what a big fleet costs a
 // reader: per round at most MaxKeys × MaxInstances payloads, typically
-// keys × 32 × 700 B ≈ 22 KB per key. Redis holds instances × keys payloads.
-// Merging costs about a microsecond per payload.
+// 32 × 300–700 B ≈ 10–22 KB per key. Redis holds instances × keys payloads.
+// Decoding and merging costs about 19 µs per payload (BenchmarkMerge32), so
+// a round of 16 keys × 32 instances takes about 11 ms of one core
+// (BenchmarkRoundMemory; 12 ms over go-redis to a loopback miniredis), once
+// per Interval, outside the request path.
 //
 // # Consistency
 //

@@ -68,8 +68,21 @@ func decodePayload(b []byte, max int) (*latency.Snapshot, error) {
 	case b[0] != formatVersion:
 		return nil, fmt.Errorf("%w %d", errVersion, b[0])
 	}
-	return latency.Decode(b[1:])
+	s, err := latency.Decode(b[1:])
+	if err != nil {
+		return nil, err
+	}
+	// Count converts a float64: a huge claim may wrap negative.
+	if n := s.Count(); n < 0 || n > maxCount {
+		return nil, fmt.Errorf("fleet: payload claims %d observations, more than an instance makes (%d)", n, maxCount)
+	}
+	return s, nil
 }
+
+// maxCount bounds the observations one payload may claim: two windows of a
+// million requests per second for a day each are far below it, and a
+// payload above it would swamp every honest instance's sketch.
+const maxCount = 1 << 40
 
 // Memory is a [Store] held in memory, for tests and for simulations of a
 // fleet inside one process. Entries expire ttl after their publication by
