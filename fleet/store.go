@@ -196,3 +196,21 @@ func (m *Memory) Recent(ctx context.Context, n int) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Pooled fetches key's sketches from store and returns them merged: the
+// fleet's latency distribution of key, for a one-off warm start without a
+// [Syncer] (tailcut.Config.Warm seeds every new key with it). Payloads over
+// maxPayload bytes (zero means 16 KiB), malformed or of another relative
+// accuracy are skipped. ok is false when no usable payload was found.
+func Pooled(ctx context.Context, store Store, key string, maxPayload int) (s *latency.Snapshot, ok bool, err error) {
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	got, err := store.Fetch(ctx, []string{key})
+	if err != nil {
+		return nil, false, err
+	}
+	sy := Syncer{cfg: Config{MaxPayload: maxPayload}}
+	pool, _, _ := sy.merge(got[key])
+	return pool, pool != nil, nil
+}
