@@ -1,0 +1,95 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRealRedisCluster shares sketches through a three-node Redis Cluster
+// started by the test: keys in different slots on different nodes, each
+// key's entries in one slot, so the per-key MGET is legal in a cluster.
+func TestRealRedisCluster(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli not found on PATH (Debian's redis-tools, installed with redis-server)")
+	}
+	dir := t.TempDir()
+	var addrs []string
+	for i := range 3 {
+		conf := filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i))
+		srv := startRedis(t, 0, "--cluster-enabled", "yes", "--cluster-config-file", conf, "--dir", dir)
+		addrs = append(addrs, srv.addr())
+	}
+	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+
+	r, err := RedisConfig{Addrs: addrs, Cluster: true}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The nodes may still be agreeing on the slot map: give go-redis's
+	// redirects and retries up to 20 s for the first round.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	keys := []string{"alpha.internal", "beta.internal", "gamma.internal", "GET /users/{id}"}
+	slots := map[int64]bool{}
+	var all = map[string][]time.Duration{}
+	var ss []*Syncer
+	for i := range 3 {
+		p := newPolicy(t)
+		for j, k := range keys {
+			ds := draw(uint64(10*i+j), 10, 5+float64(j), 0.4)
+			observe(p, k, time.Now(), ds...)
+			all[k] = append(all[k], ds...)
+		}
+		s, err := New(p, r, Config{Instance: fmt.Sprintf("c%d", i), Timeout: 2 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	for round := range 2 {
+		for i, s := range ss {
+			if err := s.SyncAt(ctx, time.Now()); err != nil {
+				t.Fatalf("round %d, instance %d: %v", round, i, err)
+			}
+		}
+	}
+	for _, k := range keys {
+		want := exactQuantile(all[k], 0.95)
+		for i, s := range ss {
+			if d := s.p.Delay(k, time.Now()); !within(d, want, 0.01) {
+				t.Errorf("key %q, instance %d: delay %v, want the pooled p95 %v", k, i, d, want)
+			}
+		}
+		cc := r.Client.(*redis.ClusterClient)
+		ms, err := cc.ClusterKeySlot(ctx, membersKey(DefaultPrefix, k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := cc.ClusterKeySlot(ctx, dataKey(DefaultPrefix, k, "c0")).Result()
+		if err != nil || ds != ms {
+			t.Errorf("key %q: data key in slot %d, members in %d (%v)", k, ds, ms, err)
+		}
+		slots[ms] = true
+	}
+	// redis-cli gives the three nodes slots 0–5460, 5461–10922 and
+	// 10923–16383.
+	nodes := map[int64]bool{}
+	for sl := range slots {
+		nodes[min(sl/5461, 2)] = true
+	}
+	if len(nodes) < 2 {
+		t.Errorf("the keys fell in slots %v, on %d node(s); the test wants them spread", slots, len(nodes))
+	}
+}
