@@ -13,7 +13,8 @@ import (
 // Defaults for the zero fields of [Config]. The README's defaults table
 // mirrors these.
 const (
-	DefaultQuantile    = 0.95
+	DefaultQuantile    = 0.95 // The Tail at Scale's rule, for a pinned Quantile
+	DefaultTarget      = 0.99 // the percentile the auto delay minimises
 	DefaultMultiplier  = 1.0
 	DefaultWindow      = 30 * time.Second
 	DefaultMinSamples  = 20
@@ -38,10 +39,21 @@ const (
 // field means its documented default, and [New] rejects invalid values with
 // an error naming the field.
 type Config struct {
-	// Quantile of the recent per-key latency after which a hedge is sent.
-	// Zero means 0.95 (The Tail at Scale: hedging after the p95 costs about
-	// 5 % extra load). Must be in (0, 1).
+	// Quantile, if set, pins the hedge delay to this quantile of the
+	// recent per-key latency (times Multiplier): 0.95 is The Tail at
+	// Scale's rule, about 5 % extra load. Must be in (0, 1).
+	//
+	// Zero means auto (see auto.go): the policy predicts, from the
+	// measured distribution, the Target percentile that each of a handful
+	// of candidate schedules would give, and uses the best one whose hedge
+	// rate stays within 0.8 × the budget's ratio. A fixed quantile that
+	// hedges about as often as the budget allows is a trap: the denials
+	// then fall at random, and a denied straggler is the p99.
 	Quantile float64
+
+	// Target is the percentile the auto delay minimises. Zero means 0.99.
+	// Ignored when Quantile is set.
+	Target float64
 
 	// Multiplier scales the quantile: delay = Multiplier × quantile.
 	// Zero means 1.
@@ -173,8 +185,8 @@ type BreakerConfig struct {
 
 // normalize fills defaults and validates; errors name the field.
 func (c Config) normalize() (Config, error) {
-	if c.Quantile == 0 {
-		c.Quantile = DefaultQuantile
+	if c.Target == 0 {
+		c.Target = DefaultTarget
 	}
 	if c.Multiplier == 0 {
 		c.Multiplier = DefaultMultiplier
@@ -217,8 +229,10 @@ func (c Config) normalize() (Config, error) {
 		b.Probes = DefaultBreakerProbes
 	}
 	switch {
-	case !(c.Quantile > 0 && c.Quantile < 1):
+	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
 		return c, fmt.Errorf("tailcut: Quantile must be in (0, 1), got %v", c.Quantile)
+	case !(c.Target > 0 && c.Target < 1):
+		return c, fmt.Errorf("tailcut: Target must be in (0, 1), got %v", c.Target)
 	case !(c.Multiplier > 0) || math.IsInf(c.Multiplier, 0):
 		return c, fmt.Errorf("tailcut: Multiplier must be positive and finite, got %v", c.Multiplier)
 	case c.Window < 0:

@@ -212,11 +212,12 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 	opts, _ := ctx.Value(ctxKey{}).(requestOptions)
 	start := time.Now()
 	req := p.Begin(key, start)
-	delay := req.Delay()
+	// hedgeAt is when hedge k is due, from start.
+	hedgeAt := req.HedgeAt
 	if opts.delay > 0 {
-		delay = opts.delay
+		hedgeAt = func(k int) time.Duration { return time.Duration(k) * opts.delay }
 	}
-	maxAttempts := 1 + p.cfg.MaxHedges
+	maxAttempts := 1 + req.MaxHedges()
 	if opts.noHedge {
 		maxAttempts = 1
 	}
@@ -251,13 +252,22 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 
 	var timerC <-chan time.Time
 	if maxAttempts > 1 {
-		w.timer.Reset(delay)
+		w.timer.Reset(hedgeAt(1))
 		timerC = w.timer.C
 	}
-	nextTick := 1 // the timer is set for hedge slot nextTick × delay
+	nextTick := 1 // the timer is set for hedge slot nextTick
 
-	var firstErr error // the primary's error, or else the first one seen
-	var firstErrIndex = -1
+	// kept is the failed attempt whose result the caller gets if every
+	// attempt fails: the primary's, or else the first to fail. Its context
+	// stays alive and its value is not discarded until then (an HTTP 503
+	// with its body).
+	kept := -1
+	drop := func(i int) { // discards a failed result and ends its context
+		if h.Discard != nil {
+			h.Discard(c.results[i].v)
+		}
+		attempts[i].cancel()
+	}
 	for {
 		select {
 		case i := <-w.ready:
@@ -275,16 +285,21 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 			}
 			p.Observe(&req, i, r.end.Sub(a.start), outcome, r.end)
 			if class != Retryable {
-				v := h.finish(&req, p, attempts[:launched], i, r.v, time.Now())
+				if kept >= 0 {
+					drop(kept)
+				}
+				v := h.finish(c, &req, p, attempts[:launched], i, r.v, time.Now())
 				end()
 				return v, r.err
 			}
-			a.cancel()
-			if firstErrIndex != 0 && (firstErrIndex < 0 || i == 0) {
-				firstErr, firstErrIndex = r.err, i
-			}
-			if h.Discard != nil {
-				h.Discard(r.v)
+			switch {
+			case kept < 0:
+				kept = i
+			case i == 0:
+				drop(kept)
+				kept = 0
+			default:
+				drop(i)
 			}
 			if ctx.Err() == nil {
 				hedge(time.Now())
@@ -293,20 +308,25 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 				p.End(&req, -1, time.Now())
 				end()
 				if err := ctx.Err(); err != nil {
+					drop(kept)
 					return zero, err
 				}
-				return zero, firstErr
+				k := c.results[kept]
+				return h.hand(k.v, attempts[kept].cancel), k.err
 			}
 		case now := <-timerC:
 			hedge(now)
 			nextTick++
-			if launched < maxAttempts && nextTick <= p.cfg.MaxHedges {
-				w.timer.Reset(start.Add(time.Duration(nextTick) * delay).Sub(time.Now()))
+			if launched < maxAttempts && nextTick < maxAttempts {
+				w.timer.Reset(start.Add(hedgeAt(nextTick)).Sub(time.Now()))
 			} else {
 				timerC = nil
 			}
 		case <-ctx.Done():
 			now := time.Now()
+			if kept >= 0 {
+				drop(kept)
+			}
 			for i := range attempts[:launched] {
 				if a := &attempts[i]; a.running {
 					a.cancel()
@@ -335,9 +355,12 @@ func (h *Hedger[T]) classify(ctx context.Context, v T, err error) Class {
 	return Retryable
 }
 
-// finish ends the call with attempt win's value v: cancels and records the
+// finish ends the call with attempt win's value v: discards the results
+// that arrived meanwhile (before their contexts end, so that an HTTP loser
+// can still be drained and its connection reused), cancels and records the
 // losers, and hands the winner's context to Keep or cancels it.
-func (h *Hedger[T]) finish(req *Request, p *Policy, attempts []attempt, win int, v T, now time.Time) T {
+func (h *Hedger[T]) finish(c *call[T], req *Request, p *Policy, attempts []attempt, win int, v T, now time.Time) T {
+	c.close(h.Discard)
 	for i := range attempts {
 		a := &attempts[i]
 		if !a.running || i == win {
@@ -347,7 +370,12 @@ func (h *Hedger[T]) finish(req *Request, p *Policy, attempts []attempt, win int,
 		p.Observe(req, i, now.Sub(a.start), Canceled, now)
 	}
 	p.End(req, win, now)
-	release := attempts[win].cancel
+	return h.hand(v, attempts[win].cancel)
+}
+
+// hand gives v to the caller: through Keep, which takes over release, or
+// with release called now.
+func (h *Hedger[T]) hand(v T, release context.CancelFunc) T {
 	if h.Keep != nil {
 		return h.Keep(v, release)
 	}

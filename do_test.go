@@ -460,3 +460,49 @@ func TestDoServerErrorFeedsBreaker(t *testing.T) {
 		p.End(&r, 0, time.Now())
 	})
 }
+
+// TestDoAllFailKeepsPrimaryValue: when every attempt fails with a value (an
+// HTTP 503 response, say), the caller gets the primary's value and error,
+// not discarded and with its context alive until Keep's release; the other
+// failures are discarded.
+func TestDoAllFailKeepsPrimaryValue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newTestPolicy(t, Config{MaxHedges: 2})
+		var discarded []string
+		var mu sync.Mutex
+		var release func()
+		var primaryCtx context.Context
+		h := Hedger[string]{
+			Policy:   p,
+			Classify: func(v string, err error) Class { return Retryable },
+			Discard: func(v string) {
+				mu.Lock()
+				discarded = append(discarded, v)
+				mu.Unlock()
+			},
+			Keep: func(v string, r func()) string { release = r; return v },
+		}
+		v, err := h.Do(t.Context(), "k", func(ctx context.Context, a Attempt) (string, error) {
+			if a.Index == 0 {
+				primaryCtx = ctx
+				time.Sleep(30 * time.Millisecond) // fails last: after both hedges
+				return "503 from primary", nil
+			}
+			return fmt.Sprintf("503 from hedge %d", a.Index), nil
+		})
+		if v != "503 from primary" || err != nil {
+			t.Fatalf("Do = %q, %v; want the primary's response", v, err)
+		}
+		if primaryCtx.Err() != nil {
+			t.Error("the returned value's context ended before release")
+		}
+		release()
+		if primaryCtx.Err() == nil {
+			t.Error("release did not end the returned value's context")
+		}
+		synctest.Wait()
+		if len(discarded) != 2 {
+			t.Errorf("discarded %q, want the two hedges' responses", discarded)
+		}
+	})
+}

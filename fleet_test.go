@@ -9,7 +9,7 @@ import (
 
 func TestSetFleetUsedWhileLocalIsThin(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	p, err := New(Config{MinSamples: 20, WarmupDelay: 7 * time.Millisecond})
+	p, err := New(Config{Quantile: 0.95, MinSamples: 20, WarmupDelay: 7 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

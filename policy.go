@@ -118,6 +118,9 @@ type Policy struct {
 	// Totals over the policy's life, evicted keys included.
 	totals counters
 
+	auto        bool    // Quantile unset: the auto delay (auto.go)
+	budgetRatio float64 // the budget's ratio, for the auto delay's hedge-rate cap
+
 	// waiters pools Do's per-call channel and timer (do.go). It is per
 	// policy, not global, because channels and timers must not cross
 	// testing/synctest bubbles; noPool turns it off for Default().
@@ -157,6 +160,11 @@ type keyState struct {
 
 	fleet atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
 
+	// Auto mode (auto.go): the schedule chosen at the last recomputation.
+	gap   atomic.Int64               // ns from one hedge to the next; 0: the delay
+	limit atomic.Int32               // hedges per request; 0: MaxHedges
+	auto  atomic.Pointer[AutoChoice] // what was chosen and predicted
+
 	mu sync.Mutex // serialises recomputation
 
 	counters
@@ -177,6 +185,8 @@ func New(cfg Config) (*Policy, error) {
 	}
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
+	p.auto = cfg.Quantile == 0
+	p.budgetRatio = budgetRatio(cfg.Budget)
 	return p, nil
 }
 
@@ -194,6 +204,8 @@ func (p *Policy) Config() Config { return p.cfg }
 type Request struct {
 	ks       *keyState
 	delay    time.Duration
+	gap      time.Duration // from hedge k−1 to hedge k, k ≥ 2; 0 means delay
+	limit    int           // most hedges for this request
 	hedges   int    // hedges granted so far
 	id       uint64 // hash of the request ID (BeginID)
 	would    uint8  // hedges that would have been sent (dry run)
@@ -206,9 +218,20 @@ type Request struct {
 // Delay is the hedge delay chosen for this request when it began.
 func (r *Request) Delay() time.Duration { return r.delay }
 
+// MaxHedges returns the most hedges this request may send: Config.MaxHedges,
+// or fewer when the auto delay found that later hedges do not pay for
+// themselves.
+func (r *Request) MaxHedges() int { return r.limit }
+
 // HedgeAt returns when hedge k (k ≥ 1) is due, as an offset from the start
-// of the request: k × Delay.
-func (r *Request) HedgeAt(k int) time.Duration { return time.Duration(k) * r.delay }
+// of the request: Delay for the first, then one gap more for each next one
+// (the gap is Delay itself, unless the auto delay chose another).
+func (r *Request) HedgeAt(k int) time.Duration {
+	if k <= 1 || r.gap == 0 {
+		return time.Duration(k) * r.delay
+	}
+	return r.delay + time.Duration(k-1)*r.gap
+}
 
 // Hedges returns how many hedges the policy has granted this request.
 func (r *Request) Hedges() int { return r.hedges }
@@ -240,7 +263,15 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	p.totals.requests.Add(1)
 	p.totals.attempts.Add(1)
 	p.cfg.Budget.Deposit(now)
-	return Request{ks: ks, delay: p.delayOf(ks, now)}
+	d := p.delayOf(ks, now)
+	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges}
+	if p.auto {
+		r.gap = time.Duration(ks.gap.Load())
+		if n := int(ks.limit.Load()); n > 0 {
+			r.limit = n
+		}
+	}
+	return r
 }
 
 // Hedge asks, at now, whether the next hedge of r may be sent. [Send] means
@@ -262,8 +293,10 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	n := now.UnixNano()
 	d := Send
 	switch {
-	case r.hedges+int(r.would) >= p.cfg.MaxHedges:
+	case r.hedges+int(r.would) >= r.limit:
 		d = DenyMaxHedges
+	case p.auto && r.hedges+int(r.would) >= 1 && !p.roomForLater(now):
+		d = DenyBudget
 	case n < ks.pausedUntil.Load():
 		d = DenyPushback
 	case !p.cfg.Breaker.Disabled && !ks.breaker.allow(n):
@@ -391,21 +424,36 @@ func (p *Policy) Delay(key string, now time.Time) time.Duration {
 // rotated or enough observations arrived since.
 func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	n := now.UnixNano()
-	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < recomputeEvery {
+	every := int32(recomputeEvery)
+	if p.auto && ks.warm.Load() {
+		every = autoRecomputeEvery
+	}
+	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every {
 		return time.Duration(ks.cached.Load())
 	}
-	ks.mu.Lock()
+	if !ks.mu.TryLock() {
+		// Another request is recomputing: this one uses the delay in
+		// force rather than wait for it.
+		return time.Duration(ks.cached.Load())
+	}
 	defer ks.mu.Unlock()
-	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < recomputeEvery {
+	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every {
 		return time.Duration(ks.cached.Load()) // another goroutine just did it
 	}
-	d, ok := ks.est.Quantile(p.cfg.Quantile, now)
-	if !ok {
-		d, ok = p.fleetQuantile(ks)
-	}
-	if ok {
-		d = time.Duration(float64(d) * p.cfg.Multiplier)
+	var d time.Duration
+	var ok bool
+	if p.auto {
+		d, ok = p.autoDelay(ks, now)
 	} else {
+		d, ok = ks.est.Quantile(p.cfg.Quantile, now)
+		if !ok {
+			d, ok = p.fleetQuantile(ks)
+		}
+		if ok {
+			d = time.Duration(float64(d) * p.cfg.Multiplier)
+		}
+	}
+	if !ok {
 		d = p.cfg.WarmupDelay
 	}
 	if d < p.cfg.MinDelay {

@@ -107,6 +107,11 @@ type KeyStats struct {
 	// are zero otherwise or while fewer than MinSamples latencies are
 	// known.
 	P99, PredictedP99 time.Duration
+
+	// Auto is the schedule the auto delay chose at its last recomputation
+	// and what it predicted (nil with a pinned Quantile, or before the key
+	// has MinSamples latencies).
+	Auto *AutoChoice
 }
 
 // Stats returns a snapshot of the policy's counters. Each counter is read
@@ -135,6 +140,7 @@ func (p *Policy) Stats() Stats {
 			Breaker:           ks.breaker.stateAt(last),
 			Diagnosis:         Diagnosis(ks.diag.status.Load()),
 			WindowTriggerRate: math.Float64frombits(ks.diag.rate.Load()),
+			Auto:              ks.auto.Load(),
 		})
 		if states != nil {
 			states = append(states, ks)

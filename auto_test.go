@@ -1,0 +1,140 @@
+package tailcut
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/budget"
+)
+
+// distributions the auto delay is pinned on.
+var autoDists = map[string]func(r *rand.Rand) time.Duration{
+	"lognormal 5ms/2ms, 5% x10": func(r *rand.Rand) time.Duration {
+		s2 := math.Log(1 + 4.0/25)
+		ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
+		if r.Float64() < 0.05 {
+			ms *= 10
+		}
+		return time.Duration(ms * 1e6)
+	},
+	"trimodal 100/300/800ms": func(r *rand.Rand) time.Duration {
+		switch u := r.Float64(); {
+		case u < 0.90:
+			return time.Duration((80 + 40*r.Float64()) * 1e6)
+		case u < 0.95:
+			return time.Duration((280 + 40*r.Float64()) * 1e6)
+		default:
+			return time.Duration((750 + 100*r.Float64()) * 1e6)
+		}
+	},
+	"pareto 1.5, 1ms": func(r *rand.Rand) time.Duration {
+		return time.Duration(1e6 / math.Pow(1-r.Float64(), 1/1.5))
+	},
+}
+
+// learn feeds n unhedged latencies from gen to key and returns the time
+// after the last.
+func learn(p *Policy, key string, gen func(*rand.Rand) time.Duration, n int) time.Time {
+	r := rand.New(rand.NewPCG(11, 12))
+	now := time.Unix(1_700_000_000, 0)
+	for range n {
+		req := p.Begin(key, now)
+		p.Observe(&req, 0, gen(r), Completed, now)
+		p.End(&req, 0, now)
+		now = now.Add(time.Millisecond)
+	}
+	return now
+}
+
+// TestAutoHedgeRateWithinCap pins the rule that makes the auto delay safe:
+// the first hedge's rate never exceeds 0.8 × the budget's ratio — measured
+// against the true distribution, not the sketch — whatever the
+// distribution, the budget and MaxHedges.
+func TestAutoHedgeRateWithinCap(t *testing.T) {
+	for name, gen := range autoDists {
+		for _, ratio := range []float64{0.02, 0.05, 0.1, 0.2} {
+			for _, hedges := range []int{1, 2} {
+				b, _ := budget.NewRatio(ratio, 10, 1)
+				p, err := New(Config{Budget: b, MaxHedges: hedges, Window: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				now := learn(p, "k", gen, 20_000)
+				d := p.Delay("k", now)
+				ks := p.Stats().Keys[0]
+				if ks.Auto == nil {
+					t.Fatalf("%s: no auto choice after 20,000 samples", name)
+				}
+				// The true rate of the first hedge, from fresh draws.
+				r := rand.New(rand.NewPCG(99, 1))
+				over := 0
+				const n = 200_000
+				for range n {
+					if gen(r) > d {
+						over++
+					}
+				}
+				cap := 0.8 * ratio
+				if rate := float64(over) / n; rate > cap*1.05+0.001 {
+					t.Errorf("%s, budget %v, MaxHedges %d: delay %v hedges %.4f of requests, cap %.4f", name, ratio, hedges, d, rate, cap)
+				}
+				if ks.Auto.Delay != d || ks.Auto.Hedged > ks.Auto.Unhedged {
+					t.Errorf("%s: choice %+v inconsistent with delay %v", name, *ks.Auto, d)
+				}
+			}
+		}
+	}
+}
+
+// TestAutoBeatsFixedQuantile: on the lognormal-with-stragglers workload the
+// auto schedule predicts a lower p99 than the fixed p95 rule at no more
+// than the cap.
+func TestAutoBeatsFixedQuantile(t *testing.T) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	auto, _ := New(Config{Window: time.Hour})
+	fixed, _ := New(Config{Window: time.Hour, Quantile: 0.95})
+	now := learn(auto, "k", gen, 20_000)
+	learn(fixed, "k", gen, 20_000)
+	da, df := auto.Delay("k", now), fixed.Delay("k", now)
+	dist, _ := auto.keys["k"].est.Distribution(now)
+	pa, pf := dist.Hedged(0.99, da), dist.Hedged(0.99, df)
+	if pa >= pf {
+		t.Errorf("auto delay %v predicts p99 %v, fixed p95 delay %v predicts %v: auto should be lower", da, pa, df, pf)
+	}
+	if s := fixed.Stats().Keys[0]; s.Auto != nil {
+		t.Errorf("a pinned Quantile reports an auto choice: %+v", *s.Auto)
+	}
+}
+
+// TestAutoLaterHedgesNeedRoom: with MaxHedges 2 the second hedge goes only
+// while the budget holds more than half its burst.
+func TestAutoLaterHedgesNeedRoom(t *testing.T) {
+	b, _ := budget.NewRatio(0.1, 4, -1)
+	p, _ := New(Config{Budget: b, MaxHedges: 2, WarmupDelay: time.Millisecond})
+	now := time.Unix(0, 0)
+	r := p.Begin("k", now) // budget: 4 tokens (full)
+	if d := p.Hedge(&r, now); d != Send {
+		t.Fatalf("first hedge: %v", d)
+	}
+	if d := p.Hedge(&r, now); d != Send { // 3 tokens > 4/2
+		t.Fatalf("second hedge with room: %v", d)
+	}
+	r2 := p.Begin("k", now) // 2.1 tokens
+	if d := p.Hedge(&r2, now); d != Send {
+		t.Fatalf("first hedge of the next request: %v", d)
+	}
+	if d := p.Hedge(&r2, now); d != DenyBudget { // 1.1 tokens ≤ 2
+		t.Errorf("second hedge without room: %v, want %v", d, DenyBudget)
+	}
+}
+
+func TestTargetValidation(t *testing.T) {
+	for _, c := range []Config{{Target: 1}, {Target: -0.5}, {Target: 1.2}} {
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), "Target") {
+			t.Errorf("New(%+v) = %v, want an error naming Target", c, err)
+		}
+	}
+}
