@@ -82,7 +82,7 @@ hedge budget off for that strategy.`,
 	fl.IntVar(&f.workers, "workers", 0, "workers per replica, each with a FIFO queue in front (default: the scenario's)")
 	fl.StringVar(&f.budget, "budget", "10%", "hedge budget: fraction of traffic (0.1 or 10%), or off")
 	fl.Float64Var(&f.burst, "burst", 10, "hedge budget burst, in hedges (raise it to at least fan-out × budget)")
-	fl.Float64Var(&f.quantile, "quantile", 0.95, "quantile the adaptive policy hedges after (and the oracle's threshold)")
+	fl.Float64Var(&f.quantile, "quantile", 0, "pin the adaptive policy's delay to this quantile (default: its auto delay) and set the oracle's and static's threshold (default 0.95)")
 	fl.IntVar(&f.maxHedges, "max-hedges", 1, "most extra attempts per request (1–4)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed: the same seed gives the same numbers")
 	fl.StringVar(&f.samples, "samples", "", "your latency samples (one duration per line) or a .yaml/.json spec; implies --scenario custom")
@@ -159,7 +159,7 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 		return cfg, usagef("--burst must be in [1, 1e9], got %v", f.burst)
 	}
 	cfg.Burst = f.burst
-	if !(f.quantile > 0 && f.quantile < 1) {
+	if f.quantile != 0 && !(f.quantile > 0 && f.quantile < 1) {
 		return cfg, usagef("--quantile must be in (0, 1), got %v", f.quantile)
 	}
 	cfg.Quantile = f.quantile
@@ -284,8 +284,12 @@ func describe(cfg lab.Config) string {
 	if cfg.Budget > 0 {
 		b = fmt.Sprintf("budget %g %% (burst %g)", cfg.Budget*100, cfg.Burst)
 	}
-	return fmt.Sprintf("%d requests, %s, fan-out %d, %d replicas × %d workers, %s; quantile %g, max hedges %d, %s; seed %d",
-		cfg.Requests, load, cfg.Fanout, cfg.Replicas, cfg.Workers, cancel, cfg.Quantile, cfg.MaxHedges, b, cfg.Seed)
+	delay := fmt.Sprintf("adaptive delay at the p%g", cfg.Quantile*100)
+	if cfg.Quantile == 0 {
+		delay = "adaptive delay auto"
+	}
+	return fmt.Sprintf("%d requests, %s, fan-out %d, %d replicas × %d workers, %s; %s, max hedges %d, %s; seed %d",
+		cfg.Requests, load, cfg.Fanout, cfg.Replicas, cfg.Workers, cancel, delay, cfg.MaxHedges, b, cfg.Seed)
 }
 
 func listScenarios(w io.Writer) error {
@@ -315,7 +319,7 @@ func labReport(cfg lab.Config, results []*lab.Result) *lab.Report {
 	}
 	for _, r := range results {
 		if len(r.Series) > 1 {
-			if c, err := lab.SeriesChart("Adaptive delay over time against the true quantile ("+r.Strategy+")", r.Series, fmt.Sprintf("p%g", cfg.Quantile*100)); err == nil {
+			if c, err := lab.SeriesChart("Adaptive delay over time against the true quantile ("+r.Strategy+")", r.Series, fmt.Sprintf("p%g", cfg.Threshold()*100)); err == nil {
 				sec.Charts = append(sec.Charts, c)
 			}
 		}
