@@ -183,7 +183,7 @@ type call[T any] struct {
 	results [MaxHedgesLimit + 1]result[T] // written by attempt i before it sends i
 
 	mu   sync.Mutex
-	done bool     // set when Do has returned; later results are discarded by their sender
+	done bool    // set when Do has returned; later results are discarded by their sender
 	late func(T) // Hedger.Discard, for results that arrive after done
 }
 

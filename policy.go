@@ -206,10 +206,10 @@ type Request struct {
 	delay    time.Duration
 	gap      time.Duration // from hedge k−1 to hedge k, k ≥ 2; 0 means delay
 	limit    int           // most hedges for this request
-	hedges   int    // hedges granted so far
-	id       uint64 // hash of the request ID (BeginID)
-	would    uint8  // hedges that would have been sent (dry run)
-	inflight uint8  // bit k set while granted hedge k is in flight
+	hedges   int           // hedges granted so far
+	id       uint64        // hash of the request ID (BeginID)
+	would    uint8         // hedges that would have been sent (dry run)
+	inflight uint8         // bit k set while granted hedge k is in flight
 	hasID    bool
 	asked    bool  // a hedge was asked for
 	sampled  uint8 // 0 undecided, sampledIn, sampledOut
