@@ -476,11 +476,17 @@ func withAttempt(h http.Header, k int) http.Header {
 	return h2
 }
 
-// classify sorts an attempt's outcome for the Hedger: answers are final,
+// classify sorts an attempt's outcome for the Hedger: answers are final (a
+// 5xx one as a ServerError, which feeds the breaker),
 // 502/503/504 and connection errors are not, errors no other attempt could
 // fix (a bad URL scheme, a certificate the client rejects) are final.
-func classify(_ *http.Response, err error) tailcut.Class {
+func classify(resp *http.Response, err error) tailcut.Class {
 	if err == nil {
+		if resp != nil && resp.StatusCode >= 500 {
+			// A final 5xx (500, 501, 505…) is returned as it is, and
+			// counts as a downstream error for the circuit breaker.
+			return tailcut.ServerError
+		}
 		return tailcut.Success
 	}
 	if asStatusError(err) != nil {

@@ -765,3 +765,35 @@ func TestNoConnectionLeak(t *testing.T) {
 		})
 	}
 }
+
+// TestServerErrorFeedsBreaker: final 500s go back to the caller at once and
+// count as errors, so the breaker switches hedging off for the host.
+func TestServerErrorFeedsBreaker(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	p, err := tailcut.New(tailcut.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: NewTransport(nil, p)}
+	defer c.CloseIdleConnections()
+	for range 30 {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError {
+			t.Fatalf("status %d, want 500 passed through", resp.StatusCode)
+		}
+	}
+	ks := p.Stats().Keys[0]
+	if ks.Breaker != tailcut.BreakerOpen {
+		t.Errorf("breaker %v after 30 server errors, want open", ks.Breaker)
+	}
+	if ks.Attempts != 30 {
+		t.Errorf("%d attempts for 30 requests: a final 500 must not launch another", ks.Attempts)
+	}
+}
