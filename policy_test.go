@@ -1,0 +1,177 @@
+package tailcut
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/latency"
+)
+
+var pt0 = time.Unix(1_700_000_000, 0)
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	bad := []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Quantile: 1}, "Quantile"},
+		{Config{Quantile: -0.1}, "Quantile"},
+		{Config{Multiplier: -1}, "Multiplier"},
+		{Config{Window: -time.Second}, "Window"},
+		{Config{MinSamples: -1}, "MinSamples"},
+		{Config{WarmupDelay: -1}, "WarmupDelay"},
+		{Config{MinDelay: -1}, "MinDelay"},
+		{Config{MaxDelay: -1}, "MaxDelay"},
+		{Config{MinDelay: 2 * time.Second, MaxDelay: time.Second}, "MinDelay"},
+		{Config{MaxHedges: 5}, "MaxHedges"},
+		{Config{MaxHedges: -1}, "MaxHedges"},
+		{Config{MaxKeys: -1}, "MaxKeys"},
+	}
+	for _, b := range bad {
+		_, err := New(b.cfg)
+		if err == nil || !strings.Contains(err.Error(), b.field) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", b.cfg, err, b.field)
+		}
+	}
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Config()
+	if c.Quantile != 0 || c.Target != DefaultTarget || c.Window != DefaultWindow || c.MinSamples != DefaultMinSamples ||
+		c.WarmupDelay != DefaultWarmupDelay || c.MaxHedges != DefaultMaxHedges || c.MaxKeys != DefaultMaxKeys || c.Budget == nil {
+		t.Errorf("defaults not filled in: %+v", c)
+	}
+}
+
+// observe feeds n completed primaries of latency lat to key at now.
+func observe(p *Policy, key string, lat time.Duration, n int, now time.Time) {
+	for range n {
+		r := p.Begin(key, now)
+		p.Observe(&r, 0, lat, Completed, now)
+		p.End(&r, 0, now)
+	}
+}
+
+func TestDelayWarmupQuantileClamp(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		lat  time.Duration
+		n    int
+		want time.Duration
+	}{
+		{"warm-up before MinSamples", Config{Quantile: 0.9, MinSamples: 20, WarmupDelay: 7 * time.Millisecond}, 50 * time.Millisecond, 19, 7 * time.Millisecond},
+		{"quantile once warm", Config{Quantile: 0.9, MinSamples: 20}, 50 * time.Millisecond, 40, 50 * time.Millisecond},
+		{"multiplier", Config{Quantile: 0.9, Multiplier: 1.5}, 40 * time.Millisecond, 40, 60 * time.Millisecond},
+		{"MaxDelay caps", Config{Quantile: 0.9, MaxDelay: 30 * time.Millisecond}, 50 * time.Millisecond, 40, 30 * time.Millisecond},
+		{"MinDelay floors", Config{Quantile: 0.9, MinDelay: 80 * time.Millisecond}, 50 * time.Millisecond, 40, 80 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		p, err := New(tt.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		observe(p, "k", tt.lat, tt.n, pt0)
+		got := p.Delay("k", pt0)
+		if rel := float64(got-tt.want) / float64(tt.want); rel < -0.011 || rel > 0.011 {
+			t.Errorf("%s: delay %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestWarmSnapshotStartsWarm(t *testing.T) {
+	snap, _ := latency.NewSnapshot(0)
+	for i := range 100 {
+		snap.Add(time.Duration(i+1) * time.Millisecond)
+	}
+	p, _ := New(Config{Quantile: 0.95, Warm: snap})
+	if d := p.Delay("fresh", pt0); d < 94*time.Millisecond || d > 97*time.Millisecond {
+		t.Errorf("a fresh key with a Warm snapshot: delay %v, want ≈95ms at once", d)
+	}
+}
+
+func TestKeysAreBounded(t *testing.T) {
+	p, _ := New(Config{MaxKeys: 16})
+	for i := range 1000 {
+		now := pt0.Add(time.Duration(i) * time.Millisecond)
+		r := p.Begin("host-"+string(rune('a'+i%26))+string(rune('a'+i/26%26)), now)
+		p.End(&r, 0, now)
+	}
+	s := p.Stats()
+	if len(s.Keys) > 16 {
+		t.Errorf("%d keys tracked, want at most MaxKeys 16", len(s.Keys))
+	}
+	if s.Requests != 1000 {
+		t.Errorf("totals count %d requests, want 1000 (evicted keys included)", s.Requests)
+	}
+	// The most recently used key survives eviction.
+	r := p.Begin("recent", pt0.Add(time.Hour))
+	p.End(&r, 0, pt0.Add(time.Hour))
+	for i := range 15 {
+		now := pt0.Add(time.Hour + time.Duration(i+1)*time.Millisecond)
+		r := p.Begin("later-"+string(rune('a'+i)), now)
+		p.End(&r, 0, now)
+	}
+	found := false
+	for _, k := range p.Stats().Keys {
+		found = found || k.Key == "recent"
+	}
+	if !found {
+		t.Error(`the key used an hour after the others was evicted before them`)
+	}
+}
+
+func TestPushbackPausesHedgesOnly(t *testing.T) {
+	b, _ := budget.NewRatio(1, 100, -1)
+	p, _ := New(Config{Budget: b})
+	p.Pushback("k", pt0.Add(time.Second))
+	r := p.Begin("k", pt0)
+	if d := p.Hedge(&r, pt0.Add(500*time.Millisecond)); d != DenyPushback {
+		t.Errorf("hedge during pushback: %v, want %v", d, DenyPushback)
+	}
+	// An earlier pushback does not shorten the pause.
+	p.Pushback("k", pt0.Add(100*time.Millisecond))
+	if d := p.Hedge(&r, pt0.Add(900*time.Millisecond)); d != DenyPushback {
+		t.Errorf("hedge after a shorter pushback: %v, want still %v", d, DenyPushback)
+	}
+	if d := p.Hedge(&r, pt0.Add(time.Second)); d != Send {
+		t.Errorf("hedge after the pause: %v, want %v", d, Send)
+	}
+	p.End(&r, 1, pt0.Add(time.Second))
+	s := p.Stats()
+	if s.Requests != 1 || s.Denied[DenyPushback] != 2 || s.Hedges != 1 || s.Wins[1] != 1 {
+		t.Errorf("stats %+v", s.Counts)
+	}
+}
+
+func TestMaxHedgesPerRequest(t *testing.T) {
+	b, _ := budget.NewRatio(1, 100, -1)
+	p, _ := New(Config{Budget: b, MaxHedges: 2, Quantile: 0.9})
+	r := p.Begin("k", pt0)
+	for i, want := range []Decision{Send, Send, DenyMaxHedges} {
+		if d := p.Hedge(&r, pt0); d != want {
+			t.Errorf("hedge %d: %v, want %v", i+1, d, want)
+		}
+	}
+	if r.Hedges() != 2 || r.MaxHedges() != 2 || r.HedgeAt(2) != 2*r.Delay() || r.Key() != "k" {
+		t.Errorf("request: hedges %d max %d at2 %v delay %v key %q", r.Hedges(), r.MaxHedges(), r.HedgeAt(2), r.Delay(), r.Key())
+	}
+}
+
+func TestObserveLearnsPrimariesOnly(t *testing.T) {
+	p, _ := New(Config{Quantile: 0.5, MinSamples: 1})
+	r := p.Begin("k", pt0)
+	p.Observe(&r, 0, 10*time.Millisecond, Completed, pt0)
+	p.Observe(&r, 1, time.Millisecond, Completed, pt0)   // a winning hedge: fast by selection
+	p.Observe(&r, 0, 100*time.Millisecond, Failed, pt0)  // no answer: says nothing of latency
+	p.Observe(&r, 0, 100*time.Millisecond, Errored, pt0) // a 500: idem
+	p.Observe(&r, 0, time.Microsecond, Canceled, pt0)    // cancelled before the delay: uninformative
+	p.End(&r, 0, pt0)
+	snap, _ := p.Snapshot("k", pt0)
+	if snap.Count() != 1 {
+		t.Errorf("learned %d latencies, want only the completed primary", snap.Count())
+	}
+}
