@@ -102,7 +102,7 @@ func (s *Server) Reload(cfg *Config) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", cfg.file, err)
 		}
-		r.observed = s.observe
+		r.observed = s.dur.WithLabelValues(rc.Name)
 		rt.routes = append(rt.routes, r)
 		rt.byName[rc.Name] = r
 	}
@@ -125,10 +125,6 @@ func listenAddrs(c *Config) []string {
 		a = append(a, l.Listen)
 	}
 	return a
-}
-
-func (s *Server) observe(route string, d time.Duration) {
-	s.dur.WithLabelValues(route).Observe(d.Seconds())
 }
 
 // Handler returns the handler of client traffic: the router of the config
