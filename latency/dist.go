@@ -21,12 +21,22 @@ type Distribution struct {
 }
 
 // Distribution returns the distribution of the windows holding at least
-// MinSamples observations at now, merged unweighted; ok is false while
-// neither does.
+// MinSamples observations at now; ok is false while neither does. When both
+// do, they are blended as Quantile blends them — the current window weighs
+// Weight (0.7), the previous 1 − Weight, whatever their counts — so that
+// after a shift the distribution follows the current window instead of the
+// larger, older one. The total count stays the sum of both.
 func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	bins, total := collect(e.trusted(now))
+	sk := e.trusted(now)
+	var scales []float64
+	if len(sk) == 2 { // trusted returns the current window first
+		c, p := sk[0].GetCount(), sk[1].GetCount()
+		n := c + p
+		scales = []float64{e.cfg.Weight * n / c, (1 - e.cfg.Weight) * n / p}
+	}
+	bins, total := collectScaled(sk, scales)
 	return Distribution{bins, total}, total > 0
 }
 

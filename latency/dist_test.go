@@ -93,3 +93,27 @@ func TestDistributionQuantileMatchesEstimator(t *testing.T) {
 		t.Error("empty estimator has a distribution")
 	}
 }
+
+// TestDistributionBlendsWindows: after a shift, the distribution follows
+// the current window (weight 0.7), not the larger previous one.
+func TestDistributionBlendsWindows(t *testing.T) {
+	e, _ := New(Config{Window: time.Minute, MinSamples: 10})
+	for range 9000 {
+		e.Add(10*time.Millisecond, t0) // the previous window: many, fast
+	}
+	t1 := t0.Add(time.Minute)
+	for range 1000 {
+		e.Add(30*time.Millisecond, t1) // the current window: few, slow
+	}
+	d, ok := e.Distribution(t1)
+	if !ok || d.Count() != 10_000 {
+		t.Fatalf("distribution of %v observations, ok %v", d.Count(), ok)
+	}
+	// 70 % of the mass is at 30 ms: the median is 30 ms, not 10 ms.
+	if m := d.Quantile(0.5); !near(m, 30*time.Millisecond) {
+		t.Errorf("median %v, want 30ms (the current window's weight)", m)
+	}
+	if s := d.Survival(20 * time.Millisecond); s < 0.69 || s > 0.71 {
+		t.Errorf("P(X > 20ms) = %.3f, want 0.7", s)
+	}
+}

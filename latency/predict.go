@@ -115,13 +115,23 @@ func hedgedQuantile(q float64, delay time.Duration, hedges int, grant float64, s
 // collect merges the bins of the sketches into increasing order of value
 // with cumulative counts, and returns them with the total count.
 func collect(sketches []*ddsketch.DDSketch) ([]bin, float64) {
+	return collectScaled(sketches, nil)
+}
+
+// collectScaled is collect with the counts of sketches[i] multiplied by
+// scales[i] (nil: no scaling).
+func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
 	var bins []bin
-	for _, sk := range sketches {
+	for i, sk := range sketches {
+		scale := 1.0
+		if scales != nil {
+			scale = scales[i]
+		}
 		if z := sk.GetZeroCount(); z > 0 {
-			bins = append(bins, bin{0, z})
+			bins = append(bins, bin{0, z * scale})
 		}
 		sk.GetPositiveValueStore().ForEach(func(index int, count float64) bool {
-			bins = append(bins, bin{sk.Value(index), count})
+			bins = append(bins, bin{sk.Value(index), count * scale})
 			return false
 		})
 	}
