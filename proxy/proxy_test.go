@@ -586,3 +586,36 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// The meter under each route's transport refuses any host outside the
+// pool, whatever reaches it.
+func TestMeterRefusesOtherHosts(t *testing.T) {
+	u := startUpstream(t, "u", nil)
+	m := newMeter(http.DefaultTransport, []string{u.URL})
+	req, _ := http.NewRequest(http.MethodGet, "http://example.org/", strings.NewReader("body"))
+	closed := &closeRecorder{Reader: strings.NewReader("body")}
+	req.Body = closed
+	if _, err := m.RoundTrip(req); err != errUnconfigured {
+		t.Fatalf("RoundTrip to another host: %v, want errUnconfigured", err)
+	}
+	if !closed.closed {
+		t.Error("the refused request's body was not closed")
+	}
+	req, _ = http.NewRequest(http.MethodGet, u.URL+"/ok", nil)
+	resp, err := m.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if u.hits.Load() != 1 {
+		t.Errorf("upstream hits %d, want 1", u.hits.Load())
+	}
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
