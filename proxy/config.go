@@ -94,6 +94,9 @@ type Route struct {
 	PathPrefix string `yaml:"path_prefix"`
 	// Upstream is the name of the pool to send to.
 	Upstream string `yaml:"upstream"`
+	// PreserveHost sends the client's Host header to the upstream. By
+	// default the upstream sees its own host (as in the pool's URLs).
+	PreserveHost bool `yaml:"preserve_host"`
 	// Policy is the route's hedging policy.
 	Policy Policy `yaml:"policy"`
 }

@@ -146,7 +146,7 @@ routes:
   - {name: any, upstream: a}
   - {name: api, path_prefix: /api/, upstream: b}
   - {name: wild, host: "*.example.com", upstream: c}
-  - {name: exact, host: api.example.com, path_prefix: /api/, upstream: a}
+  - {name: exact, host: api.example.com, path_prefix: /api/, upstream: a, preserve_host: true}
 `, a.URL, b.URL, c.URL))
 	for _, tc := range []struct {
 		path, host, want string
@@ -162,6 +162,14 @@ routes:
 		if code != 200 || body != tc.want {
 			t.Errorf("GET %s (Host %q) = %d %q, want %q", tc.path, tc.host, code, body, tc.want)
 		}
+	}
+	// The upstream sees its own host, unless the route preserves the
+	// client's.
+	if got := c.requests()[0].host; got != strings.TrimPrefix(c.URL, "http://") {
+		t.Errorf("upstream c saw Host %q, want its own", got)
+	}
+	if got := a.requests()[len(a.requests())-1].host; got != "api.example.com" {
+		t.Errorf("route with preserve_host: upstream saw Host %q", got)
 	}
 }
 

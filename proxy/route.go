@@ -90,7 +90,7 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 	if err := r.tr.Err(); err != nil {
 		return nil, err
 	}
-	name := rc.Name
+	name, preserveHost := rc.Name, rc.PreserveHost
 	r.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// The scheme and host are placeholders: the transport points
@@ -99,6 +99,9 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = "upstream.invalid"
 			pr.Out.Host = ""
+			if preserveHost {
+				pr.Out.Host = pr.In.Host
+			}
 			pr.SetXForwarded()
 			// A client's own Hedge-Attempt would be a lie about this hop:
 			// the transport sets its own on hedged requests, and requests

@@ -249,7 +249,7 @@ func (p *loadPlan) runOne(ctx context.Context, strategy string, progress func(do
 		if failed {
 			res.Errors++
 		}
-		_ = res.hist.RecordValue(max(lat.Microseconds(), 1))
+		_ = res.hist.RecordValue(min(max(lat.Microseconds(), 1), res.hist.HighestTrackableValue()))
 		return res.Requests
 	}
 
@@ -511,8 +511,10 @@ func writeLoadTable(w io.Writer, results []*loadResult) error {
 // --json` (target in place of scenario), each result with the lab's keys
 // (utilization excepted) plus what a real run measures.
 type loadJSON struct {
-	Target   string           `json:"target"`
-	Method   string           `json:"method"`
+	Target string `json:"target"`
+	Method string `json:"method"`
+	// Requests is the number of requests per run (the largest, for a run
+	// by duration).
 	Requests int              `json:"requests"`
 	Results  []loadJSONResult `json:"results"`
 }
@@ -538,6 +540,9 @@ type loadJSONResult struct {
 func loadJSONReport(p *loadPlan, results []*loadResult) loadJSON {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	out := loadJSON{Target: p.target.String(), Method: p.method, Requests: p.requests, Results: []loadJSONResult{}}
+	for _, r := range results {
+		out.Requests = max(out.Requests, int(r.Requests))
+	}
 	for _, r := range results {
 		out.Results = append(out.Results, loadJSONResult{
 			Strategy: r.Strategy,
