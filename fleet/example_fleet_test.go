@@ -18,8 +18,11 @@ func Example() {
 	store := &fleet.Memory{}
 	now := time.Now()
 
-	// A busy instance has measured the downstream: 100 requests, 1 to 100 ms.
-	busy, _ := tailcut.New(tailcut.Config{})
+	// Both instances hedge after the p95 (Quantile 0.95; the default picks
+	// its delay from the distribution). A busy instance has measured the
+	// downstream: 100 requests, 1 to 100 ms.
+	cfg := tailcut.Config{Quantile: 0.95}
+	busy, _ := tailcut.New(cfg)
 	for i := range 100 {
 		r := busy.Begin("api.internal", now)
 		busy.Observe(&r, 0, time.Duration(i+1)*time.Millisecond, tailcut.Completed, now)
@@ -30,7 +33,7 @@ func Example() {
 
 	// A fresh instance starts: its first round fetches the fleet's keys and
 	// sketches, so it hedges at the fleet's p95 instead of the 10 ms warm-up.
-	fresh, _ := tailcut.New(tailcut.Config{})
+	fresh, _ := tailcut.New(cfg)
 	f, _ := fleet.Start(ctx, fresh, store, fleet.Config{Instance: "fresh-1", Logger: slog.New(slog.DiscardHandler)})
 	defer f.Close()
 

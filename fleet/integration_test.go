@@ -235,6 +235,47 @@ func TestRealRedisFleet(t *testing.T) {
 	if d := busy.Delay(key, time.Now()); d != local {
 		t.Errorf("busy delay %v in the outage, want its own %v", d, local)
 	}
+	// A bounded burst of plain requests from 4 goroutines while the busy
+	// instance's rounds keep failing next to them: none fails, none waits.
+	roundsDone := make(chan int)
+	go func() {
+		n := 0
+		for range 5 {
+			if bs.SyncNow(ctx) != nil {
+				n++
+			}
+		}
+		roundsDone <- n
+	}()
+	var burst sync.WaitGroup
+	errs := make(chan error, 4*50)
+	for g := range 4 {
+		burst.Go(func() {
+			for i := range 50 {
+				v, err := tailcut.Do(ctx, busy, key, func(ctx context.Context, a tailcut.Attempt) (int, error) {
+					return g*1000 + i, nil
+				})
+				if err != nil || v != g*1000+i {
+					errs <- fmt.Errorf("request %d/%d: %v, %v", g, i, v, err)
+				}
+			}
+		})
+	}
+	burst.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := <-roundsDone; n != 5 {
+		t.Errorf("%d of 5 rounds failed with Redis down", n)
+	}
+	// The burst taught the busy instance its own new latencies: its delay
+	// follows them, not the pool (within 10 %: the policy recomputes its
+	// cached delay every 16 observations).
+	own, _ := busy.Snapshot(key, time.Now())
+	if d, want := busy.Delay(key, time.Now()), quantileOf(own, 0.95); !within(d, want, 0.1) || d == delay {
+		t.Errorf("busy delay %v after the burst, want its own p95 %v", d, want)
+	}
 	if d := ps[1].Delay(key, time.Now()); d != delay {
 		t.Errorf("thin delay %v in the outage, want the last pooled %v", d, delay)
 	}
@@ -299,6 +340,13 @@ func TestRealRedisFleet(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Errorf("instances in Redis after recovery: %d, %v; want the 3 thin ones", n, err)
 	}
+}
+
+func quantileOf(s interface {
+	Quantile(float64) (time.Duration, bool)
+}, q float64) time.Duration {
+	d, _ := s.Quantile(q)
+	return d
 }
 
 func mustOpen(t *testing.T, srv *redisServer) *Redis {

@@ -61,7 +61,7 @@ func TestPooled(t *testing.T) {
 	if err != nil || !ok || s.Count() != 300 {
 		t.Fatalf("Pooled = %v, %v, %v; want the 300 samples", s, ok, err)
 	}
-	p, err := tailcut.New(tailcut.Config{Warm: s})
+	p, err := tailcut.New(tailcut.Config{Quantile: 0.95, Warm: s})
 	if err != nil {
 		t.Fatal(err)
 	}
