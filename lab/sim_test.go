@@ -95,7 +95,7 @@ func TestBhopeAdaptiveCutsP99WithinBudget(t *testing.T) {
 	}
 	// Within 15 % of the best static delay at the same (or lower) extra load.
 	var best time.Duration
-	for d := 12; d <= 18; d += 2 {
+	for d := 10; d <= 18; d += 2 {
 		st := mustRun(t, cfg, "static:"+time.Duration(d*int(time.Millisecond)).String())
 		if st.ExtraLoad <= ad.ExtraLoad+0.002 && (best == 0 || st.P99 < best) {
 			best = st.P99
