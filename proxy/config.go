@@ -131,7 +131,8 @@ type Policy struct {
 	// unhedged, intact. Zero means 64 KiB; "off" disables buffering.
 	ReplayLimit ByteSize `yaml:"replay_limit"`
 	// FirstByte makes the latency signal the first body byte instead of
-	// the response headers (for streaming upstreams).
+	// the response headers (for streaming upstreams), and flushes each
+	// chunk of the answer to the client as it arrives.
 	FirstByte bool `yaml:"first_byte"`
 	// Timeout, if set, is a hard timeout per request, all attempts
 	// together.

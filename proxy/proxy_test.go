@@ -627,3 +627,39 @@ type closeRecorder struct {
 }
 
 func (c *closeRecorder) Close() error { c.closed = true; return nil }
+
+// A first_byte route streams: the first chunk reaches the client while the
+// upstream is still writing, and the race is won on the first byte.
+func TestProxyFirstByteStreams(t *testing.T) {
+	next := make(chan struct{})
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-next:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "second\n")
+	})
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {first_byte: true, warmup_delay: 1s}}]
+`, u.URL))
+	resp, err := p.client.Get(p.url + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "first\n" {
+		t.Fatalf("first chunk %q, %v", line, err)
+	}
+	close(next) // only now does the upstream write the rest
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "second\n" {
+		t.Fatalf("rest %q, %v", rest, err)
+	}
+}

@@ -123,6 +123,10 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 		ErrorLog:   slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		BufferPool: copyBuffers,
 	}
+	if rc.Policy.FirstByte {
+		// A streaming upstream: pass each chunk on as it comes.
+		r.rp.FlushInterval = -1
+	}
 	return r, nil
 }
 
