@@ -25,5 +25,8 @@
 // with [tailcut.Canceled].
 //
 // The virtual clock is time.Unix(0, 0) plus the simulated offset. A run of
-// 50,000 requests takes a few hundred milliseconds; see BenchmarkRun.
+// 50,000 requests takes tens of milliseconds (BenchmarkDefaultRun: the
+// default four strategies in about 0.16 s); a million about 0.5–1.5 s
+// (BenchmarkMillion). No event allocates: events are values in a
+// slice-backed heap and attempt, leg and request records are reused.
 package lab
