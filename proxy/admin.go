@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/hedgehttp"
 )
 
 // AdminHandler returns the handler of the admin listener:
@@ -47,6 +48,28 @@ type Debug struct {
 	// Unrouted counts requests no route matched (answered 404).
 	Unrouted int64        `json:"unrouted"`
 	Routes   []DebugRoute `json:"routes"`
+	// Listeners are the traffic listeners with shedding (listeners[].shed).
+	Listeners []DebugListener `json:"listeners,omitempty"`
+}
+
+// DebugListener is a traffic listener with shedding in [Debug]: the
+// requests it received from clients, primaries and hedges apart.
+type DebugListener struct {
+	Name     string            `json:"name"`
+	Inflight int64             `json:"inflight"`
+	Primary  DebugInboundCount `json:"primary"`
+	Hedge    DebugInboundCount `json:"hedge"`
+}
+
+// DebugInboundCount counts one kind of inbound request.
+type DebugInboundCount struct {
+	Served   int64 `json:"served"`
+	Shed     int64 `json:"shed"`
+	Canceled int64 `json:"canceled"`
+}
+
+func inboundCount(c hedgehttp.HandlerCounts) DebugInboundCount {
+	return DebugInboundCount{Served: c.Served, Shed: c.Shed, Canceled: c.Canceled}
 }
 
 // DebugRoute is one route in [Debug].
@@ -131,6 +154,13 @@ func (s *Server) Debug() Debug {
 		}
 		d.Routes = append(d.Routes, dr)
 	}
+	if ins := s.inbound.Load(); ins != nil {
+		for _, in := range *ins {
+			st := in.h.Stats()
+			d.Listeners = append(d.Listeners, DebugListener{Name: in.name, Inflight: st.Inflight,
+				Primary: inboundCount(st.Primary), Hedge: inboundCount(st.Hedge)})
+		}
+	}
 	return d
 }
 
@@ -164,6 +194,11 @@ var (
 	descUp5xx      = prometheus.NewDesc("tailcut_proxy_upstream_5xx_total", "Attempts to an upstream replica answered with a 5xx status.", []string{"route", "upstream"}, nil)
 	descUpInflight = prometheus.NewDesc("tailcut_proxy_upstream_inflight", "Attempts to an upstream replica running now.", []string{"route", "upstream"}, nil)
 	descUnrouted   = prometheus.NewDesc("tailcut_proxy_unrouted_requests_total", "Requests no route matched, answered 404.", nil, nil)
+
+	descInServed   = prometheus.NewDesc("tailcut_proxy_inbound_requests_total", "Requests from clients served on a listener with shedding, by kind (primary, hedge: Hedge-Attempt >= 1).", []string{"listener", "kind"}, nil)
+	descInShed     = prometheus.NewDesc("tailcut_proxy_inbound_shed_total", "Requests from clients refused (429 or 503 with Retry-After) on a listener with shedding, by kind.", []string{"listener", "kind"}, nil)
+	descInCanceled = prometheus.NewDesc("tailcut_proxy_inbound_canceled_total", "Served requests whose client had gone by the time they ended, by kind.", []string{"listener", "kind"}, nil)
+	descInInflight = prometheus.NewDesc("tailcut_proxy_inbound_inflight", "Requests in flight on a listener with shedding.", []string{"listener"}, nil)
 )
 
 func (c *collector) Describe(chan<- *prometheus.Desc) {}
@@ -182,4 +217,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descUnrouted, prometheus.CounterValue, float64(s.unrouted.Load()))
+	if ins := s.inbound.Load(); ins != nil {
+		for _, in := range *ins {
+			st := in.h.Stats()
+			for _, k := range []struct {
+				kind string
+				c    hedgehttp.HandlerCounts
+			}{{"primary", st.Primary}, {"hedge", st.Hedge}} {
+				ch <- prometheus.MustNewConstMetric(descInServed, prometheus.CounterValue, float64(k.c.Served), in.name, k.kind)
+				ch <- prometheus.MustNewConstMetric(descInShed, prometheus.CounterValue, float64(k.c.Shed), in.name, k.kind)
+				ch <- prometheus.MustNewConstMetric(descInCanceled, prometheus.CounterValue, float64(k.c.Canceled), in.name, k.kind)
+			}
+			ch <- prometheus.MustNewConstMetric(descInInflight, prometheus.GaugeValue, float64(st.Inflight), in.name)
+		}
+	}
 }

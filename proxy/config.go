@@ -54,6 +54,25 @@ type Listener struct {
 	Name string `yaml:"name"`
 	// Listen is a host:port, e.g. "127.0.0.1:8080" or ":8080".
 	Listen string `yaml:"listen"`
+	// Shed, if set, protects the proxy from hedging clients of its own:
+	// requests arriving with Hedge-Attempt ≥ 1 are refused first when the
+	// listener is busy (hedgehttp.Handler), and the listener's requests
+	// are counted by kind in /metrics and /debug/tailcut.
+	Shed *Shed `yaml:"shed"`
+}
+
+// Shed is a listener's load shedding (see hedgehttp.HandlerOptions).
+type Shed struct {
+	// HedgeLimit refuses client hedges (429 with Retry-After) while more
+	// than this many requests are in flight on the listener. Zero means
+	// no limit.
+	HedgeLimit int `yaml:"hedge_limit"`
+	// HardLimit refuses every request (503 with Retry-After) while more
+	// than this many are in flight. Zero means no limit; at least
+	// HedgeLimit otherwise.
+	HardLimit int `yaml:"hard_limit"`
+	// RetryAfter is the pause asked of refused clients. Zero means 1 s.
+	RetryAfter time.Duration `yaml:"retry_after"`
 }
 
 // Admin configures the admin listener.
@@ -369,6 +388,20 @@ func (c *Config) validate(v *validator) {
 		}
 		if !strings.HasSuffix(l.Listen, ":0") { // port 0: any free port
 			addrs[l.Listen] = true
+		}
+		if sh := l.Shed; sh != nil {
+			at := func(f string) path { return path{"listeners", i, "shed", f} }
+			switch {
+			case sh.HedgeLimit < 0:
+				v.add(at("hedge_limit"), "must not be negative, got %d", sh.HedgeLimit)
+			case sh.HardLimit < 0:
+				v.add(at("hard_limit"), "must not be negative, got %d", sh.HardLimit)
+			case sh.HardLimit > 0 && sh.HedgeLimit > sh.HardLimit:
+				v.add(at("hard_limit"), "%d is below hedge_limit %d: hedges must be refused first", sh.HardLimit, sh.HedgeLimit)
+			}
+			if sh.RetryAfter < 0 {
+				v.add(at("retry_after"), "must not be negative, got %v", sh.RetryAfter)
+			}
 		}
 	}
 	if a := c.Admin.Listen; a != "" && a != "off" {

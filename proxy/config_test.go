@@ -182,6 +182,13 @@ admin: {listen: "127.0.0.1:8080"}
 upstreams: [{name: u, urls: ["http://h:1"]}]
 routes: [{name: r, upstream: u}]
 `, []string{"c.yaml:3: admin.listen: address"}},
+		{"shed limits", `
+listeners:
+  - listen: ":8080"
+    shed: {hedge_limit: 10, hard_limit: 5, retry_after: -1s}
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes: [{name: r, upstream: u}]
+`, []string{"c.yaml:4: listeners[0].shed.hard_limit: 5 is below hedge_limit 10", "c.yaml:4: listeners[0].shed.retry_after: must not be negative"}},
 		{"empty", ``, []string{"c.yaml: empty config"}},
 		{"nothing", `log: {format: json}`, []string{"c.yaml:1: listeners: at least one", "upstreams: at least one", "routes: at least one"}},
 		{"not yaml", "listeners: [", []string{"c.yaml:"}},

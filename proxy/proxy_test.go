@@ -663,3 +663,87 @@ routes: [{name: r, upstream: u, policy: {first_byte: true, warmup_delay: 1s}}]
 		t.Fatalf("rest %q, %v", rest, err)
 	}
 }
+
+// A listener with shedding refuses a client's hedges while busy, before its
+// primaries, and counts both.
+func TestProxyListenerShedsClientHedges(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	cfg, err := Parse("s.yaml", []byte(fmt.Sprintf(`
+listeners:
+  - name: main
+    listen: "127.0.0.1:0"
+    shed: {hedge_limit: 1, hard_limit: 2, retry_after: 3s}
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+`, u.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan []net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, func(a []net.Addr) { addrs <- a }) }()
+	base := "http://" + (<-addrs)[0].String()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	send := func(path, attempt string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set(hedgehttp.AttemptHeader, attempt)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	blocked := make(chan int, 1)
+	go func() { blocked <- send("/block", "0").StatusCode }()
+	<-entered
+	if resp := send("/x", "1"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "3" {
+		t.Errorf("client hedge while busy: %d (Retry-After %q), want 429 with Retry-After 3", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resp := send("/x", "0"); resp.StatusCode != 200 {
+		t.Errorf("client primary while busy: %d, want 200", resp.StatusCode)
+	}
+	close(release)
+	if code := <-blocked; code != 200 {
+		t.Errorf("blocked primary: %d", code)
+	}
+	d := s.Debug()
+	if len(d.Listeners) != 1 || d.Listeners[0].Hedge.Shed != 1 || d.Listeners[0].Primary.Served != 2 {
+		t.Errorf("listeners %+v", d.Listeners)
+	}
+	for _, r := range u.requests() {
+		if r.path == "/x" && r.attempt != "0" {
+			t.Errorf("upstream saw %+v", r)
+		}
+	}
+	if n := testutil.CollectAndCount((*collector)(s), "tailcut_proxy_inbound_shed_total"); n != 2 {
+		t.Errorf("%d inbound shed series, want 2 (primary, hedge)", n)
+	}
+	problems, err := testutil.GatherAndLint(s.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range problems {
+		t.Errorf("metric lint: %s: %s", pr.Metric, pr.Text)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

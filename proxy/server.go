@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tailcut/tailcut/hedgehttp"
 )
 
 // Server is the sidecar: a hedging reverse proxy over the routes and
@@ -43,6 +45,14 @@ type Server struct {
 	mu     sync.Mutex // serialises reloads
 	cfg    atomic.Pointer[Config]
 	router atomic.Pointer[router]
+
+	inbound atomic.Pointer[[]inbound] // listeners with shedding, set by Run
+}
+
+// inbound is a traffic listener wrapped in a hedgehttp.Handler.
+type inbound struct {
+	name string
+	h    *hedgehttp.Handler
 }
 
 // New returns a Server for cfg (from [Parse] or [Load]) that logs to
@@ -156,6 +166,7 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		}
 	}
 	errLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
+	var ins []inbound
 	for _, l := range cfg.Listeners {
 		ln, err := net.Listen("tcp", l.Listen)
 		if err != nil {
@@ -166,13 +177,26 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		if name == "" {
 			name = l.Listen
 		}
+		h := s.Handler()
+		if sh := l.Shed; sh != nil {
+			hh, err := hedgehttp.NewHandler(h, hedgehttp.HandlerOptions{
+				HedgeLimit: sh.HedgeLimit, HardLimit: sh.HardLimit, RetryAfter: sh.RetryAfter})
+			if err != nil {
+				ln.Close()
+				closeAll()
+				return fmt.Errorf("listener %q: %w", name, err)
+			}
+			ins = append(ins, inbound{name: name, h: hh})
+			h = hh
+		}
 		srvs = append(srvs, srv{name: name, ln: ln, hs: &http.Server{
-			Handler:           s.Handler(),
+			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          errLog,
 		}})
 	}
+	s.inbound.Store(&ins)
 	if a := cfg.adminListen(); a != "" {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
