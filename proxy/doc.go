@@ -9,6 +9,9 @@
 // admin listener (loopback by default) with /metrics, /healthz and
 // /debug/tailcut.
 //
+// A listener may also shed load from hedging clients of its own
+// (listeners[].shed, a hedgehttp.Handler): their hedges are refused first.
+//
 // Safety: only configured replicas are ever contacted; requests that are
 // not safe to repeat (a POST without Idempotency-Key) or whose body is past
 // the route's replay limit are sent once, intact; a Hedge-Attempt header

@@ -433,16 +433,20 @@ func runLoad(ctx context.Context, e *env, cmd *cobra.Command, f *loadFlags, rawU
 	var results []*loadResult
 	for i, st := range p.strategies {
 		total := p.expected()
+		desc := fmt.Sprintf("run %d/%d (%s)", i+1, len(p.strategies), st)
 		var pb *progress
 		var set func(int)
-		if total > 0 {
-			pb = newProgress(e, total, fmt.Sprintf("run %d/%d (%s)", i+1, len(p.strategies), st))
+		switch {
+		case total > 0:
+			pb = newProgress(e, total, desc)
 			set = pb.set
+		default: // closed loop for a duration: the bar shows the time, in ms
+			pb = newProgress(e, int(p.duration/time.Millisecond), desc+" ms")
+			start := time.Now()
+			set = func(int) { pb.set(int(time.Since(start) / time.Millisecond)) }
 		}
 		r, err := p.runOne(ctx, st, set)
-		if pb != nil {
-			pb.finish()
-		}
+		pb.finish()
 		if err != nil {
 			return err
 		}
