@@ -17,7 +17,10 @@
 // only reads what the policy already holds — so Redis being down or slow
 // never blocks or fails a request: a round that fails is logged once (and its
 // recovery once), and the policy carries on with the last pooled estimate for
-// Config.KeepStale, then with its own windows alone.
+// Config.KeepStale, then with its own windows alone. (go-redis also logs each
+// failed dial through its own global logger; redis.SetLogger silences it.)
+// After Redis returns, go-redis reconnects within about a second and the next
+// round publishes and pools again.
 //
 // # Layout in Redis
 //

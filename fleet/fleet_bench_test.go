@@ -78,3 +78,15 @@ func BenchmarkRoundMiniredis(b *testing.B) {
 	defer r.Close()
 	benchRound(b, r, 16, 32)
 }
+
+// BenchmarkRoundRedisServer: the same against a real redis-server on
+// loopback (skipped without the binary).
+func BenchmarkRoundRedisServer(b *testing.B) {
+	srv := startRedis(b, 0)
+	r, err := RedisConfig{Addrs: []string{srv.addr()}}.Open()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	benchRound(b, r, 16, 32)
+}

@@ -32,7 +32,7 @@ type redisServer struct {
 // startRedis starts redis-server on 127.0.0.1:port (a free port if 0),
 // without persistence, and waits until it accepts connections. The test is
 // skipped when the binary is absent (CI installs Debian's redis-server).
-func startRedis(t *testing.T, port int, args ...string) *redisServer {
+func startRedis(t testing.TB, port int, args ...string) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

@@ -18,8 +18,9 @@ const (
 )
 
 // Redis is a [Store] in Redis or Redis Cluster (layout and costs: see the
-// package documentation). It needs Redis 2.6 or later (SET with EX, PEXPIRE)
-// and works with Redis Cluster: a key's entries share one slot.
+// package documentation). The commands it uses exist since Redis 2.6; it is
+// tested against Debian's redis-server 7.0.15, alone and as a three-node
+// Redis Cluster (a key's entries share one slot), and against miniredis.
 //
 // Redis does not own Client: close it yourself (or use [RedisConfig.Open]
 // and [Redis.Close]). For the Syncer's timeouts to reach the network, build
