@@ -7,6 +7,8 @@ const (
 	evWorkDone              // an attempt's work phase ends
 	evHoldDone              // an attempt's critical section ends
 	evSeries                // record a point of the delay series
+	evArrive                // an attempt reaches its server (Config.RTT)
+	evDeliver               // an attempt's answer reaches the client (Config.RTT)
 )
 
 // event is one scheduled event. Events are values in a slice-backed heap,

@@ -49,6 +49,11 @@ type Config struct {
 	Replicas, Workers int
 	// Cancel says whether servers honour cancellation.
 	Cancel Cancellation
+	// RTT is the network round trip of every attempt: it reaches its
+	// server RTT/2 after it is sent, and its answer reaches the client
+	// RTT/2 after the server is done. Zero means none. Client-side
+	// latencies include it; server utilisation does not.
+	RTT time.Duration
 	// Budget is the hedge budget as a fraction of traffic (ratio budget,
 	// DESIGN.md): zero means 0.1, negative means no budget at all. It
 	// applies to every strategy that sends extra attempts, the oracle
@@ -147,6 +152,8 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: quantile must be in (0, 1), got %v", c.Quantile)
 	case c.MaxHedges < 1 || c.MaxHedges > tailcut.MaxHedgesLimit:
 		return c, fmt.Errorf("lab: max-hedges must be in [1, %d], got %d", tailcut.MaxHedgesLimit, c.MaxHedges)
+	case c.RTT < 0:
+		return c, fmt.Errorf("lab: rtt must not be negative, got %v", c.RTT)
 	case c.SeriesEvery < 0:
 		return c, fmt.Errorf("lab: SeriesEvery must not be negative, got %v", c.SeriesEvery)
 	}
@@ -192,11 +199,13 @@ func mix(seed, stream uint64, a, b, c int) uint64 {
 
 // Attempt states.
 const (
-	stQueued   uint8 = iota // waiting for a worker
-	stWorking               // on a worker, work phase
-	stLockWait              // on a worker, waiting for its lock
-	stHolding               // on a worker, in the critical section
-	stFree                  // finished or dropped; the slot may be reused
+	stQueued    uint8 = iota // waiting for a worker
+	stWorking                // on a worker, work phase
+	stLockWait               // on a worker, waiting for its lock
+	stHolding                // on a worker, in the critical section
+	stInFlight               // sent, not yet at its server (Config.RTT)
+	stReturning              // done on the server, its answer on the way back
+	stFree                   // finished or dropped; the slot may be reused
 )
 
 type attempt struct {
@@ -428,6 +437,14 @@ func (s *sim) run() {
 			if a := &s.attempts[e.id]; a.gen == e.gen {
 				s.onHoldDone(e.id)
 			}
+		case evArrive:
+			if a := &s.attempts[e.id]; a.gen == e.gen {
+				s.arrive(e.id)
+			}
+		case evDeliver:
+			if a := &s.attempts[e.id]; a.gen == e.gen {
+				s.deliver(e.id)
+			}
 		case evSeries:
 			s.recordSeries()
 			if s.completed < cfg.Requests {
@@ -570,6 +587,22 @@ func (s *sim) launch(c int32, svc Service) {
 		sent:    s.now,
 		svc:     svc,
 	}
+	if rtt := int64(s.cfg.RTT); rtt > 0 {
+		at.state = stInFlight
+		s.schedule(s.now+rtt/2, evArrive, a, at.gen, 0)
+		return
+	}
+	s.arrive(a)
+}
+
+// arrive puts attempt a in its replica: on a free worker, or in the queue.
+func (s *sim) arrive(a int32) {
+	at := &s.attempts[a]
+	if at.dropped {
+		s.freeAttempt(a) // cancelled on the way: the server drops it
+		return
+	}
+	at.state = stQueued
 	rp := &s.replicas[at.replica]
 	if rp.busy < s.cfg.Workers {
 		s.startWork(a)
@@ -679,9 +712,21 @@ func (s *sim) onHoldDone(a int32) {
 	s.finish(a)
 }
 
-// finish ends attempt a on the server and delivers its answer.
+// finish ends attempt a on the server and sends its answer back.
 func (s *sim) finish(a int32) {
 	s.releaseWorker(a)
+	if rtt := int64(s.cfg.RTT); rtt > 0 {
+		at := &s.attempts[a]
+		at.state = stReturning
+		s.schedule(s.now+rtt-rtt/2, evDeliver, a, at.gen, 0)
+		return
+	}
+	s.deliver(a)
+}
+
+// deliver hands attempt a's answer to the client: the first answer of its
+// call wins.
+func (s *sim) deliver(a int32) {
 	at := &s.attempts[a]
 	if at.canceled {
 		s.freeAttempt(a) // a loser the server ran to the end
@@ -719,7 +764,7 @@ func (s *sim) cancel(c int32, a int32) {
 		return // slot reused: a finished earlier
 	}
 	// An attempt still referenced by its call and not finished.
-	if at.state > stHolding {
+	if at.state == stFree {
 		return
 	}
 	at.canceled = true
@@ -731,6 +776,10 @@ func (s *sim) cancel(c int32, a int32) {
 		return
 	}
 	switch at.state {
+	case stInFlight:
+		at.dropped = true // freed when it reaches the server
+	case stReturning:
+		// The server is done; the answer is freed when it arrives.
 	case stQueued:
 		at.dropped = true // freed when the queue reaches it
 	case stWorking:

@@ -350,3 +350,32 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+// A round trip shifts every request of an unhedged run by exactly the RTT:
+// the servers see the same work, half an RTT later.
+func TestRTTAddsToEveryRequest(t *testing.T) {
+	cfg := Config{Scenario: mustLookup(t, "mmc"), Requests: 5000, Seed: 2}
+	base := mustRun(t, cfg, "none")
+	cfg.RTT = time.Millisecond
+	shifted := mustRun(t, cfg, "none")
+	for i, v := range base.byIndex {
+		if got := shifted.byIndex[i]; got != v+int64(time.Millisecond) {
+			t.Fatalf("request %d: %v without RTT, %v with 1 ms", i, time.Duration(v), time.Duration(got))
+		}
+	}
+	if base.Utilization != shifted.Utilization && math.Abs(base.Utilization-shifted.Utilization) > 1e-3 {
+		t.Errorf("utilisation %v → %v: the RTT is not server time", base.Utilization, shifted.Utilization)
+	}
+	// Hedged runs with an RTT still answer every request, and a hedge
+	// that is cancelled in flight never reaches a worker.
+	for _, cancel := range []Cancellation{CancelHonoured, CancelIgnored} {
+		c := Config{Scenario: mustLookup(t, "bhope"), Requests: 5000, Seed: 2, RTT: 2 * time.Millisecond, Cancel: cancel, Budget: -1}
+		r := mustRun(t, c, "static:3ms")
+		if r.P50 < 2*time.Millisecond || r.Hedges == 0 {
+			t.Errorf("cancel %d: p50 %v hedges %d", cancel, r.P50, r.Hedges)
+		}
+	}
+	if _, err := (Config{Scenario: mustLookup(t, "bhope"), RTT: -1}).Resolve(); err == nil || !strings.Contains(err.Error(), "rtt") {
+		t.Errorf("negative RTT: %v", err)
+	}
+}

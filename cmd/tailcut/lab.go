@@ -41,6 +41,7 @@ type labFlags struct {
 	html        string
 	list        bool
 	real        bool
+	rtt         time.Duration
 }
 
 func newLabCmd(e *env) *cobra.Command {
@@ -90,6 +91,7 @@ hedge budget off for that strategy.`,
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
 	fl.BoolVar(&f.list, "list", false, "list the scenarios and exit")
+	fl.DurationVar(&f.rtt, "rtt", 0, "network round trip added to every simulated attempt (e.g. 1ms; --real has a real one)")
 	fl.BoolVar(&f.real, "real", false, "run for real: HTTP over loopback through hedgehttp.Transport to an in-process server sleeping the sampled latencies (none, static, adaptive; default 3,000 requests at up to 200/s)")
 	cmd.AddCommand(newExperimentCmd(e))
 	return cmd
@@ -168,6 +170,10 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 	}
 	cfg.MaxHedges = f.maxHedges
 	cfg.Seed = f.seed
+	if f.rtt < 0 {
+		return cfg, usagef("--rtt must not be negative, got %v", f.rtt)
+	}
+	cfg.RTT = f.rtt
 	switch f.cancel {
 	case "":
 	case "honour", "honor":

@@ -90,6 +90,7 @@ func TestLabBadInputExits2(t *testing.T) {
 		{"lab", "--budget", "2"},
 		{"lab", "--budget", "lots"},
 		{"lab", "--burst", "0.5"},
+		{"lab", "--rtt", "-1ms"},
 		{"lab", "--requests", "-5"},
 		{"lab", "--requests", "ten"},
 		{"lab", "--quantile", "1.5"},
