@@ -72,8 +72,10 @@ type Config struct {
 	Keys []string `yaml:"keys" json:"keys"`
 
 	// WarmKeys is how many of the keys the fleet published most recently
-	// a new instance fetches too, until one such look-up has succeeded.
-	// Zero means 64; negative turns it off.
+	// a new instance fetches too, until one such look-up has succeeded —
+	// no more than the policy has room for (tailcut.Config.MaxKeys), so
+	// that warming never evicts a key in use. Zero means 64; negative
+	// turns it off.
 	WarmKeys int `yaml:"warm_keys" json:"warm_keys"`
 
 	// KeepStale is how long the last pooled estimates stay in force while

@@ -250,12 +250,16 @@ func (s *Syncer) SyncAt(ctx context.Context, now time.Time) error {
 			errs = append(errs, fmt.Errorf("recent keys: %w", err))
 		} else {
 			s.warmed = true
+			// A pooled estimate makes the policy track the key: take only
+			// the room it has, so that warming never evicts a key in use.
+			room := s.p.Config().MaxKeys - len(s.p.Keys())
 			for _, k := range recent {
-				if len(keys) >= s.cfg.MaxKeys {
+				if len(keys) >= s.cfg.MaxKeys || room <= 0 {
 					break
 				}
-				if shareable(k) && !slices.Contains(keys, k) {
+				if shareable(k) && !slices.Contains(keys, k) && !slices.Contains(s.cfg.Keys, k) {
 					keys = append(keys, k)
+					room--
 				}
 			}
 		}

@@ -551,3 +551,28 @@ func TestMaxKeysAndPayload(t *testing.T) {
 		t.Errorf("stats %+v, want the wide sketch refused as oversized", st)
 	}
 }
+
+// TestWarmKeysNeverEvict: warming takes only the room the policy has left.
+func TestWarmKeysNeverEvict(t *testing.T) {
+	store := &Memory{Clock: func() time.Time { return t0 }}
+	ctx := context.Background()
+	old := newPolicy(t)
+	for i := range 5 {
+		observe(old, fmt.Sprintf("fleet-%d", i), t0, draw(uint64(i), 30, 10, 0.2)...)
+	}
+	_ = mustNew(t, old, store, "old").SyncAt(ctx, t0)
+
+	p, err := tailcut.New(tailcut.Config{Quantile: 0.95, MaxKeys: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe(p, "mine-a", t0, 5*time.Millisecond)
+	observe(p, "mine-b", t0, 5*time.Millisecond)
+	if err := mustNew(t, p, store, "new").SyncAt(ctx, t0); err != nil {
+		t.Fatal(err)
+	}
+	keys := p.Keys()
+	if len(keys) != 4 || !slices.Contains(keys, "mine-a") || !slices.Contains(keys, "mine-b") {
+		t.Errorf("keys after warming %v, want mine-a, mine-b and two of the fleet's", keys)
+	}
+}
