@@ -82,7 +82,8 @@ type HandlerOptions struct {
 // their handler returned.
 //
 // A Handler is safe for concurrent use. On the path that sheds nothing it
-// costs two atomic adds, a header lookup and one context value.
+// adds about 0.4 µs and two allocations (the context value and the request
+// copy that carries it) to a request; see BenchmarkHandler.
 type Handler struct {
 	next       http.Handler
 	opts       HandlerOptions
