@@ -3,6 +3,7 @@ package hedgehttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -342,5 +343,47 @@ func TestHedgeable(t *testing.T) {
 		if got := tr.hedgeable(req); got != tt.want {
 			t.Errorf("%q with %q: hedgeable = %v, want %v", tt.method, tt.header, got, tt.want)
 		}
+	}
+}
+
+// spuriousCancelRT fails its first request with context.Canceled although
+// the request's context is alive (what net/http can do on a connection
+// just reused after a loser's cancellation), then answers.
+type spuriousCancelRT struct {
+	calls  atomic.Int32
+	bodies []string
+	mu     sync.Mutex
+}
+
+func (f *spuriousCancelRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	body := ""
+	if r.Body != nil {
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		body = string(b)
+	}
+	f.mu.Lock()
+	f.bodies = append(f.bodies, body)
+	f.mu.Unlock()
+	if f.calls.Add(1) == 1 {
+		return nil, fmt.Errorf("net/http: request canceled: %w", context.Canceled)
+	}
+	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+}
+
+// TestSpuriousCancellationNeverReachesCaller: the attempt is sent once more,
+// body intact, and the caller gets the answer.
+func TestSpuriousCancellationNeverReachesCaller(t *testing.T) {
+	f := &spuriousCancelRT{}
+	tr := NewTransport(f, fixedPolicy(t, time.Hour))
+	req, _ := http.NewRequest(http.MethodPost, "http://backend.test/x", strings.NewReader("payload"))
+	req.Header.Set("Idempotency-Key", "k1")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("RoundTrip: %v, want the second try's answer", err)
+	}
+	resp.Body.Close()
+	if f.calls.Load() != 2 || f.bodies[0] != "payload" || f.bodies[1] != "payload" {
+		t.Errorf("%d calls with bodies %q, want 2 with the payload each", f.calls.Load(), f.bodies)
 	}
 }

@@ -289,6 +289,26 @@ type roundTrip struct {
 }
 
 // call sends one attempt; it is the function run by tailcut.Hedger.Do.
+// again returns a copy of r to send a second time, with a fresh body, or
+// false if the body cannot be replayed.
+func (rt *roundTrip) again(r *http.Request) (*http.Request, bool) {
+	r2 := r.Clone(r.Context())
+	switch {
+	case rt.buffered:
+		r2.Body, r2.GetBody = rt.newBody()
+	case r.Body == nil || r.Body == http.NoBody:
+	case rt.req.GetBody != nil:
+		b, err := rt.req.GetBody()
+		if err != nil {
+			return nil, false
+		}
+		r2.Body = b
+	default:
+		return nil, false
+	}
+	return r2, true
+}
+
 func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Response, error) {
 	t := rt.t
 	r := rt.req.WithContext(ctx)
@@ -325,6 +345,15 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 
 	start := time.Now()
 	resp, err := t.base.RoundTrip(r)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		// net/http can, rarely, fail a request with another attempt's
+		// cancellation on a connection that was just reused (DESIGN.md,
+		// Semantics; seen here about once in 400 requests at 90 %
+		// hedging). This attempt was not cancelled: send it once more.
+		if r2, ok := rt.again(r); ok {
+			resp, err = t.base.RoundTrip(r2)
+		}
+	}
 	if err == nil {
 		wrapBody(resp, &rt.bodies[a.Index])
 		if t.cfg.firstByte {
