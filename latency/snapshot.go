@@ -85,6 +85,11 @@ func (s *Snapshot) Encode(b []byte) []byte {
 	return b
 }
 
+// maxCount bounds the observations a decoded snapshot may claim (2⁴⁰:
+// a million a second for twelve days), so that counts stay exact in a
+// float64 and Count cannot overflow an int.
+const maxCount = 1 << 40
+
 // maxEncoded bounds what Decode accepts: an encoding of MaxBins bins takes
 // well under this, so anything longer is not one of ours.
 const maxEncoded = 1 << 20
@@ -130,7 +135,7 @@ func Decode(b []byte) (s *Snapshot, err error) {
 	if bad {
 		return nil, errors.New("latency: Decode: bins outside the range of latencies")
 	}
-	if c := sk.GetCount(); math.IsNaN(c) || math.IsInf(c, 0) || c < 0 {
+	if c := sk.GetCount(); math.IsNaN(c) || math.IsInf(c, 0) || c < 0 || c > maxCount {
 		return nil, fmt.Errorf("latency: Decode: invalid count %v", c)
 	}
 	if sk.GetNegativeValueStore().TotalCount() != 0 {
