@@ -43,7 +43,12 @@ func TestProxyCheck(t *testing.T) {
 // The proxy command in process: serves, reloads on SIGHUP (a bad config is
 // ignored), stops on SIGTERM.
 func TestProxySignals(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/a/block" {
+			close(entered)
+			<-release
+		}
 		io.WriteString(w, "up "+r.URL.Path)
 	}))
 	defer up.Close()
@@ -108,9 +113,26 @@ func TestProxySignals(t *testing.T) {
 		t.Fatalf("routes after a bad reload: %v", got)
 	}
 
+	// A request in flight across a reload finishes on its connection.
+	inflight := make(chan string, 1)
+	go func() {
+		resp, err := client.Get(traffic + "/a/block")
+		if err != nil {
+			inflight <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		inflight <- string(b)
+	}()
+	<-entered
 	write("  - {name: a, path_prefix: /a/, upstream: u}\n  - {name: b, path_prefix: /b/, upstream: u}\n")
 	sigs <- syscall.SIGHUP
 	waitUntil(t, "the new route", func() bool { return len(routes()) == 2 })
+	close(release)
+	if got := <-inflight; got != "up /a/block" {
+		t.Errorf("request in flight across the reload: %q", got)
+	}
 	if code, body := get(traffic + "/b/1"); code != 200 || body != "up /b/1" {
 		t.Fatalf("GET /b/1 after the reload: %d %q", code, body)
 	}
