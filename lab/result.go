@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tailcut/tailcut"
 )
 
 // Result holds the figures of one strategy's run.
@@ -51,6 +53,10 @@ type Result struct {
 	Delay time.Duration
 	// Denied counts the adaptive policy's denied hedges.
 	Denied int64
+	// PolicyStats is the adaptive policy's own statistics at the end of
+	// the run (nil for other strategies): per-key diagnosis, dry-run
+	// prediction, the auto delay's choice.
+	PolicyStats *tailcut.Stats
 	// Series is the adaptive delay over time, when Config.SeriesEvery is set.
 	Series []SeriesPoint
 

@@ -906,6 +906,7 @@ func (s *sim) result() *Result {
 		r.Delay = s.policy.Delay(policyKey, s.vnow())
 		st := s.policy.Stats()
 		r.Denied = st.Denials()
+		r.PolicyStats = &st
 	case s.st.Kind == Static || s.st.Kind == Retry || s.st.Kind == Speculative:
 		r.Delay = time.Duration(s.delay)
 	case s.st.Kind == Oracle:
