@@ -5,8 +5,8 @@
 //
 // The [Transport] sends each safe request (GET, HEAD, OPTIONS, or one with an
 // Idempotency-Key header) once, and a hedge when no answer has come by the
-// policy's delay — a live quantile of the recent latency to the same host —
-// if the policy's budget allows it. The first final answer wins; the others
+// policy's delay for the request's host (chosen from its recent latency),
+// if the policy's budget and fuses allow it. The first final answer wins; the others
 // are cancelled, their bodies drained (at most 1 MiB) and closed so their
 // connections go back to the pool. Every attempt carries a Hedge-Attempt
 // header (0 for the primary) so that servers and traces can tell a hedge from
@@ -19,4 +19,10 @@
 // and bodies may be repeated ([WithMethods], [WithBufferLimit]). Per request,
 // [WithoutHedging] and [WithDelay] override the policy through the request's
 // context.
+//
+// On the server side, [Handler] is the matching middleware: it reads the
+// Hedge-Attempt header, puts the attempt index in the request context
+// ([AttemptFromContext]), counts primaries and hedges apart, and when the
+// server is busy refuses hedges first, with 429 and Retry-After — which a
+// Transport honours as pushback — and primaries only past a hard limit.
 package hedgehttp

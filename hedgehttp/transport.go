@@ -378,9 +378,12 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 				t.policy.Pushback(a.Key, now.Add(d))
 			}
 		}
-		if code == http.StatusTooManyRequests {
-			break
+		if code == http.StatusTooManyRequests && a.Index == 0 {
+			break // the primary's 429 is the server's answer
 		}
+		// A hedge refused with 429 (a server shedding hedges first, as
+		// hedgehttp.Handler does) is a failed attempt, not the answer: the
+		// primary is still running.
 		fallthrough
 	case http.StatusBadGateway, http.StatusGatewayTimeout:
 		return nil, rt.setAside(resp, a.Index)

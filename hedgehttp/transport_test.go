@@ -797,3 +797,37 @@ func TestServerErrorFeedsBreaker(t *testing.T) {
 		t.Errorf("%d attempts for 30 requests: a final 500 must not launch another", ks.Attempts)
 	}
 }
+
+// TestHedgeRefusedWith429DoesNotWin: a server that sheds hedges with 429
+// (hedgehttp.Handler) must not hand the caller a 429 while the primary is
+// still working: the primary's answer wins, and hedging pauses.
+func TestHedgeRefusedWith429DoesNotWin(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(AttemptHeader) != "0" {
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+			close(release)
+			return
+		}
+		<-release // the primary answers once the hedge has been refused
+		io.WriteString(w, "primary")
+	}))
+	defer srv.Close()
+	p := fixedPolicy(t, time.Millisecond)
+	c := &http.Client{Transport: NewTransport(nil, p)}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "primary" {
+		t.Fatalf("got %d %q, want the primary's 200", resp.StatusCode, body)
+	}
+	r := p.Begin(HostKey(httptest.NewRequest("GET", srv.URL, nil)), time.Now())
+	if d := p.Hedge(&r, time.Now()); d != tailcut.DenyPushback {
+		t.Errorf("after a 429 with Retry-After, Hedge = %v, want %v", d, tailcut.DenyPushback)
+	}
+}
