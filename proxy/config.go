@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/fleet"
 )
 
 // DefaultAdminListen is the admin listener's address when the config sets
@@ -44,6 +45,12 @@ type Config struct {
 	// ShutdownTimeout is how long SIGTERM waits for requests in flight
 	// before closing their connections. Zero means 30 s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Fleet, if set, pools every route's latency sketches with the other
+	// proxies of the fleet through Redis (package fleet), so that a fresh
+	// or quiet proxy hedges at the delay the fleet has measured. Its
+	// fields are fleet.Config's (instance, interval, ttl, timeout,
+	// max_keys, …, redis: {addrs, cluster, …}). A change needs a restart.
+	Fleet *fleet.Config `yaml:"fleet"`
 
 	file string // where the config came from, for messages
 }
@@ -125,8 +132,9 @@ type Policy struct {
 	// Hedge switches hedging on (the default) or off. A route with
 	// hedging off still balances requests over its pool and counts them.
 	Hedge *bool `yaml:"hedge"`
-	// Quantile of the route's recent latency after which a hedge is sent.
-	// Zero means 0.95.
+	// Quantile, if set, pins the hedge delay to this quantile of the
+	// route's recent latency. Zero means tailcut's auto delay (the delay
+	// predicted to give the lowest p99 within the budget).
 	Quantile float64 `yaml:"quantile"`
 	// MaxHedges is the most hedges per request, 1 to 4. Zero means 1.
 	MaxHedges int `yaml:"max_hedges"`
@@ -361,6 +369,16 @@ func (v *validator) line(p path) int {
 }
 
 func (c *Config) validate(v *validator) {
+	if f := c.Fleet; f != nil {
+		if len(f.Redis.Addrs) == 0 {
+			v.add(path{"fleet", "redis", "addrs"}, "at least one Redis address is needed")
+		} else if p, err := tailcut.New(tailcut.Config{}); err == nil {
+			// fleet.New checks every other field without connecting.
+			if _, err := fleet.New(p, &fleet.Memory{}, *f); err != nil {
+				v.add(path{"fleet"}, "%v", err)
+			}
+		}
+	}
 	if c.ShutdownTimeout < 0 {
 		v.add(path{"shutdown_timeout"}, "must not be negative, got %v", c.ShutdownTimeout)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/fleet"
 	"github.com/tailcut/tailcut/hedgehttp"
 )
 
@@ -47,6 +50,13 @@ type Server struct {
 	router atomic.Pointer[router]
 
 	inbound atomic.Pointer[[]inbound] // listeners with shedding, set by Run
+
+	// Fleet sharing (Config.Fleet), guarded by mu: one Redis client, one
+	// Syncer per route policy while Run runs.
+	fleetStore *fleet.Redis
+	startFleet *fleet.Config // the settings the server started with
+	fleetOn    bool
+	syncers    map[*tailcut.Policy]*fleet.Syncer
 }
 
 // inbound is a traffic listener wrapped in a hedgehttp.Handler.
@@ -84,10 +94,66 @@ func New(cfg *Config, logger *slog.Logger) (*Server, error) {
 		}, []string{"route"}),
 	}
 	s.reg.MustRegister(s.dur, (*collector)(s))
+	if f := cfg.Fleet; f != nil {
+		r, err := f.Redis.Open()
+		if err != nil {
+			return nil, fmt.Errorf("%s: fleet: %w", cfg.file, err)
+		}
+		s.fleetStore = r
+		fc := *f
+		s.startFleet = &fc
+	}
 	if err := s.Reload(cfg); err != nil {
+		if s.fleetStore != nil {
+			s.fleetStore.Close()
+		}
 		return nil, err
 	}
 	return s, nil
+}
+
+// syncFleet starts a fleet Syncer for every route policy of rt that has
+// none and closes those of policies no longer in use. s.mu is held.
+func (s *Server) syncFleet(rt *router) {
+	if s.fleetStore == nil || !s.fleetOn {
+		return
+	}
+	cfg := *s.startFleet // a reload cannot change the fleet settings
+	cfg.Logger = s.logger
+	inUse := make(map[*tailcut.Policy]bool, len(rt.routes))
+	for _, r := range rt.routes {
+		inUse[r.policy] = true
+		if s.syncers[r.policy] != nil {
+			continue
+		}
+		sy, err := fleet.Start(context.Background(), r.policy, s.fleetStore, cfg)
+		if err != nil { // validated with the config: not expected
+			s.logger.Error("fleet: cannot start", "route", r.cfg.Name, "err", err)
+			continue
+		}
+		s.syncers[r.policy] = sy
+	}
+	for p, sy := range s.syncers {
+		if !inUse[p] {
+			sy.Close()
+			delete(s.syncers, p)
+		}
+	}
+}
+
+// stopFleet closes every Syncer and the Redis client.
+func (s *Server) stopFleet() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p, sy := range s.syncers {
+		sy.Close()
+		delete(s.syncers, p)
+	}
+	s.fleetOn = false
+	if s.fleetStore != nil {
+		s.fleetStore.Close()
+		s.fleetStore = nil
+	}
 }
 
 // Reload makes cfg the config in force. Connections stay open; requests
@@ -120,9 +186,13 @@ func (s *Server) Reload(cfg *Config) error {
 		if !slices.Equal(listenAddrs(prev), listenAddrs(cfg)) || prev.adminListen() != cfg.adminListen() {
 			s.logger.Warn("listener addresses changed: restart to apply", "old", listenAddrs(prev), "new", listenAddrs(cfg))
 		}
+		if !reflect.DeepEqual(prev.Fleet, cfg.Fleet) {
+			s.logger.Warn("fleet settings changed: restart to apply")
+		}
 	}
 	s.cfg.Store(cfg)
 	s.router.Store(rt)
+	s.syncFleet(rt)
 	if old != nil {
 		s.logger.Info("config reloaded", "file", cfg.file, "routes", len(rt.routes))
 	}
@@ -197,6 +267,14 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		}})
 	}
 	s.inbound.Store(&ins)
+	if s.fleetStore != nil {
+		s.mu.Lock()
+		s.fleetOn = true
+		s.syncers = make(map[*tailcut.Policy]*fleet.Syncer)
+		s.syncFleet(s.router.Load())
+		s.mu.Unlock()
+		defer s.stopFleet()
+	}
 	if a := cfg.adminListen(); a != "" {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
