@@ -288,7 +288,6 @@ type roundTrip struct {
 	bodies [tailcut.MaxHedgesLimit + 1]body
 }
 
-// call sends one attempt; it is the function run by tailcut.Hedger.Do.
 // again returns a copy of r to send a second time, with a fresh body, or
 // false if the body cannot be replayed.
 func (rt *roundTrip) again(r *http.Request) (*http.Request, bool) {
@@ -309,6 +308,7 @@ func (rt *roundTrip) again(r *http.Request) (*http.Request, bool) {
 	return r2, true
 }
 
+// call sends one attempt; it is the function run by tailcut.Hedger.Do.
 func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Response, error) {
 	t := rt.t
 	r := rt.req.WithContext(ctx)
