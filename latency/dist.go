@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -82,37 +83,58 @@ func (d Distribution) Survival(t time.Duration) float64 {
 // primary at 0 and hedge j at offset at[j-1] (increasing) while it is still
 // outstanding, every hedge granted, attempts independent and drawn from d:
 // P(T > t) = P(X > t) · Π_j P(X > t − at_j). With no offsets it is the plain
-// quantile on the same bins, so the two compare exactly.
+// quantile on the same bins, so the two compare exactly. It allocates
+// nothing and costs O((len(at)+1)² · log² bins).
 func (d Distribution) Hedged(q float64, at ...time.Duration) time.Duration {
 	if d.total <= 0 {
 		return 0
 	}
-	offs := make([]float64, 1, len(at)+1) // offs[0] = 0: the primary
+	var offs [8]float64 // offs[0] = 0: the primary
+	n := 1
 	for _, a := range at {
-		offs = append(offs, a.Seconds())
-	}
-	tail := func(t float64) float64 {
-		p := 1.0
-		for _, o := range offs {
-			p *= survival(d.bins, d.total, t-o)
+		if n == len(offs) {
+			break
 		}
-		return p
+		offs[n] = a.Seconds()
+		n++
 	}
-	// T's distribution steps only at a bin value plus an offset.
-	cands := make([]float64, 0, len(d.bins)*len(offs))
-	for _, b := range d.bins {
-		for _, o := range offs {
-			cands = append(cands, b.v+o)
+	return seconds(hedgedTail(d.bins, d.total, q, offs[:n], func(s float64) float64 { return s }))
+}
+
+// hedgedTail returns the smallest t at which P(T ≤ t) ≥ q, for
+// P(T > t) = S(t) · Π_{j≥1} g(S(t − offs[j])), where S is the survival of the
+// bins and g maps a hedge's survival to its factor (the identity when
+// every hedge is granted).
+//
+// T's distribution steps only at a bin value plus an offset, and P(T ≤ t)
+// never decreases in t; so for each offset the candidates bins[i].v + o are
+// sorted, a binary search finds the first that qualifies, and the answer is
+// the smallest of those — no list of all candidates is built or sorted.
+func hedgedTail(bins []bin, total, q float64, offs []float64, g func(float64) float64) float64 {
+	const eps = 1e-12 // q = 1 must reach the last candidate despite rounding
+	ok := func(t float64) bool {
+		p := survival(bins, total, t)
+		for _, o := range offs[1:] {
+			p *= g(survival(bins, total, t-o))
+		}
+		return 1-p >= q-eps
+	}
+	best := math.Inf(1)
+	for _, o := range offs {
+		i, _ := slices.BinarySearchFunc(bins, o, func(b bin, o float64) int {
+			if ok(b.v + o) {
+				return 1
+			}
+			return -1
+		})
+		if i < len(bins) {
+			best = min(best, bins[i].v+o)
 		}
 	}
-	slices.Sort(cands)
-	const eps = 1e-12
-	i, _ := slices.BinarySearchFunc(cands, q, func(t, q float64) int {
-		if 1-tail(t) >= q-eps {
-			return 1
-		}
-		return -1
-	})
-	i = min(i, len(cands)-1)
-	return seconds(cands[i])
+	if math.IsInf(best, 1) {
+		// Not even the last candidate reaches q (rounding at q = 1).
+		last := bins[len(bins)-1].v
+		best = last + offs[len(offs)-1]
+	}
+	return best
 }

@@ -81,35 +81,12 @@ func hedgedQuantile(q float64, delay time.Duration, hedges int, grant float64, s
 	if total <= 0 {
 		return 0, false
 	}
-	d := delay.Seconds()
-	tail := func(t float64) float64 { // P(T > t)
-		p := survival(bins, total, t)
-		for j := 1; j <= hedges; j++ {
-			p *= grant*survival(bins, total, t-float64(j)*d) + (1 - grant)
-		}
-		return p
+	offs := make([]float64, hedges+1)
+	for j := range offs {
+		offs[j] = float64(j) * delay.Seconds()
 	}
-	// T's distribution only steps at a bin value plus a multiple of the
-	// delay: the smallest such candidate where P(T ≤ t) ≥ q is the answer.
-	cands := make([]float64, 0, len(bins)*(hedges+1))
-	for _, b := range bins {
-		for j := 0; j <= hedges; j++ {
-			cands = append(cands, b.v+float64(j)*d)
-		}
-	}
-	slices.Sort(cands)
-	// P(T ≤ t) is non-decreasing in t: binary search the candidates.
-	const eps = 1e-12 // q = 1 must reach the last candidate despite rounding
-	i, _ := slices.BinarySearchFunc(cands, q, func(t, q float64) int {
-		if 1-tail(t) >= q-eps {
-			return 1
-		}
-		return -1
-	})
-	if i == len(cands) {
-		i = len(cands) - 1
-	}
-	return seconds(cands[i]), true
+	g := func(s float64) float64 { return grant*s + (1 - grant) }
+	return seconds(hedgedTail(bins, total, q, offs, g)), true
 }
 
 // collect merges the bins of the sketches into increasing order of value
