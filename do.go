@@ -288,7 +288,7 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 				if kept >= 0 {
 					drop(kept)
 				}
-				v := h.finish(c, &req, p, attempts[:launched], i, r.v, time.Now())
+				v := h.finish(c, &req, p, attempts[:launched], i, r.v, r.end)
 				end()
 				return v, r.err
 			}
