@@ -109,7 +109,7 @@ type strategy struct {
 
 var strategies = []strategy{
 	{"plain", "net/http, no hedging", func(base http.RoundTripper, _ time.Duration) http.RoundTripper { return base }},
-	{"tailcut", "hedgehttp, default policy (p95 of the last 30 s, budget 10 % + burst 10)",
+	{"tailcut", "hedgehttp, default policy (the auto delay, budget 10 % + burst 10)",
 		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
 			p, err := tailcut.New(tailcut.Config{})
 			if err != nil {
