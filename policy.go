@@ -111,6 +111,10 @@ const recomputeEvery = 16
 // they cost about 300–350 ns on a 2-core x86 machine and allocate nothing
 // (see BenchmarkDecisionPath; the auto delay's recomputation, every 256
 // observations, allocates a few KiB).
+//
+// [Do] pools its per-call channel and timer in the Policy: in a test, a
+// Policy used inside a testing/synctest bubble must be created inside it
+// (Default() does not pool and may be used anywhere).
 type Policy struct {
 	cfg Config
 
