@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -36,6 +37,9 @@ func startRedis(t testing.TB, port int, args ...string) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server not found: .ci/run installs it for these tests")
+		}
 		t.Skip("redis-server not found on PATH; install it (apt-get install -y redis-server) to run the Redis integration tests")
 	}
 	if port == 0 {
