@@ -60,30 +60,65 @@ func TestDoSchedule(t *testing.T) {
 		{"second hedge not needed", 2, []time.Duration{100 * time.Millisecond, 4 * time.Millisecond}, 1, 14 * time.Millisecond, []time.Duration{0, 10 * time.Millisecond, -1}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				p := newTestPolicy(t, Config{MaxHedges: tt.maxHedges})
-				var starts [MaxHedgesLimit + 1]atomic.Int64
-				t0 := time.Now()
-				got, err := Do(t.Context(), p, "k", sleepCall(tt.lat, &starts, t0))
-				took := time.Since(t0)
-				if err != nil || got != tt.wantWin {
-					t.Fatalf("Do = %d, %v; want %d, nil", got, err, tt.wantWin)
-				}
-				if took != tt.wantTook {
-					t.Errorf("took %v, want %v", took, tt.wantTook)
-				}
-				synctest.Wait() // losers have seen their cancellation
-				for i, want := range tt.wantStart {
-					got := time.Duration(starts[i].Load() - 1)
-					if want < 0 && starts[i].Load() != 0 {
-						t.Errorf("attempt %d started at %v, want never", i, got)
+		// The same schedule whether the primary runs on its own goroutine
+		// or on the caller's (InlinePrimary): these calls honour ctx.
+		for _, inline := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/inline=%v", tt.name, inline), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					p := newTestPolicy(t, Config{MaxHedges: tt.maxHedges})
+					var starts [MaxHedgesLimit + 1]atomic.Int64
+					t0 := time.Now()
+					h := Hedger[int]{Policy: p, InlinePrimary: inline}
+					got, err := h.Do(t.Context(), "k", sleepCall(tt.lat, &starts, t0))
+					took := time.Since(t0)
+					if err != nil || got != tt.wantWin {
+						t.Fatalf("Do = %d, %v; want %d, nil", got, err, tt.wantWin)
 					}
-					if want >= 0 && got != want {
-						t.Errorf("attempt %d started at %v, want %v", i, got, want)
+					if took != tt.wantTook {
+						t.Errorf("took %v, want %v", took, tt.wantTook)
 					}
-				}
+					synctest.Wait() // losers have seen their cancellation
+					for i, want := range tt.wantStart {
+						got := time.Duration(starts[i].Load() - 1)
+						if want < 0 && starts[i].Load() != 0 {
+							t.Errorf("attempt %d started at %v, want never", i, got)
+						}
+						if want >= 0 && got != want {
+							t.Errorf("attempt %d started at %v, want %v", i, got, want)
+						}
+					}
+				})
 			})
+		}
+	}
+}
+
+// TestInlinePrimaryWaitsForItsCaller pins InlinePrimary's price: a hedge
+// wins at 15 ms, but a primary that ignores its cancellation keeps the
+// caller until it returns at 100 ms. Without InlinePrimary, Do returns at
+// 15 ms whatever the primary does.
+func TestInlinePrimaryWaitsForItsCaller(t *testing.T) {
+	for _, tc := range []struct {
+		inline bool
+		want   time.Duration
+	}{{false, 15 * time.Millisecond}, {true, 100 * time.Millisecond}} {
+		synctest.Test(t, func(t *testing.T) {
+			p := newTestPolicy(t, Config{})
+			h := Hedger[int]{Policy: p, InlinePrimary: tc.inline}
+			t0 := time.Now()
+			got, err := h.Do(t.Context(), "k", func(ctx context.Context, a Attempt) (int, error) {
+				if a.Index == 0 {
+					time.Sleep(100 * time.Millisecond) // deaf to ctx
+					return 0, nil
+				}
+				time.Sleep(5 * time.Millisecond)
+				return 1, nil
+			})
+			if err != nil || got != 1 || time.Since(t0) != tc.want {
+				t.Errorf("inline=%v: Do = %d, %v after %v; want the hedge's 1 after %v", tc.inline, got, err, time.Since(t0), tc.want)
+			}
+			synctest.Wait()
+			time.Sleep(time.Second)
 		})
 	}
 }

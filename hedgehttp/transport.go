@@ -106,6 +106,9 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 		Classify: classify,
 		Discard:  discard,
 		Keep:     keep,
+		// net/http returns from RoundTrip as soon as the request's context
+		// is cancelled: the primary can run on the caller's goroutine.
+		InlinePrimary: true,
 	}
 	return t
 }
