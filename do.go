@@ -245,8 +245,8 @@ type state[T any] struct {
 
 	attempts          [MaxHedgesLimit + 1]attempt
 	launched, running int
-	kept              int // the failed attempt whose result is returned if all fail; -1: none
-	nextTick          int // the next hedge slot to time
+	kept              int              // the failed attempt whose result is returned if all fail; -1: none
+	nextTick          int              // the next hedge slot to time
 	tickC             <-chan time.Time // w.tick's channel while a slot is armed
 
 	finalV   T // the coordinator's outcome
