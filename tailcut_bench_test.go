@@ -76,6 +76,16 @@ func BenchmarkDoFastPath(b *testing.B) {
 			}
 		}
 	})
+	b.Run("Hedger.Do-inline", func(b *testing.B) {
+		p, _ := New(Config{WarmupDelay: time.Second})
+		h := &Hedger[int]{Policy: p, InlinePrimary: true}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := h.Do(ctx, "k", call); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("Hedger.Do", func(b *testing.B) {
 		p, _ := New(Config{WarmupDelay: time.Second})
 		h := &Hedger[int]{Policy: p}
