@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tailcut/tailcut"
@@ -800,34 +801,44 @@ func TestServerErrorFeedsBreaker(t *testing.T) {
 
 // TestHedgeRefusedWith429DoesNotWin: a server that sheds hedges with 429
 // (hedgehttp.Handler) must not hand the caller a 429 while the primary is
-// still working: the primary's answer wins, and hedging pauses.
+// still working: the primary's answer wins, and hedging pauses. In memory
+// and in virtual time, so that the 429 surely arrives first.
 func TestHedgeRefusedWith429DoesNotWin(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(AttemptHeader) != "0" {
-			w.Header().Set("Retry-After", "60")
-			w.WriteHeader(http.StatusTooManyRequests)
-			close(release)
-			return
+	synctest.Test(t, func(t *testing.T) {
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Header.Get(AttemptHeader) != "0" {
+				time.Sleep(time.Millisecond)
+				h := http.Header{}
+				h.Set("Retry-After", "60")
+				return &http.Response{StatusCode: http.StatusTooManyRequests, Header: h, Body: http.NoBody, Request: r}, nil
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("primary")), Request: r}, nil
+		})
+		p := fixedPolicy(t, time.Millisecond)
+		tr := NewTransport(rt, p)
+		req, _ := http.NewRequest(http.MethodGet, "http://backend.test/x", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		<-release // the primary answers once the hedge has been refused
-		io.WriteString(w, "primary")
-	}))
-	defer srv.Close()
-	p := fixedPolicy(t, time.Millisecond)
-	c := &http.Client{Transport: NewTransport(nil, p)}
-	defer c.CloseIdleConnections()
-	resp, err := c.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "primary" {
-		t.Fatalf("got %d %q, want the primary's 200", resp.StatusCode, body)
-	}
-	r := p.Begin(HostKey(httptest.NewRequest("GET", srv.URL, nil)), time.Now())
-	if d := p.Hedge(&r, time.Now()); d != tailcut.DenyPushback {
-		t.Errorf("after a 429 with Retry-After, Hedge = %v, want %v", d, tailcut.DenyPushback)
-	}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "primary" {
+			t.Fatalf("got %d %q, want the primary's 200", resp.StatusCode, body)
+		}
+		r := p.Begin("backend.test", time.Now())
+		if d := p.Hedge(&r, time.Now()); d != tailcut.DenyPushback {
+			t.Errorf("after a 429 with Retry-After, Hedge = %v, want %v", d, tailcut.DenyPushback)
+		}
+	})
 }
+
+// roundTripFunc adapts a function to http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
