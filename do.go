@@ -280,7 +280,11 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 	}
 	opts, _ := ctx.Value(ctxKey{}).(requestOptions)
 	start := time.Now()
-	st := &state[T]{h: *h, p: p, ctx: ctx, fn: fn, key: key, start: start, delay: opts.delay, kept: -1, nextTick: 1}
+	st, _ := p.states.Get().(*state[T]) // another T's state is dropped
+	if st == nil || p.noPool {
+		st = new(state[T])
+	}
+	*st = state[T]{h: *h, p: p, ctx: ctx, fn: fn, key: key, start: start, delay: opts.delay, kept: -1, nextTick: 1}
 	st.req = p.Begin(key, start)
 	st.maxAttempts = 1 + st.req.MaxHedges()
 	if opts.noHedge {
@@ -323,6 +327,12 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 				p.End(&st.req, 0, end)
 			}
 			p.putWaiter(w)
+			// Nothing else ever saw st: no hedge went, and the timer was
+			// stopped before it fired. Reuse it.
+			*st = state[T]{}
+			if !p.noPool {
+				p.states.Put(st)
+			}
 			if err := ctx.Err(); err != nil && class == Retryable {
 				h.discard(v)
 				cancel()

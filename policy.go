@@ -131,6 +131,7 @@ type Policy struct {
 	// policy, not global, because channels and timers must not cross
 	// testing/synctest bubbles; noPool turns it off for Default().
 	waiters sync.Pool
+	states  sync.Pool // Do's per-call state of the fast path (*state[T], any T)
 	noPool  bool
 
 	inflight    atomic.Int64  // hedges granted and not yet observed
