@@ -79,9 +79,10 @@ const (
 	Failed
 	// Canceled means the attempt was cancelled because another one won. Its
 	// latency, measured up to the cancellation, is a lower bound of what it
-	// would have taken; it is learned as is, which keeps the quantiles above
-	// the delay honest (DESIGN.md, Observation). It is never an error for
-	// the circuit breaker.
+	// would have taken: a cancelled primary is learned as is when it ran
+	// past the delay (a lower bound above the delay keeps the quantiles
+	// below it honest); see [Policy.Observe]. It is never an error for the
+	// circuit breaker.
 	Canceled
 	// Errored means the attempt produced an answer that reports a failure
 	// of the downstream itself (an HTTP 500, a gRPC INTERNAL) — final, so
@@ -142,7 +143,6 @@ type Policy struct {
 // counters are the per-key and per-policy statistics.
 type counters struct {
 	requests atomic.Int64
-	attempts atomic.Int64 // primaries and hedges sent
 	hedges   atomic.Int64
 	wins     [MaxHedgesLimit + 1]atomic.Int64
 	failed   atomic.Int64 // requests whose every attempt failed
@@ -266,9 +266,7 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	}
 	ks.lastUsed.Store(n)
 	ks.requests.Add(1)
-	ks.attempts.Add(1)
 	p.totals.requests.Add(1)
-	p.totals.attempts.Add(1)
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges}
@@ -339,9 +337,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		r.inflight |= 1 << r.hedges
 	}
 	ks.hedges.Add(1)
-	ks.attempts.Add(1)
 	p.totals.hedges.Add(1)
-	p.totals.attempts.Add(1)
 	return Send
 }
 

@@ -161,8 +161,8 @@ func (p *Policy) Stats() Stats {
 func (c *counters) load() Counts {
 	var s Counts
 	s.Requests = c.requests.Load()
-	s.Attempts = c.attempts.Load()
 	s.Hedges = c.hedges.Load()
+	s.Attempts = s.Requests + s.Hedges // every attempt is a primary or a hedge
 	for i := range c.wins {
 		s.Wins[i] = c.wins[i].Load()
 	}
