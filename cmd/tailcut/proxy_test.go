@@ -108,7 +108,7 @@ func TestProxySignals(t *testing.T) {
 	// A bad config is logged and ignored.
 	os.WriteFile(path, []byte("listeners: ["), 0o600)
 	sigs <- syscall.SIGHUP
-	waitUntil(t, "the failed reload is logged", func() bool { return strings.Contains(logs.String(), "reload failed") })
+	waitUntil(t, &logs, "the failed reload is logged", func() bool { return strings.Contains(logs.String(), "reload failed") })
 	if got := routes(); len(got) != 1 {
 		t.Fatalf("routes after a bad reload: %v", got)
 	}
@@ -128,7 +128,10 @@ func TestProxySignals(t *testing.T) {
 	<-entered
 	write("  - {name: a, path_prefix: /a/, upstream: u}\n  - {name: b, path_prefix: /b/, upstream: u}\n")
 	sigs <- syscall.SIGHUP
-	waitUntil(t, "the new route", func() bool { return len(routes()) == 2 })
+	waitUntil(t, &logs, "the reload to be logged", func() bool { return strings.Contains(logs.String(), "config reloaded") })
+	if got := routes(); len(got) != 2 {
+		t.Fatalf("routes after the reload: %v", got)
+	}
 	close(release)
 	if got := <-inflight; got != "up /a/block" {
 		t.Errorf("request in flight across the reload: %q", got)
@@ -148,28 +151,50 @@ func TestProxySignals(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond, a bounded number of times.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitUntil waits until cond holds, checking it again after every write to
+// the logs (the proxy logs each reload), for at most 10 s.
+func waitUntil(t *testing.T, logs *syncBuffer, what string, cond func() bool) {
 	t.Helper()
-	for i := 0; i < 1000; i++ {
+	timeout := time.After(10 * time.Second)
+	for {
+		next := logs.written() // taken before cond, so no write slips between
 		if cond() {
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-next:
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
+// syncBuffer is a bytes.Buffer safe for concurrent use, which tells
+// waiters when it was written to.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu     sync.Mutex
+	b      bytes.Buffer
+	notify chan struct{} // closed and replaced on every write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.notify != nil {
+		close(s.notify)
+		s.notify = nil
+	}
 	return s.b.Write(p)
+}
+
+// written returns a channel closed by the next write.
+func (s *syncBuffer) written() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.notify == nil {
+		s.notify = make(chan struct{})
+	}
+	return s.notify
 }
 
 func (s *syncBuffer) String() string {
