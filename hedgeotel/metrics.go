@@ -3,19 +3,19 @@ package hedgeotel
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/internal/keycap"
 )
 
 // DefaultMaxKeys is the number of keys exported with their own attribute
 // when MetricsOptions.MaxKeys is zero; OtherKey collects the rest.
 const (
 	DefaultMaxKeys = 50
-	OtherKey       = "other"
+	OtherKey       = keycap.Other
 )
 
 // MetricsOptions configures [RegisterMetrics]. The zero value gives the
@@ -51,13 +51,7 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 	if pre == "" {
 		pre = "tailcut."
 	}
-	max := o.MaxKeys
-	if max == 0 {
-		max = DefaultMaxKeys
-	} else if max < 0 {
-		max = 0
-	}
-	m := &meters{p: p, maxKeys: max, attrs: o.Attributes, exported: make(map[string]bool)}
+	m := &meters{p: p, cap: keycap.New(o.MaxKeys, DefaultMaxKeys), attrs: o.Attributes}
 	var errs []error
 	counter := func(name, desc string) metric.Int64ObservableCounter {
 		c, err := meter.Int64ObservableCounter(pre+name, metric.WithDescription(desc), metric.WithUnit("{"+unitOf(name)+"}"))
@@ -114,18 +108,14 @@ func unitOf(name string) string {
 
 // meters holds the instruments and the key bounding state.
 type meters struct {
-	p       *tailcut.Policy
-	maxKeys int
-	attrs   []attribute.KeyValue
+	p     *tailcut.Policy
+	cap   *keycap.Cap
+	attrs []attribute.KeyValue
 
 	requests, attempts, hedges, denied, wins, triggers, would, failed, trips metric.Int64ObservableCounter
 	delay, extraLoad, window, diagnosis, breaker, p99, predicted             metric.Float64ObservableGauge
 	inflight                                                                 metric.Int64ObservableUpDownCounter
 	keys                                                                     metric.Int64ObservableGauge
-
-	mu       sync.Mutex
-	exported map[string]bool
-	other    tailcut.Counts
 }
 
 var (
@@ -136,23 +126,7 @@ var (
 // observe is the collection callback.
 func (m *meters) observe(_ context.Context, o metric.Observer) error {
 	s := m.p.Stats()
-	m.mu.Lock()
-	var sum tailcut.Counts
-	var own []tailcut.KeyStats
-	for _, k := range s.Keys {
-		if !m.exported[k.Key] && len(m.exported) < m.maxKeys && k.Key != OtherKey {
-			m.exported[k.Key] = true
-		}
-		if m.exported[k.Key] {
-			own = append(own, k)
-			add(&sum, &k.Counts)
-		}
-	}
-	other := s.Counts
-	sub(&other, &sum)
-	monotonic(&other, &m.other) // the totals may lag the keys by a request
-	m.other = other
-	m.mu.Unlock()
+	own, other := m.cap.Split(s)
 
 	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
 		return metric.WithAttributes(append(kv, m.attrs...)...)
@@ -210,25 +184,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-func add(a, b *tailcut.Counts)       { each(a, b, func(x *int64, y int64) { *x += y }) }
-func sub(a, b *tailcut.Counts)       { each(a, b, func(x *int64, y int64) { *x -= y }) }
-func monotonic(a, b *tailcut.Counts) { each(a, b, func(x *int64, y int64) { *x = max(*x, y) }) }
-
-// each applies f to every pair of counters of a and b.
-func each(a, b *tailcut.Counts, f func(x *int64, y int64)) {
-	f(&a.Requests, b.Requests)
-	f(&a.Attempts, b.Attempts)
-	f(&a.Hedges, b.Hedges)
-	for i := range a.Wins {
-		f(&a.Wins[i], b.Wins[i])
-	}
-	f(&a.Failed, b.Failed)
-	for i := range a.Denied {
-		f(&a.Denied[i], b.Denied[i])
-	}
-	f(&a.Triggered, b.Triggered)
-	f(&a.WouldHedge, b.WouldHedge)
-	f(&a.BreakerTrips, b.BreakerTrips)
 }

@@ -1,10 +1,9 @@
 package hedgeprom
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/internal/keycap"
 )
 
 // DefaultMaxKeys is the number of keys exported with their own label when
@@ -12,7 +11,7 @@ import (
 const DefaultMaxKeys = 50
 
 // OtherKey is the key label under which keys beyond MaxKeys are summed.
-const OtherKey = "other"
+const OtherKey = keycap.Other
 
 // Options configures a [Collector]. The zero value gives the defaults.
 type Options struct {
@@ -32,16 +31,12 @@ type Options struct {
 // Collector is a prometheus.Collector over one Policy's Stats. It is safe
 // for concurrent use; each Collect calls Stats once.
 type Collector struct {
-	p       *tailcut.Policy
-	maxKeys int
+	p   *tailcut.Policy
+	cap *keycap.Cap
 
 	requests, attempts, hedges, denied, wins, failed, triggered, would, trips *prometheus.Desc
 	delay, extraLoad, windowTrigger, diagnosis, breaker, p99, predicted       *prometheus.Desc
 	inflight, keys                                                            *prometheus.Desc
-
-	mu       sync.Mutex
-	exported map[string]bool // keys that have their own label
-	other    tailcut.Counts  // the last "other" sums emitted, kept monotonic
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -52,20 +47,13 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 	if ns == "" {
 		ns = "tailcut"
 	}
-	max := o.MaxKeys
-	if max == 0 {
-		max = DefaultMaxKeys
-	} else if max < 0 {
-		max = 0
-	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, o.ConstLabels)
 	}
 	k := "key"
 	return &Collector{
 		p:             p,
-		maxKeys:       max,
-		exported:      make(map[string]bool),
+		cap:           keycap.New(o.MaxKeys, DefaultMaxKeys),
 		requests:      d("requests_total", "Requests begun (primaries sent).", k),
 		attempts:      d("attempts_total", "Attempts sent: primaries plus hedges.", k),
 		hedges:        d("hedges_total", "Hedges sent.", k),
@@ -103,28 +91,7 @@ var breakerStates = []tailcut.BreakerState{tailcut.BreakerClosed, tailcut.Breake
 // Collect reads the policy's Stats and sends the metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.p.Stats()
-	c.mu.Lock()
-	// Keys keep their label for the collector's life, in order of first
-	// sight (Stats sorts keys, so ties go alphabetically).
-	var sum tailcut.Counts
-	var own []tailcut.KeyStats
-	for _, k := range s.Keys {
-		if !c.exported[k.Key] && len(c.exported) < c.maxKeys && k.Key != OtherKey {
-			c.exported[k.Key] = true
-		}
-		if c.exported[k.Key] {
-			own = append(own, k)
-			add(&sum, &k.Counts)
-		}
-	}
-	// "other" = totals − exported keys: monotonic because the totals see
-	// every increment (evicted keys included); a momentary lag of the
-	// totals behind the keys is clamped so the counter never goes back.
-	other := s.Counts
-	sub(&other, &sum)
-	monotonic(&other, &c.other)
-	c.other = other
-	c.mu.Unlock()
+	own, other := c.cap.Split(s)
 
 	for _, k := range own {
 		c.counters(ch, k.Key, &k.Counts)
@@ -182,36 +149,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// add adds b's counters to a.
-func add(a, b *tailcut.Counts) {
-	each(a, b, func(x *int64, y int64) { *x += y })
-}
-
-// sub subtracts b's counters from a.
-func sub(a, b *tailcut.Counts) {
-	each(a, b, func(x *int64, y int64) { *x -= y })
-}
-
-// monotonic raises every counter of a to at least its value in last.
-func monotonic(a, last *tailcut.Counts) {
-	each(a, last, func(x *int64, y int64) { *x = max(*x, y) })
-}
-
-// each applies f to every pair of counters of a and b.
-func each(a, b *tailcut.Counts, f func(x *int64, y int64)) {
-	f(&a.Requests, b.Requests)
-	f(&a.Attempts, b.Attempts)
-	f(&a.Hedges, b.Hedges)
-	for i := range a.Wins {
-		f(&a.Wins[i], b.Wins[i])
-	}
-	f(&a.Failed, b.Failed)
-	for i := range a.Denied {
-		f(&a.Denied[i], b.Denied[i])
-	}
-	f(&a.Triggered, b.Triggered)
-	f(&a.WouldHedge, b.WouldHedge)
-	f(&a.BreakerTrips, b.BreakerTrips)
 }
