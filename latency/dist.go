@@ -30,14 +30,14 @@ type Distribution struct {
 func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sk := e.trusted(now)
+	sk, cens := e.trusted(now)
 	var scales []float64
 	if len(sk) == 2 { // trusted returns the current window first
 		c, p := sk[0].GetCount(), sk[1].GetCount()
 		n := c + p
 		scales = []float64{e.cfg.Weight * n / c, (1 - e.cfg.Weight) * n / p}
 	}
-	bins, total := collectScaled(sk, scales)
+	bins, total := collectCensored(sk, cens, scales)
 	return Distribution{bins, total}, total > 0
 }
 
@@ -98,24 +98,54 @@ func (d Distribution) Hedged(q float64, at ...time.Duration) time.Duration {
 		offs[n] = a.Seconds()
 		n++
 	}
-	return seconds(hedgedTail(d.bins, d.total, q, offs[:n], func(s float64) float64 { return s }))
+	return seconds(hedgedTail(d.bins, d.total, q, offs[:n], nil))
+}
+
+// HedgedGranted is [Distribution.Hedged] when hedge j (due at at[j]) is
+// granted only with probability grant[j] (clamped to [0, 1]; a missing
+// entry means 1), independently of the request: its factor becomes
+// grant·P(X > t − at_j) + 1 − grant. It is the prediction for hedges that
+// fuses and budgets deny some of the time.
+func (d Distribution) HedgedGranted(q float64, at []time.Duration, grant []float64) time.Duration {
+	if d.total <= 0 {
+		return 0
+	}
+	var offs, gs [8]float64
+	n := 1
+	for i, a := range at {
+		if n == len(offs) {
+			break
+		}
+		offs[n] = a.Seconds()
+		gs[n] = 1
+		if i < len(grant) {
+			gs[n] = min(max(grant[i], 0), 1)
+		}
+		n++
+	}
+	return seconds(hedgedTail(d.bins, d.total, q, offs[:n], gs[:n]))
 }
 
 // hedgedTail returns the smallest t at which P(T ≤ t) ≥ q, for
-// P(T > t) = S(t) · Π_{j≥1} g(S(t − offs[j])), where S is the survival of the
-// bins and g maps a hedge's survival to its factor (the identity when
-// every hedge is granted).
+// P(T > t) = S(t) · Π_{j≥1} (g_j·S(t − offs[j]) + 1 − g_j), where S is the
+// survival of the bins and g_j = grants[j] the probability that hedge j is
+// granted (every hedge is when grants is nil).
 //
 // T's distribution steps only at a bin value plus an offset, and P(T ≤ t)
 // never decreases in t; so for each offset the candidates bins[i].v + o are
 // sorted, a binary search finds the first that qualifies, and the answer is
 // the smallest of those — no list of all candidates is built or sorted.
-func hedgedTail(bins []bin, total, q float64, offs []float64, g func(float64) float64) float64 {
+func hedgedTail(bins []bin, total, q float64, offs []float64, grants []float64) float64 {
 	const eps = 1e-12 // q = 1 must reach the last candidate despite rounding
 	ok := func(t float64) bool {
 		p := survival(bins, total, t)
-		for _, o := range offs[1:] {
-			p *= g(survival(bins, total, t-o))
+		for j, o := range offs[1:] {
+			s := survival(bins, total, t-o)
+			if grants != nil {
+				g := grants[j+1]
+				s = g*s + 1 - g
+			}
+			p *= s
 		}
 		return 1-p >= q-eps
 	}

@@ -13,10 +13,20 @@
 // relative accuracy whose store collapses its lowest bins once it holds
 // MaxBins bins, so the tail — the part a hedging policy reads — stays within
 // the accuracy guarantee while memory stays bounded: at most
-// 2 × MaxBins × 8 bytes of bins per Estimator (16 KiB with the default 1,024
+// 4 × MaxBins × 8 bytes of bins per Estimator (two windows and their
+// censored parts; 32 KiB with the default 1,024
 // bins, which span a ratio of about 5×10⁸ between the fastest and the slowest
 // latency kept exact). In practice a distribution that spans a factor of 100
 // uses about 240 bins per window.
+//
+// A hedging client does not see every latency in full: a primary cancelled
+// because its hedge answered first is known only to be longer than its
+// cancellation. [Estimator.AddCensored] records such an observation; a
+// quantile counts it at the cancellation (exact below it), and a
+// [Distribution] spreads its mass over the longer observations
+// (Kaplan–Meier), so that predictions of the hedged tail read the true tail
+// rather than one cut short at the cancellations. [Estimator.Restart] drops
+// both windows when a caller finds the distribution has shifted.
 //
 // Nothing here reads the clock: every method takes now, so the same code runs
 // in real time inside a client and in virtual time inside the lab.

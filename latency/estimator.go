@@ -82,9 +82,13 @@ type Estimator struct {
 	cfg     Config
 	mapping mapping.IndexMapping
 
-	mu    sync.Mutex
-	cur   *ddsketch.DDSketch
-	prev  *ddsketch.DDSketch
+	mu   sync.Mutex
+	cur  *ddsketch.DDSketch
+	prev *ddsketch.DDSketch
+	// ccur and cprev hold the censored observations of cur and prev
+	// (AddCensored), which cur and prev hold as well.
+	ccur  *ddsketch.DDSketch
+	cprev *ddsketch.DDSketch
 	start time.Time // start of the current window; zero before the first use
 	gen   uint64    // incremented on every rotation
 }
@@ -100,8 +104,8 @@ func New(cfg Config) (*Estimator, error) {
 		return nil, fmt.Errorf("latency: RelativeAccuracy: %w", err)
 	}
 	e := &Estimator{cfg: cfg, mapping: m}
-	e.cur = e.newSketch()
-	e.prev = e.newSketch()
+	e.cur, e.prev = e.newSketch(), e.newSketch()
+	e.ccur, e.cprev = e.newSketch(), e.newSketch()
 	return e, nil
 }
 
@@ -127,10 +131,13 @@ func (e *Estimator) rotate(now time.Time) {
 	n := elapsed / e.cfg.Window
 	if n == 1 {
 		e.cur, e.prev = e.prev, e.cur
+		e.ccur, e.cprev = e.cprev, e.ccur
 	} else {
 		e.prev.Clear()
+		e.cprev.Clear()
 	}
 	e.cur.Clear()
+	e.ccur.Clear()
 	e.start = e.start.Add(n * e.cfg.Window)
 	e.gen++
 }
@@ -143,6 +150,23 @@ func (e *Estimator) Add(d time.Duration, now time.Time) {
 	// Add only fails for values beyond the mapping's range (about 10^308 s)
 	// or NaN, neither of which a Duration can produce.
 	_ = e.cur.Add(v)
+	e.mu.Unlock()
+}
+
+// AddCensored records, at now, an observation known only to be longer than
+// d: a request abandoned at d (a hedged primary cancelled because its hedge
+// won). [Estimator.Quantile] and [Estimator.Snapshot] count it at d, a lower
+// bound, exact for every quantile below the shortest censoring; in a
+// [Distribution] it is spread over the longer observations instead
+// (Kaplan–Meier), so that the tail beyond the censoring is estimated from
+// the requests that did run that long rather than cut short at d.
+// Negative durations count as zero.
+func (e *Estimator) AddCensored(d time.Duration, now time.Time) {
+	v := max(d.Seconds(), 0)
+	e.mu.Lock()
+	e.rotate(now)
+	_ = e.cur.Add(v)
+	_ = e.ccur.Add(v)
 	e.mu.Unlock()
 }
 
@@ -172,6 +196,22 @@ func (e *Estimator) Quantile(q float64, now time.Time) (d time.Duration, ok bool
 		return 0, false
 	}
 	return seconds(v), true
+}
+
+// Restart forgets both windows, their observations included: the next
+// window starts at now. For a caller that has found the distribution
+// shifted (a deploy, a cold cache, the end of an outage), so that the
+// quantiles follow the new latencies from their first MinSamples
+// observations on, instead of after a window or two of blending with the
+// old ones.
+func (e *Estimator) Restart(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, w := range []*ddsketch.DDSketch{e.cur, e.prev, e.ccur, e.cprev} {
+		w.Clear()
+	}
+	e.start = now
+	e.gen++
 }
 
 // WindowEnd returns when the current window ends, so a caller that caches a
@@ -221,6 +261,7 @@ func (e *Estimator) Seed(s *Snapshot) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.prev.Clear()
+	e.cprev.Clear()
 	return e.prev.MergeWith(s.sketch)
 }
 

@@ -35,7 +35,12 @@ func (s *Snapshot) HedgedQuantile(q float64, delay time.Duration, hedges int, gr
 func (e *Estimator) HedgedQuantile(q float64, delay time.Duration, hedges int, grant float64, now time.Time) (d time.Duration, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return hedgedQuantile(q, delay, hedges, grant, e.trusted(now))
+	if !(q >= 0 && q <= 1) {
+		return 0, false
+	}
+	sk, cens := e.trusted(now)
+	bins, total := collectCensored(sk, cens, nil)
+	return hedgedQuantileOf(q, delay, hedges, grant, bins, total)
 }
 
 // Survival returns P(X > d), the share of observations above d, over the
@@ -45,7 +50,8 @@ func (e *Estimator) HedgedQuantile(q float64, delay time.Duration, hedges int, g
 func (e *Estimator) Survival(d time.Duration, now time.Time) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	bins, total := collect(e.trusted(now))
+	sk, cens := e.trusted(now)
+	bins, total := collectCensored(sk, cens, nil)
 	if total <= 0 {
 		return 0
 	}
@@ -53,17 +59,20 @@ func (e *Estimator) Survival(d time.Duration, now time.Time) float64 {
 }
 
 // trusted rotates to now and returns the windows holding at least
-// MinSamples observations. e.mu must be held.
-func (e *Estimator) trusted(now time.Time) []*ddsketch.DDSketch {
+// MinSamples observations, the current first, and their censored parts.
+// e.mu must be held.
+func (e *Estimator) trusted(now time.Time) (sk, cens []*ddsketch.DDSketch) {
 	e.rotate(now)
 	min := float64(e.cfg.MinSamples)
-	sk := make([]*ddsketch.DDSketch, 0, 2)
-	for _, w := range []*ddsketch.DDSketch{e.cur, e.prev} {
-		if w.GetCount() >= min && !w.IsEmpty() {
-			sk = append(sk, w)
-		}
+	sk = make([]*ddsketch.DDSketch, 0, 2)
+	cens = make([]*ddsketch.DDSketch, 0, 2)
+	if e.cur.GetCount() >= min && !e.cur.IsEmpty() {
+		sk, cens = append(sk, e.cur), append(cens, e.ccur)
 	}
-	return sk
+	if e.prev.GetCount() >= min && !e.prev.IsEmpty() {
+		sk, cens = append(sk, e.prev), append(cens, e.cprev)
+	}
+	return sk, cens
 }
 
 // bin is one bin of a merged distribution: its representative latency in
@@ -78,15 +87,25 @@ func hedgedQuantile(q float64, delay time.Duration, hedges int, grant float64, s
 	hedges = max(hedges, 0)
 	grant = min(max(grant, 0), 1)
 	bins, total := collect(sketches)
-	if total <= 0 {
+	return hedgedQuantileOf(q, delay, hedges, grant, bins, total)
+}
+
+// hedgedQuantileOf is hedgedQuantile on collected bins.
+func hedgedQuantileOf(q float64, delay time.Duration, hedges int, grant float64, bins []bin, total float64) (time.Duration, bool) {
+	if !(q >= 0 && q <= 1) || total <= 0 {
 		return 0, false
 	}
+	hedges = max(hedges, 0)
+	grant = min(max(grant, 0), 1)
 	offs := make([]float64, hedges+1)
 	for j := range offs {
 		offs[j] = float64(j) * delay.Seconds()
 	}
-	g := func(s float64) float64 { return grant*s + (1 - grant) }
-	return seconds(hedgedTail(bins, total, q, offs, g)), true
+	grants := make([]float64, hedges+1)
+	for j := range grants {
+		grants[j] = grant
+	}
+	return seconds(hedgedTail(bins, total, q, offs, grants)), true
 }
 
 // collect merges the bins of the sketches into increasing order of value
@@ -136,6 +155,67 @@ func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, floa
 		out = append(out, bin{b.v, cum})
 	}
 	return out, cum
+}
+
+// collectCensored is collectScaled for sketches holding censored
+// observations too, cens[i] being the censored part of sketches[i]: the
+// mass of each censored observation is spread over the observations longer
+// than it, in proportion (the Kaplan–Meier estimator, computed as Efron's
+// redistribution to the right). The total stays the number of observations.
+// Mass left after the longest observation — every observation past some
+// point censored — stays on that longest value: the tail beyond what was
+// seen is unknown, and this is its lower bound.
+func collectCensored(sketches, cens []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
+	all, total := collectScaled(sketches, scales)
+	if total <= 0 {
+		return all, total
+	}
+	censored, ctotal := collectScaled(cens, scales)
+	if ctotal <= 0 {
+		return all, total
+	}
+	// Walk the values upwards with S, the probability of outliving the
+	// last value, and the mass still at risk.
+	s, atRisk := 1.0, total
+	var prevAll, prevCens, cum float64
+	j := 0
+	out := all[:0:0]
+	for _, b := range all {
+		n := b.cum - prevAll // observations at this value, censored included
+		prevAll = b.cum
+		var c float64 // censored at this value
+		for j < len(censored) && censored[j].v <= b.v {
+			if censored[j].v == b.v {
+				c = censored[j].cum - prevCens
+			}
+			prevCens = censored[j].cum
+			j++
+		}
+		c = min(c, n)
+		events := n - c
+		var mass float64
+		if atRisk > 0 && events > 0 {
+			next := s * max(1-events/atRisk, 0)
+			mass = (s - next) * total
+			s = next
+		}
+		atRisk -= n
+		if mass > 0 {
+			cum += mass
+			out = append(out, bin{b.v, cum})
+		}
+	}
+	if rest := s * total; rest > 1e-9*total || len(out) == 0 {
+		last := all[len(all)-1].v
+		if k := len(out); k > 0 && out[k-1].v == last {
+			out[k-1].cum += rest
+		} else {
+			out = append(out, bin{last, cum + rest})
+		}
+	}
+	// Rounding: the last bin closes at the total exactly.
+	out[len(out)-1].cum = total
+	return out, total
 }
 
 // survival returns P(X > t) for the cumulative bins.
