@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -540,4 +541,91 @@ func TestDoAllFailKeepsPrimaryValue(t *testing.T) {
 			t.Errorf("discarded %q, want the two hedges' responses", discarded)
 		}
 	})
+}
+
+// TestRecycle checks that a call's state goes back to the policy's pool
+// zeroed, apart from its waiter, on every path that recycles it: recycle
+// zeroes field by field, and a field it forgets would keep a context, a
+// value or a hook alive, or leak into the next call.
+func TestRecycle(t *testing.T) {
+	errFail := errors.New("fail")
+	cases := []struct {
+		name   string
+		inline bool
+		denied bool // every hedge denied
+		call   func(ctx context.Context, a Attempt) (int, error)
+	}{
+		{"fast primary", true, false, func(ctx context.Context, a Attempt) (int, error) {
+			time.Sleep(5 * time.Millisecond)
+			return 1, nil
+		}},
+		{"fast primary on its own goroutine", false, false, func(ctx context.Context, a Attempt) (int, error) {
+			time.Sleep(5 * time.Millisecond)
+			return 1, nil
+		}},
+		{"hedge wins", true, false, func(ctx context.Context, a Attempt) (int, error) {
+			if a.Index == 0 {
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+			time.Sleep(time.Millisecond)
+			return 2, nil
+		}},
+		{"primary fails, hedge wins", true, false, func(ctx context.Context, a Attempt) (int, error) {
+			if a.Index == 0 {
+				return 0, errFail
+			}
+			return 3, nil
+		}},
+		{"primary fails, no hedge granted", true, true, func(ctx context.Context, a Attempt) (int, error) {
+			return 0, errFail
+		}},
+		{"every attempt fails", false, false, func(ctx context.Context, a Attempt) (int, error) {
+			time.Sleep(time.Duration(3-a.Index) * time.Millisecond)
+			return 0, errFail
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, err := budget.NewRatio(1, 1e6, -1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := newTestPolicy(t, Config{MaxHedges: 2, Budget: b})
+				if tc.denied {
+					p.Pushback("k", time.Now().Add(time.Hour))
+				}
+				h := Hedger[int]{Policy: p, InlinePrimary: tc.inline, Discard: func(int) {}, Keep: func(v int, release func()) int { release(); return v }}
+				found := 0
+				for range 20 {
+					h.Do(t.Context(), "k", tc.call)
+					synctest.Wait()
+					st, _ := p.states.Get().(*state[int])
+					if st == nil {
+						continue
+					}
+					found++
+					if st.w == nil {
+						t.Fatal("recycled state without its waiter")
+					}
+					w := st.w
+					st.w = nil
+					if v := reflect.ValueOf(st).Elem(); !v.IsZero() {
+						for i := range v.NumField() {
+							if !v.Field(i).IsZero() {
+								t.Errorf("recycled state: field %s = %+v, want zero", v.Type().Field(i).Name, v.Field(i))
+							}
+						}
+						t.FailNow()
+					}
+					st.w = w
+					p.states.Put(st)
+				}
+				if found == 0 {
+					t.Error("no state was recycled")
+				}
+			})
+		})
+	}
 }

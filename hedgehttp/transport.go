@@ -286,9 +286,12 @@ type roundTrip struct {
 	done   bool   // RoundTrip has collected failed; later attempts clean up after themselves
 	failed [tailcut.MaxHedgesLimit + 1]*http.Response
 
-	// bodies wrap each attempt's response body, so that wrapping costs no
-	// allocation of its own; see body.
-	bodies [tailcut.MaxHedgesLimit + 1]body
+	// The primary's shallow copy of req and the wrapper of its response
+	// body live here, so that the no-hedge path allocates neither on its
+	// own (a hedge allocates its own). Both may outlive RoundTrip: the
+	// response points to its request, and the caller reads the body.
+	req0  http.Request
+	body0 body
 }
 
 // again returns a copy of r to send a second time, with a fresh body, or
@@ -314,10 +317,15 @@ func (rt *roundTrip) again(r *http.Request) (*http.Request, bool) {
 // call sends one attempt; it is the function run by tailcut.Hedger.Do.
 func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Response, error) {
 	t := rt.t
-	r := rt.req.WithContext(ctx)
+	var r *http.Request
 	if a.Index == 0 {
+		// WithContext is inlined and its copy does not escape: the copy
+		// costs no allocation.
+		rt.req0 = *rt.req.WithContext(ctx)
+		r = &rt.req0
 		r.Header = rt.header0
 	} else {
+		r = rt.req.WithContext(ctx)
 		r.Header = withAttempt(rt.req.Header, a.Index)
 	}
 	switch {
@@ -346,7 +354,13 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		defer ep.inflight.Add(-1)
 	}
 
-	start := time.Now()
+	// The clock is read only when something needs it (endpoints, hard
+	// timeouts from the estimator, Retry-After): a read costs about 75 ns
+	// on a virtual machine, and the Hedger reads it for the policy anyway.
+	var start, now time.Time
+	if ep != nil || t.tos != nil {
+		start = time.Now()
+	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		// net/http can, rarely, fail a request with another attempt's
@@ -358,17 +372,22 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		}
 	}
 	if err == nil {
-		wrapBody(resp, &rt.bodies[a.Index])
+		b := &rt.body0
+		if a.Index > 0 {
+			b = new(body)
+		}
+		wrapBody(resp, b)
 		if t.cfg.firstByte {
 			if err = peekFirstByte(resp); err != nil {
 				resp = nil
 			}
 		}
 	}
-	now := time.Now()
-	lat := now.Sub(start)
+	if !start.IsZero() {
+		now = time.Now()
+	}
 	if ep != nil {
-		ep.record(resp, err, lat, ctx.Err() != nil)
+		ep.record(resp, err, now.Sub(start), ctx.Err() != nil)
 	}
 	if err != nil {
 		return nil, err
@@ -377,6 +396,9 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 	switch code := resp.StatusCode; code {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		if v := resp.Header.Get("Retry-After"); v != "" {
+			if now.IsZero() {
+				now = time.Now()
+			}
 			if d, ok := ParseRetryAfter(v, now); ok && d > 0 {
 				t.policy.Pushback(a.Key, now.Add(d))
 			}
@@ -392,7 +414,7 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		return nil, rt.setAside(resp, a.Index)
 	}
 	if t.tos != nil {
-		t.tos.observe(a.Key, lat, now)
+		t.tos.observe(a.Key, now.Sub(start), now)
 	}
 	return resp, nil
 }
@@ -480,34 +502,31 @@ func (e *TimeoutError) Is(target error) bool { return target == context.Deadline
 // Temporary reports true: a later request may well be answered in time.
 func (e *TimeoutError) Temporary() bool { return true }
 
-// attemptValues holds the Hedge-Attempt values, so that setting one does not
-// allocate.
-var attemptValues = [tailcut.MaxHedgesLimit + 1]string{"0", "1", "2", "3", "4"}
+// attemptValues are the Hedge-Attempt values. Every attempt's header shares
+// them, as it shares the caller's own values (see withAttempt).
+var attemptValues = [tailcut.MaxHedgesLimit + 1][]string{{"0"}, {"1"}, {"2"}, {"3"}, {"4"}}
 
-// withAttempt returns a copy of h with the Hedge-Attempt header set to k. Like
-// http.Header.Clone it copies all values into one backing array; the copy
-// has a spare slot for the new header, so the whole costs two allocations.
+// withAttempt returns a copy of h with the Hedge-Attempt header set to k: a
+// new map (the caller's must not change), whose value slices are the
+// caller's and a shared one for Hedge-Attempt, which costs one allocation
+// where http.Header.Clone costs two. Sharing is sound because nobody writes
+// to them: the RoundTripper contract forbids the base transport to modify a
+// request, and a caller who writes into resp.Request.Header's values in
+// place writes into its own request's, as it would without hedging (a plain
+// transport's response points to the caller's request itself). The slices
+// are capped so that an append copies them.
 func withAttempt(h http.Header, k int) http.Header {
-	nv := 1
-	for _, vv := range h {
-		nv += len(vv)
-	}
-	sv := make([]string, nv)
 	h2 := make(http.Header, len(h)+1)
 	for name, vv := range h {
 		if name == AttemptHeader {
 			continue // the caller's own value would be a lie
 		}
-		if vv == nil {
-			h2[name] = nil
-			continue
+		if vv != nil {
+			vv = vv[:len(vv):len(vv)]
 		}
-		n := copy(sv, vv)
-		h2[name] = sv[:n:n]
-		sv = sv[n:]
+		h2[name] = vv
 	}
-	sv[0] = attemptValues[min(k, len(attemptValues)-1)]
-	h2[AttemptHeader] = sv[:1:1]
+	h2[AttemptHeader] = attemptValues[min(k, len(attemptValues)-1)]
 	return h2
 }
 
