@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"math"
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
@@ -12,19 +13,30 @@ import (
 //
 // For a handful of candidate first-hedge delays — the quantiles at which
 // the hedge rate P(X > d) is 0.8 × the budget's ratio, and fractions of
-// that — and, with MaxHedges ≥ 2, a few offsets for the later hedges, it
-// predicts the Target percentile of the hedged latency (independent
-// attempts: P(T > t) = P(X > t) · Π_j P(X > t − at_j)) and keeps the
-// schedule with the lowest prediction, preferring the cheaper of two that
-// predict the same. Every candidate's hedge rate — the first hedge's
-// P(X > d) plus, for a later hedge at t, P(X > t) · P(X > t − d) — stays
-// within 0.8 × the ratio, so the budget is never the thing deciding which
+// that — it predicts the Target percentile of the hedged latency
+// (independent attempts: P(T > t) = P(X > t) · Π_j P(X > t − at_j)) and
+// keeps the schedule with the lowest prediction; two that predict the same
+// are told apart by the deeper tail (a tenth of the way from Target to 1:
+// the p99.9 for the p99), then by cost. The first hedge's rate stays within
+// 0.8 × the ratio, so the budget is never the thing deciding which
 // straggler gets a hedge: denials that fall at random land on stragglers,
 // and a denied straggler is the p99 (DESIGN.md, Delay versus budget).
 //
-// The schedule is recomputed on window rotation and every
-// autoRecomputeEvery observations — a recomputation walks the sketch, some
-// 10–50 µs — never per request.
+// With MaxHedges ≥ 2 each candidate also gets its later hedges, evenly
+// spaced after d at the smallest gap whose hedges cost at most
+// autoLaterShare × the ratio between them (P(X > t) · P(X > t − d) for a
+// second hedge at t): the earliest affordable second hedge is the one that
+// cuts the deep tail most. At run time later hedges go only while the
+// budget holds more than half its burst (Policy.Hedge).
+//
+// The distribution is the key's blended windows, with the primaries that a
+// winning hedge cut short spread over the longer ones (Kaplan–Meier): the
+// tail beyond the delay is the true one, not one censored by hedging.
+//
+// The schedule is recomputed on window rotation, as often as the
+// observations double after a start, every autoRecomputeEvery
+// observations after that, and at once when the latency shifts (shift.go)
+// — a recomputation walks the sketch, some 10–50 µs — never per request.
 
 // autoRecomputeEvery is how many observations a key takes before its auto
 // schedule is recomputed (besides on every window rotation).
@@ -41,9 +53,12 @@ const unknownBudgetRatio = 0.05
 // autoRateSteps are the candidate first-hedge rates, as fractions of the cap.
 var autoRateSteps = [...]float64{1, 0.85, 0.7, 0.55, 0.4, 0.3, 0.2, 0.1}
 
-// autoGapQuantiles are the candidate gaps from one hedge to the next, as
-// quantiles of the distribution (besides the first delay itself).
-var autoGapQuantiles = [...]float64{0.5, 0.75, 0.9}
+// autoLaterShare is the share of the budget's ratio the second and later
+// hedges may plan to use between them, on top of the first hedge's
+// autoCapShare: half a point of traffic at the default 10 % budget. They
+// cut the deep tail (p99.9: a request whose primary and first hedge both
+// straggle) and cost little, because few requests need them.
+const autoLaterShare = 0.05
 
 // AutoChoice is the schedule the auto delay chose for a key, and what it
 // predicted, as reported in [KeyStats].
@@ -89,6 +104,12 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	ch := p.chooseSchedule(dist)
+	basis := min(dist.Count(), math.MaxInt32)
+	share := smoothedShare(dist.Survival(ch.Delay), basis)
+	next := float64(min(autoRecomputeEvery, max(recomputeEvery, basis))) // observations to the next recomputation
+	ks.planned.Store(math.Float64bits(share))
+	ks.overLimit.Store(int32(shiftAbove(next, share, basis)))
+	ks.basis.Store(int32(basis))
 	ks.gap.Store(int64(ch.Gap))
 	ks.limit.Store(int32(ch.Hedges))
 	ks.auto.Store(&ch)
@@ -123,6 +144,7 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		best, bestDeep, found = c, cDeep, true
 	}
 	at := make([]time.Duration, 0, MaxHedgesLimit)
+	laterCap := autoLaterShare * p.budgetRatio
 	for _, step := range autoRateSteps {
 		// A quantile is its bin's middle, and up to half the bin lies
 		// above it: hedge past the bin's top edge (1 % relative accuracy:
@@ -139,30 +161,19 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		if p.cfg.MaxHedges < 2 {
 			continue
 		}
-		gaps := [len(autoGapQuantiles) + 1]time.Duration{d}
-		for i, q := range autoGapQuantiles {
-			gaps[i+1] = dist.Quantile(q)
+		// The later hedges: the earliest evenly spaced schedule after d
+		// whose hedges cost at most laterCap between them. The earlier
+		// they go, the more of the tail they cut, so the earliest that
+		// fits is the best of its kind.
+		g, ok := laterGap(dist, d, p.cfg.MaxHedges, laterCap, p.cfg.MaxDelay)
+		if !ok {
+			continue
 		}
-		for _, g := range gaps {
-			if g <= 0 {
-				continue
-			}
-			at = at[:0]
-			for k := 1; k <= p.cfg.MaxHedges; k++ {
-				at = append(at, d+time.Duration(k-1)*g)
-			}
-			// Later hedges are planned within the budget itself, not
-			// within the cap: at run time they go only while the budget
-			// has room to spare (Policy.Hedge), after the first hedges.
-			rate := sendRate(dist, at)
-			if rate > p.budgetRatio {
-				continue
-			}
-			c2 := c
-			c2.Gap, c2.Hedges, c2.HedgeRate = g, p.cfg.MaxHedges, rate
-			c2.Hedged = dist.Hedged(target, at...)
-			consider(c2, dist.Hedged(deep, at...))
-		}
+		at = evenSchedule(at[:0], d, g, p.cfg.MaxHedges)
+		c2 := c
+		c2.Gap, c2.Hedges, c2.HedgeRate = g, p.cfg.MaxHedges, sendRate(dist, at)
+		c2.Hedged = dist.Hedged(target, at...)
+		consider(c2, dist.Hedged(deep, at...))
 	}
 	if !found {
 		// Every candidate's rate exceeds the cap (a distribution of a few
@@ -172,6 +183,45 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		best.Hedged = dist.Hedged(target, d)
 	}
 	return best
+}
+
+// laterGap returns the smallest gap g such that hedges 2..n, due at
+// d + g, d + 2g, …, are predicted to cost at most limit hedges per request
+// on dist; ok is false when no gap up to the distribution's top (or
+// maxDelay, when set) is cheap enough.
+func laterGap(dist latency.Distribution, d time.Duration, n int, limit float64, maxDelay time.Duration) (time.Duration, bool) {
+	first := dist.Survival(d)
+	var at [MaxHedgesLimit]time.Duration
+	cost := func(g time.Duration) float64 {
+		return sendRate(dist, evenSchedule(at[:0], d, g, n)) - first
+	}
+	hi := dist.Quantile(1)
+	if maxDelay > 0 {
+		hi = min(hi, maxDelay)
+	}
+	if hi <= 0 || cost(hi) > limit {
+		return 0, false
+	}
+	// cost falls as g grows: bisect to 1 % of the answer.
+	lo := time.Duration(0)
+	for hi-lo > max(hi/100, time.Microsecond) {
+		mid := lo + (hi-lo)/2
+		if cost(mid) <= limit {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi, true
+}
+
+// evenSchedule appends to at the offsets of n hedges, the first at d and
+// each later one g after the one before, and returns it.
+func evenSchedule(at []time.Duration, d, g time.Duration, n int) []time.Duration {
+	for k := range n {
+		at = append(at, d+time.Duration(k)*g)
+	}
+	return at
 }
 
 // roomForLater reports whether the budget can spare a token for a second

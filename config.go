@@ -77,7 +77,14 @@ type Config struct {
 	MinDelay, MaxDelay time.Duration
 
 	// MaxHedges is the most hedges one request may send. Zero means 1;
-	// at most 4.
+	// at most 4. The second and later hedges go only while the budget
+	// holds more than half its burst, so that they never take the tokens
+	// the first hedges of other requests need; with the auto delay they
+	// are also planned to cost at most half a point of the budget's ratio
+	// between them. They cut the p99.9 — a request whose primary and first
+	// hedge both straggle — at little cost, because few requests need
+	// them: on the bhope workload MaxHedges 2 takes the p99.9 from 45 ms to
+	// 25 ms for 0.4 points more extra load.
 	MaxHedges int
 
 	// Budget caps the extra load. Nil means budget.NewRatio(0.1, 10, 1):

@@ -32,6 +32,9 @@ func fusePolicy(t *testing.T, cfg tailcut.Config) *tailcut.Policy {
 	if cfg.MinSamples == 0 {
 		cfg.MinSamples = 1 << 30
 	}
+	if cfg.MaxHedges == 0 {
+		cfg.MaxHedges = 1 // the fuses' counts below are of one hedge per request
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}

@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,7 +173,17 @@ type keyState struct {
 	limit atomic.Int32               // hedges per request; 0: MaxHedges
 	auto  atomic.Pointer[AutoChoice] // what was chosen and predicted
 
-	mu sync.Mutex // serialises recomputation
+	// Shift detection (auto mode, shift.go).
+	over      atomic.Int32  // learned primaries since the last recomputation longer than their delay
+	overLimit atomic.Int32  // over past this before the next recomputation: the latency shifted up
+	planned   atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
+	basis     atomic.Int32  // observations the last recomputation was made from (capped)
+	shifts    atomic.Int64  // windows restarted after a shift
+
+	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
+
+	mu          sync.Mutex // serialises recomputation
+	lowEvidence float64    // shift.go: evidence for a downward shift; guarded by mu
 
 	counters
 	breaker breaker
@@ -285,9 +296,10 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // means no, and only the denial is counted.
 //
 // The fuses are checked in this order, cheapest first, and the first that
-// refuses names the denial: MaxHedges, pushback, breaker, sampling, load
-// signal, in-flight cap, budget. The budget comes last because asking it
-// is paying.
+// refuses names the denial: MaxHedges, room in the budget for a second or
+// later hedge (more than half its burst left, else [DenyBudget]),
+// pushback, breaker, sampling, load signal, in-flight cap, budget. The
+// budget comes last because asking it is paying.
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	ks := r.ks
 	if !r.asked {
@@ -300,7 +312,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	switch {
 	case r.hedges+int(r.would) >= r.limit:
 		d = DenyMaxHedges
-	case p.auto && r.hedges+int(r.would) >= 1 && !p.roomForLater(now):
+	case r.hedges+int(r.would) >= 1 && !p.roomForLater(now):
 		d = DenyBudget
 	case n < ks.pausedUntil.Load():
 		d = DenyPushback
@@ -319,6 +331,9 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		}
 	case p.cfg.DryRun:
 		d = DryRun
+	}
+	if (d == Send || d == DryRun) && r.hedges+int(r.would) == 0 {
+		ks.firstGranted.Add(1)
 	}
 	switch d {
 	case Send:
@@ -386,7 +401,17 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	if attempt != 0 || (o == Canceled && latency < r.delay) {
 		return
 	}
-	ks.est.Add(latency, now)
+	if latency > r.delay {
+		ks.over.Add(1)
+	}
+	if o == Canceled {
+		// Censored: the primary would have taken longer. The estimator
+		// counts it at latency for quantiles and spreads it over the
+		// longer primaries for the auto delay's predictions.
+		ks.est.AddCensored(latency, now)
+	} else {
+		ks.est.Add(latency, now)
+	}
 	ks.sinceCompute.Add(1)
 }
 
@@ -429,9 +454,12 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	n := now.UnixNano()
 	every := int32(recomputeEvery)
 	if p.auto && ks.warm.Load() {
-		every = autoRecomputeEvery
+		// As often as the observations double, up to every
+		// autoRecomputeEvery: a schedule made from few samples (after a
+		// start or a shift) is soon replaced by a better one.
+		every = min(autoRecomputeEvery, max(recomputeEvery, ks.basis.Load()))
 	}
-	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every {
+	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every && ks.over.Load() <= ks.overLimit.Load() {
 		return time.Duration(ks.cached.Load())
 	}
 	if !ks.mu.TryLock() {
@@ -440,11 +468,20 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 		return time.Duration(ks.cached.Load())
 	}
 	defer ks.mu.Unlock()
-	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every {
+	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every && ks.over.Load() <= ks.overLimit.Load() {
 		return time.Duration(ks.cached.Load()) // another goroutine just did it
 	}
 	var d time.Duration
 	var ok bool
+	if p.auto && ks.warm.Load() && p.shifted(ks) {
+		ks.est.Restart(now)
+		ks.shifts.Add(1)
+		ks.lowEvidence = 0
+		if p.cfg.Logger != nil {
+			p.cfg.Logger.Info("tailcut: latency shifted: hedge delay relearned from new observations",
+				"key", ks.key, "delay", time.Duration(ks.cached.Load()))
+		}
+	}
 	if p.auto {
 		d, ok = p.autoDelay(ks, now)
 	} else {
@@ -468,6 +505,10 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	ks.cached.Store(int64(d))
 	ks.warm.Store(ok)
 	ks.sinceCompute.Store(0)
+	ks.over.Store(0)
+	if !p.auto || !ok {
+		ks.overLimit.Store(math.MaxInt32)
+	}
 	end := ks.est.WindowEnd()
 	if end.IsZero() {
 		// No observation yet: recompute once observations arrive.

@@ -9,10 +9,15 @@ type Prediction struct {
 	Quantile float64
 	// Delay is the key's hedge delay the prediction assumes.
 	Delay time.Duration
-	// Hedges is the number of hedges per request assumed (MaxHedges).
+	// Hedges is the number of hedges per request assumed (MaxHedges, or
+	// the auto schedule's), and Gap the time from one hedge to the next
+	// (the auto schedule's; otherwise Delay).
 	Hedges int
-	// Grant is the assumed fraction of asked-for hedges that are granted.
-	Grant float64
+	Gap    time.Duration
+	// Grant is the assumed fraction of first hedges asked for that are
+	// granted, and LaterGrant that of second and later hedges (the budget
+	// keeps those for when it has room to spare).
+	Grant, LaterGrant float64
 	// Unhedged is the measured quantile of one attempt's latency: the
 	// request latency without hedging.
 	Unhedged time.Duration
@@ -28,14 +33,18 @@ type Prediction struct {
 // latency with hedging at the key's current delay, from the distribution of
 // single-attempt latencies the key has measured (DESIGN.md, Delay): for
 // independent attempts P(min(X₁, d + X₂) > t) = P(X > t) · P(X > t − d), each
-// hedge factor weighted by the share of hedges the fuses and budget granted
-// so far (1 before any was asked for). ok is false while the key has fewer
+// hedge factor weighted by the share of such hedges the fuses and budget
+// granted so far (1 before any was asked for). The distribution is the
+// key's blended windows, with primaries cancelled by a winning hedge spread
+// over the longer ones (Kaplan–Meier; see latency.Estimator.AddCensored). ok is false while the key has fewer
 // than MinSamples latencies, or is not tracked.
 //
-// The measured distribution must be that of unhedged attempts: run the
-// policy with Config.DryRun to collect it, then compare. Once hedges are
-// sent, losers are learned at their cancellation (a lower bound), and the
-// prediction reads a distribution already shaped by hedging.
+// The prediction is best from unhedged attempts: run the policy with
+// Config.DryRun to collect them, then compare. Once hedges are sent, a
+// primary cancelled by a winning hedge is known only to be longer than its
+// cancellation, and its share of the tail is estimated from the primaries
+// that did run that long — sound while attempts are independent, but from
+// fewer observations.
 //
 // Predict walks the key's sketches (a few microseconds and a few KiB of
 // garbage); it is meant for reports and metrics, not for the request path.
@@ -49,7 +58,7 @@ func (p *Policy) Predict(key string, q float64, now time.Time) (Prediction, bool
 	return p.predict(ks, q, now, ks.counters.load())
 }
 
-// predict computes the prediction of ks with the grant rate of c.
+// predict computes the prediction of ks with the grant rates of c.
 func (p *Policy) predict(ks *keyState, q float64, now time.Time, c Counts) (Prediction, bool) {
 	asked := c.Hedges + c.WouldHedge
 	for d, n := range c.Denied {
@@ -57,21 +66,42 @@ func (p *Policy) predict(ks *keyState, q float64, now time.Time, c Counts) (Pred
 			asked += n
 		}
 	}
-	grant := 1.0
-	if asked > 0 {
-		grant = ratio(c.Hedges+c.WouldHedge, asked)
-	}
+	granted, first := c.Hedges+c.WouldHedge, ks.firstGranted.Load()
 	pr := Prediction{
-		Quantile: q,
-		Delay:    time.Duration(ks.cached.Load()),
-		Hedges:   p.cfg.MaxHedges,
-		Grant:    grant,
+		Quantile:   q,
+		Delay:      time.Duration(ks.cached.Load()),
+		Hedges:     p.cfg.MaxHedges,
+		Grant:      1,
+		LaterGrant: 1,
 	}
-	var ok bool
-	if pr.Unhedged, ok = ks.est.HedgedQuantile(q, 0, 0, 1, now); !ok {
+	if c.Triggered > 0 {
+		pr.Grant = ratio(first, c.Triggered)
+	}
+	if later := asked - c.Triggered; later > 0 {
+		pr.LaterGrant = min(ratio(granted-first, later), 1)
+	}
+	pr.Gap = pr.Delay
+	if p.auto {
+		if g := time.Duration(ks.gap.Load()); g > 0 {
+			pr.Gap = g
+		}
+		if n := int(ks.limit.Load()); n > 0 {
+			pr.Hedges = n
+		}
+	}
+	dist, ok := ks.est.Distribution(now)
+	if !ok {
 		return Prediction{}, false
 	}
-	pr.Hedged, _ = ks.est.HedgedQuantile(q, pr.Delay, pr.Hedges, grant, now)
-	pr.TriggerRate = ks.est.Survival(pr.Delay, now)
+	at := make([]time.Duration, pr.Hedges)
+	grants := make([]float64, pr.Hedges)
+	for k := range at {
+		at[k] = pr.Delay + time.Duration(k)*pr.Gap
+		grants[k] = pr.LaterGrant
+	}
+	grants[0] = pr.Grant
+	pr.Unhedged = dist.Hedged(q)
+	pr.Hedged = dist.HedgedGranted(q, at, grants)
+	pr.TriggerRate = dist.Survival(pr.Delay)
 	return pr, true
 }

@@ -112,6 +112,10 @@ type KeyStats struct {
 	// and what it predicted (nil with a pinned Quantile, or before the key
 	// has MinSamples latencies).
 	Auto *AutoChoice
+	// Shifts counts the times the auto delay found the latency shifted —
+	// far more, or far fewer, primaries outliving the delay than its
+	// schedule predicted — and relearned it from new observations alone.
+	Shifts int64
 }
 
 // Stats returns a snapshot of the policy's counters. Each counter is read
@@ -141,6 +145,7 @@ func (p *Policy) Stats() Stats {
 			Diagnosis:         Diagnosis(ks.diag.status.Load()),
 			WindowTriggerRate: math.Float64frombits(ks.diag.rate.Load()),
 			Auto:              ks.auto.Load(),
+			Shifts:            ks.shifts.Load(),
 		})
 		if states != nil {
 			states = append(states, ks)

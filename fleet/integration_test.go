@@ -117,8 +117,8 @@ func hedged(t *testing.T, p *tailcut.Policy, key string) {
 		}
 		return a.Index, nil
 	})
-	if err != nil || v != 1 {
-		t.Fatalf("Do on %s: %v, %v; want the hedge's answer", key, v, err)
+	if err != nil || v < 1 {
+		t.Fatalf("Do on %s: %v, %v; want a hedge's answer", key, v, err)
 	}
 }
 

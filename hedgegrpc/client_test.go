@@ -597,7 +597,7 @@ func TestWithDelayCallOption(t *testing.T) {
 
 func TestPolicyCapsMaxAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := mustPolicy(t, tailcut.Config{}) // MaxHedges 1
+		p := mustPolicy(t, tailcut.Config{MaxHedges: 1})
 		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 5, "0.01s")))
 		f := newFake(func(int) reply { return reply{after: time.Second} })
 		if _, err, _ := call(t.Context(), ic, f); err != nil {

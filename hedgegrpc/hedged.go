@@ -48,6 +48,7 @@ type hcall struct {
 	r        tailcut.Request
 	slots    [MaxAttemptsLimit]slot
 	launched int
+	would    int // hedges a dry run would have sent: they take their slots of maxAttempts
 	running  int
 	stopped  bool // no more hedges: cap reached or a pushback said so
 	timer    *time.Timer
@@ -262,7 +263,7 @@ func (h *hcall) event(res *result) {
 	case hasPB:
 		// A6: the next hedge goes after the pushback delay, and later
 		// ones hedgingDelay after that. Wait for it even if nothing runs.
-		if !h.stopped && h.launched < h.max {
+		if !h.stopped && h.launched+h.would < h.max {
 			h.armLocked(now, pb)
 			return
 		}
@@ -320,7 +321,7 @@ func (h *hcall) finishLocked() {
 // arms the timer for the one after.
 func (h *hcall) tryHedgeLocked(now time.Time) {
 	p := h.c.p
-	for !h.stopped && h.launched < h.max {
+	for !h.stopped && h.launched+h.would < h.max {
 		if h.th != nil && !h.th.allow() {
 			break // throttled: try again at the next slot
 		}
@@ -332,12 +333,15 @@ func (h *hcall) tryHedgeLocked(now time.Time) {
 			}
 			continue // hedgingDelay "0s": send them all now
 		}
+		if d == tailcut.DryRun {
+			h.would++
+		}
 		if d == tailcut.DenyMaxHedges {
 			h.stopped = true
 		}
 		break // denied (or a dry run): try again at the next slot
 	}
-	if h.stopped || h.launched >= h.max || h.delay == 0 {
+	if h.stopped || h.launched+h.would >= h.max || h.delay == 0 {
 		// With a zero delay there is no later slot to try again at; a
 		// non-fatal failure still tries at once.
 		h.disarmLocked()

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/lab"
 )
 
@@ -84,7 +85,7 @@ hedge budget off for that strategy.`,
 	fl.StringVar(&f.budget, "budget", "10%", "hedge budget: fraction of traffic (0.1 or 10%), or off")
 	fl.Float64Var(&f.burst, "burst", 10, "hedge budget burst, in hedges (raise it to at least fan-out × budget)")
 	fl.Float64Var(&f.quantile, "quantile", 0, "pin the adaptive policy's delay to this quantile (default: its auto delay) and set the oracle's and static's threshold (default 0.95)")
-	fl.IntVar(&f.maxHedges, "max-hedges", 1, "most extra attempts per request (1–4)")
+	fl.IntVar(&f.maxHedges, "max-hedges", tailcut.DefaultMaxHedges, "most extra attempts per request (1–4)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed: the same seed gives the same numbers")
 	fl.StringVar(&f.samples, "samples", "", "your latency samples (one duration per line) or a .yaml/.json spec; implies --scenario custom")
 	fl.StringVar(&f.cancel, "cancel", "", "whether servers honour cancellation: honour or ignore (default: the scenario's)")

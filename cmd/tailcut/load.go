@@ -82,7 +82,7 @@ against an unhedged route, and compare.`,
 	fl.StringVar(&f.body, "body", "", "request body")
 	fl.Float64Var(&f.quantile, "quantile", 0.95, "quantile of the recent latency after which a hedge is sent")
 	fl.StringVar(&f.budget, "budget", "10%", "hedge budget: fraction of traffic (0.1 or 10%)")
-	fl.IntVar(&f.maxHedges, "max-hedges", 1, "most extra attempts per request (1–4)")
+	fl.IntVar(&f.maxHedges, "max-hedges", tailcut.DefaultMaxHedges, "most extra attempts per request (1–4)")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
 	return cmd

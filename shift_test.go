@@ -1,0 +1,99 @@
+package tailcut
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// hedgedRun sends n requests through p's decision API at rate 1/ms, each
+// primary drawn from gen scaled by scale, hedged at the policy's delay with
+// a hedge drawn likewise; a primary that loses is observed cancelled. It
+// returns the time after the last request and the delays in force, one per
+// request.
+func hedgedRun(p *Policy, r *rand.Rand, gen func(*rand.Rand) time.Duration, scale float64, n int, now time.Time) (time.Time, []time.Duration) {
+	delays := make([]time.Duration, n)
+	draw := func() time.Duration { return time.Duration(float64(gen(r)) * scale) }
+	for i := range n {
+		req := p.Begin("k", now)
+		d := req.Delay()
+		delays[i] = d
+		x := draw()
+		if x > d && p.Hedge(&req, now.Add(d)) == Send {
+			if h := d + draw(); h < x {
+				p.Observe(&req, 0, h, Canceled, now.Add(h))
+				p.Observe(&req, 1, h-d, Completed, now.Add(h))
+				p.End(&req, 1, now.Add(h))
+				now = now.Add(time.Millisecond)
+				continue
+			}
+			p.Observe(&req, 1, x-d, Canceled, now.Add(x))
+		}
+		p.Observe(&req, 0, x, Completed, now.Add(x))
+		p.End(&req, 0, now.Add(x))
+		now = now.Add(time.Millisecond)
+	}
+	return now, delays
+}
+
+// TestAutoFollowsAShift: when the latency triples (a deploy, a cold
+// cache), the auto delay notices within a few hundred requests that far
+// more primaries outlive it than its schedule predicted, relearns from the
+// new latencies alone, and settles within 10 % of the delay it reaches on
+// the new distribution from scratch — long before a window (30 s, 30,000
+// requests here) would have rotated the old latencies out. When the
+// latency falls back, it follows again.
+func TestAutoFollowsAShift(t *testing.T) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	p, _ := New(Config{})
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1_700_000_000, 0)
+	now, before := hedgedRun(p, r, gen, 1, 20_000, now)
+	if s := p.Stats().Keys[0].Shifts; s != 0 {
+		t.Fatalf("%d shifts on a steady distribution", s)
+	}
+	ref, _ := New(Config{})
+	_, fresh := hedgedRun(ref, rand.New(rand.NewPCG(3, 4)), gen, 3, 10_000, now)
+	want := fresh[len(fresh)-1]
+
+	now, after := hedgedRun(p, r, gen, 3, 10_000, now)
+	if s := p.Stats().Keys[0].Shifts; s < 1 {
+		t.Fatalf("no shift seen after the latency tripled (delay %v before, %v at the end)", before[len(before)-1], after[len(after)-1])
+	}
+	settled := -1
+	for i, d := range after {
+		if d > want*9/10 && d < want*11/10 {
+			if settled < 0 {
+				settled = i
+			}
+		} else {
+			settled = -1
+		}
+	}
+	if settled < 0 || settled > 1000 {
+		t.Errorf("after the shift the delay settled within 10 %% of %v only after %d requests (-1: never)", want, settled)
+	}
+
+	// And back down.
+	shifts := p.Stats().Keys[0].Shifts
+	_, back := hedgedRun(p, r, gen, 1, 10_000, now)
+	if s := p.Stats().Keys[0].Shifts; s <= shifts {
+		t.Errorf("no shift seen after the latency fell back (delay %v at the end)", back[len(back)-1])
+	}
+	if d, w := back[5000], before[len(before)-1]; d < w*9/10 || d > w*11/10 {
+		t.Errorf("5,000 requests after the latency fell back the delay is %v, want about %v", d, w)
+	}
+}
+
+// TestAutoNoShiftOnSteadyTraffic: on steady distributions, heavy-tailed
+// ones included, the shift detector never fires (it would throw history
+// away for nothing).
+func TestAutoNoShiftOnSteadyTraffic(t *testing.T) {
+	for name, gen := range autoDists {
+		p, _ := New(Config{MaxHedges: 2})
+		hedgedRun(p, rand.New(rand.NewPCG(5, 6)), gen, 1, 100_000, time.Unix(1_700_000_000, 0))
+		if s := p.Stats().Keys[0].Shifts; s != 0 {
+			t.Errorf("%s: %d shifts on steady traffic", name, s)
+		}
+	}
+}
