@@ -120,8 +120,12 @@ func WithFirstByte() Option {
 // scheme and host of one endpoint (and its path as a prefix), the primary
 // going to the better of two endpoints picked at random (power of two
 // choices on each endpoint's recent latency and requests in flight) and each
-// hedge of the same request to an endpoint not used yet by it. Endpoints are
-// absolute URLs such as "http://10.0.0.7:8080". A request's Host header is
+// hedge of the same request to an endpoint not used yet by it. A failure
+// doubles an endpoint's latency estimate; an estimate not refreshed by
+// samples decays toward the best endpoint's within seconds, so that a
+// replica avoided after failures is tried again and gets its traffic back
+// once it has recovered. Endpoints are absolute URLs such as
+// "http://10.0.0.7:8080". A request's Host header is
 // kept if it set one (Request.Host), else it is the endpoint's host.
 func WithEndpoints(urls ...string) Option {
 	return func(c *config) {

@@ -262,14 +262,15 @@ func (t *Transport) sendOnce(req *http.Request) (*http.Response, error) {
 	if t.eps == nil {
 		return t.base.RoundTrip(req)
 	}
-	ep := t.eps[t.eps.pick(0)]
+	start := time.Now()
+	ep := t.eps[t.eps.pick(0, start)]
 	r := req.WithContext(req.Context())
 	r.URL = ep.rewrite(req.URL)
 	ep.inflight.Add(1)
-	start := time.Now()
 	resp, err := t.base.RoundTrip(r)
 	ep.inflight.Add(-1)
-	ep.record(resp, err, time.Since(start), false)
+	now := time.Now()
+	ep.record(resp, err, now.Sub(start), false, now)
 	return resp, err
 }
 
@@ -340,10 +341,17 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		}
 		r.Body = b
 	}
+	// The clock is read only when something needs it (endpoints, hard
+	// timeouts from the estimator, Retry-After): a read costs about 75 ns
+	// on a virtual machine, and the Hedger reads it for the policy anyway.
+	var start, now time.Time
+	if t.eps != nil || t.tos != nil {
+		start = time.Now()
+	}
 	var ep *endpoint
 	if t.eps != nil {
 		rt.mu.Lock()
-		i := t.eps.pick(rt.used)
+		i := t.eps.pick(rt.used, start)
 		if i < 64 {
 			rt.used |= 1 << i
 		}
@@ -354,13 +362,6 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		defer ep.inflight.Add(-1)
 	}
 
-	// The clock is read only when something needs it (endpoints, hard
-	// timeouts from the estimator, Retry-After): a read costs about 75 ns
-	// on a virtual machine, and the Hedger reads it for the policy anyway.
-	var start, now time.Time
-	if ep != nil || t.tos != nil {
-		start = time.Now()
-	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		// net/http can, rarely, fail a request with another attempt's
@@ -387,7 +388,7 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		now = time.Now()
 	}
 	if ep != nil {
-		ep.record(resp, err, now.Sub(start), ctx.Err() != nil)
+		ep.record(resp, err, now.Sub(start), ctx.Err() != nil, now)
 	}
 	if err != nil {
 		return nil, err
