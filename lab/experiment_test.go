@@ -2,6 +2,7 @@ package lab
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -67,5 +68,20 @@ func TestExperimentJSON(t *testing.T) {
 	}
 	if _, err := LookupExperiment("nope"); err == nil || !strings.Contains(err.Error(), "lock") {
 		t.Errorf("unknown experiment: %v", err)
+	}
+}
+
+// TestExperimentDrift: after the latency triples, the auto delay settles
+// within seconds (its windows last 30 s), and on each side of the shift
+// its p99 is below that of every static delay with no more extra load.
+func TestExperimentDrift(t *testing.T) {
+	o := runExperiment(t, "drift", 1)
+	if !o.Holds {
+		t.Errorf("drift: %s", o.Verdict)
+	}
+	settle := o.Tables[1].Rows[0] // adaptive (auto)
+	var s float64
+	if _, err := fmt.Sscanf(settle[3], "%g s", &s); err != nil || s > 5 {
+		t.Errorf("auto delay settled after %q, want within 5 s of the shift", settle[3])
 	}
 }
