@@ -74,6 +74,17 @@ func TestCensoredKaplanMeier(t *testing.T) {
 				t.Errorf("%s: the naive record S(%v) = %.4f is closer to the truth %.4f than Kaplan–Meier's %.4f", name, x, bad, want, got)
 			}
 		}
+		// A snapshot carries the corrected tail.
+		snap, _ := e.Snapshot(now).Distribution()
+		for _, q := range []float64{0.5, 0.95, 0.99} {
+			x := sd.Quantile(q)
+			if got, want := snap.Survival(x), km.Survival(x); math.Abs(got-want) > 1e-9 {
+				t.Errorf("%s: snapshot S(%v) = %.6f, distribution %.6f", name, x, got, want)
+			}
+		}
+		if c := e.Snapshot(now).Count(); c != 50_000 {
+			t.Errorf("%s: snapshot of %d observations, want 50,000", name, c)
+		}
 		// Quantile counts a censored observation at its cancellation:
 		// exact below the shortest one.
 		if q, _ := e.Quantile(0.5, now); math.Abs(float64(q-sd.Quantile(0.5))) > 0.03*float64(sd.Quantile(0.5)) {

@@ -237,13 +237,27 @@ func (e *Estimator) Counts(now time.Time) (current, previous int) {
 
 // Snapshot returns the distribution of both windows at now, merged into one
 // sketch (unweighted), for saving, sharing or warm-starting another
-// Estimator.
+// Estimator. Censored observations ([Estimator.AddCensored]) are spread
+// over the longer ones, as in a [Distribution]: the snapshot carries the
+// tail the hedging client could not see in full, and whoever reads it
+// needs no censoring of its own.
 func (e *Estimator) Snapshot(now time.Time) *Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.rotate(now)
-	s := e.cur.Copy()
-	_ = s.MergeWith(e.prev) // same mapping: cannot fail
+	if e.ccur.GetCount()+e.cprev.GetCount() == 0 {
+		s := e.cur.Copy()
+		_ = s.MergeWith(e.prev) // same mapping: cannot fail
+		return &Snapshot{sketch: s}
+	}
+	bins, _ := collectCensored([]*ddsketch.DDSketch{e.cur, e.prev}, []*ddsketch.DDSketch{e.ccur, e.cprev}, nil)
+	s := e.newSketch()
+	var prev float64
+	for _, b := range bins {
+		// A bin's value maps back to its own bin.
+		_ = s.AddWithCount(b.v, b.cum-prev)
+		prev = b.cum
+	}
 	return &Snapshot{sketch: s}
 }
 
