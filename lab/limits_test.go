@@ -2,61 +2,11 @@ package lab
 
 import (
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/tailcut/tailcut/latency"
 )
-
-// limit is the best p99 a schedule of at most two hedges at fixed offsets
-// reaches on a distribution when its first hedge goes to at most a share
-// first of requests and its second to at most later: the idealised limit
-// of delay-based hedging (independent attempts, every hedge granted, no
-// load added), against which the lab's figures are read.
-type limit struct {
-	p99, p999 time.Duration
-	d1, d2    time.Duration // d2 = 0: no second hedge
-	cost      float64       // hedges per request
-}
-
-func bestUnder(dist latency.Distribution, first, later float64) limit {
-	var grid []time.Duration
-	for q := 0.5; q < 0.9999; q += 0.001 {
-		grid = append(grid, dist.Quantile(q))
-	}
-	lo, hi := dist.Quantile(0.85), dist.Quantile(0.9999)
-	for i := range 400 {
-		grid = append(grid, lo+(hi-lo)*time.Duration(i)/400)
-	}
-	slices.Sort(grid)
-	best := limit{p99: time.Duration(1 << 62)}
-	for i, d1 := range grid {
-		r1 := dist.Survival(d1)
-		if r1 > first {
-			continue
-		}
-		l := limit{p99: dist.Hedged(0.99, d1), p999: dist.Hedged(0.999, d1), d1: d1, cost: r1}
-		if later > 0 {
-			// The earliest affordable second hedge cuts the most.
-			rest := grid[i+1:]
-			j, _ := slices.BinarySearchFunc(rest, later, func(d2 time.Duration, later float64) int {
-				if dist.Survival(d2)*dist.Survival(d2-d1) > later {
-					return -1
-				}
-				return 1
-			})
-			if j < len(rest) {
-				d2 := rest[j]
-				l = limit{dist.Hedged(0.99, d1, d2), dist.Hedged(0.999, d1, d2), d1, d2, r1 + dist.Survival(d2)*dist.Survival(d2-d1)}
-			}
-		}
-		if l.p99 < best.p99 {
-			best = l
-		}
-	}
-	return best
-}
 
 func sampled(draw func(*rand.Rand) time.Duration, n int) latency.Distribution {
 	s, _ := latency.NewSnapshot(0)
@@ -81,23 +31,56 @@ func sampled(draw func(*rand.Rand) time.Duration, n int) latency.Distribution {
 //     edge: exactly 1 % of requests have a slow primary and a slow hedge.
 func TestIdealisedLimits(t *testing.T) {
 	bhope := sampled(drawBhope, 300_000)
-	one := bestUnder(bhope, 0.08, 0)
-	two := bestUnder(bhope, 0.08, 0.005)
+	one := limitOn(bhope, 0.08, 0, 1, 1)
+	two := limitOn(bhope, 0.08, 0.005, 1, 2)
 	t.Logf("bhope, one hedge ≤ 8 %%: %+v; with a second ≤ 0.5 %%: %+v", one, two)
-	if one.p99 <= 16_100*time.Microsecond || two.p99 <= 16_100*time.Microsecond {
-		t.Errorf("bhope: p99 %v (one hedge), %v (two) within the cap; want above 16.1 ms", one.p99, two.p99)
+	if one.P99 <= 16_100*time.Microsecond || two.P99 <= 16_100*time.Microsecond {
+		t.Errorf("bhope: p99 %v (one hedge), %v (two) within the cap; want above 16.1 ms", one.P99, two.P99)
 	}
-	if two.p999 > 27*time.Millisecond || two.cost > 0.087 {
-		t.Errorf("bhope: with a second hedge p99.9 %v at %.2f %%, want ≤ 27 ms at ≤ 8.7 %%", two.p999, 100*two.cost)
+	if two.P999 > 27*time.Millisecond || two.Cost > 0.087 {
+		t.Errorf("bhope: with a second hedge p99.9 %v at %.2f %%, want ≤ 27 ms at ≤ 8.7 %%", two.P999, 100*two.Cost)
 	}
 	demo := sampled(drawDemo, 300_000)
-	capped := bestUnder(demo, 0.08, 0.005)
-	full := bestUnder(demo, 0.10, 0)
+	capped := limitOn(demo, 0.08, 0.005, 1, 2)
+	full := limitOn(demo, 0.10, 0, 1, 1)
 	t.Logf("demo, first hedge ≤ 8 %%: %+v; ≤ 10 %%: %+v", capped, full)
-	if capped.p99 < 380*time.Millisecond {
-		t.Errorf("demo: p99 %v within the cap, want ≥ 380 ms", capped.p99)
+	if capped.P99 < 380*time.Millisecond {
+		t.Errorf("demo: p99 %v within the cap, want ≥ 380 ms", capped.P99)
 	}
-	if full.p99 > 260*time.Millisecond || full.cost < 0.095 {
-		t.Errorf("demo: p99 %v at %.2f %% with the whole budget, want ≤ 260 ms at about 10 %%", full.p99, 100*full.cost)
+	if full.P99 > 260*time.Millisecond || full.Cost < 0.095 {
+		t.Errorf("demo: p99 %v at %.2f %% with the whole budget, want ≤ 260 ms at about 10 %%", full.P99, 100*full.Cost)
+	}
+}
+
+// TestLimitOf: the limit at a run's extra load lies below what the run
+// reaches, and tightens as the extra load grows.
+func TestLimitOf(t *testing.T) {
+	sc, _ := Lookup("bhope")
+	cfg := Config{Scenario: sc, Seed: 1, Requests: 20_000}
+	base, err := Run(cfg, Strategy{Kind: None})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad, err := Run(cfg, Strategy{Kind: Adaptive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := LimitOf(base, ad.ExtraLoad, 1)
+	if !ok || l.Cost > ad.ExtraLoad || l.Delay <= 0 {
+		t.Fatalf("limit %+v (ok %v) at %.3f", l, ok, ad.ExtraLoad)
+	}
+	if l.P99 > ad.P99*101/100 {
+		t.Errorf("the limit's p99 %v is above the adaptive run's %v", l.P99, ad.P99)
+	}
+	if ad.P99 > l.P99*110/100 {
+		t.Errorf("adaptive p99 %v is more than 10 %% above the limit %v at %.1f %%", ad.P99, l.P99, 100*ad.ExtraLoad)
+	}
+	lo, _ := LimitOf(base, 0.03, 1)
+	if lo.P99 <= l.P99 {
+		t.Errorf("limit at 3 %%: p99 %v, not above %v at %.1f %%", lo.P99, l.P99, 100*ad.ExtraLoad)
+	}
+	two, _ := LimitOf(base, ad.ExtraLoad, 2)
+	if two.P999 >= l.P999 || two.P99 > l.P99*1005/1000 {
+		t.Errorf("two hedges: %+v, one: %+v; want the p99 kept and the p99.9 cut", two, l)
 	}
 }

@@ -57,6 +57,10 @@ type Result struct {
 	// the run (nil for other strategies): per-key diagnosis, dry-run
 	// prediction, the auto delay's choice.
 	PolicyStats *tailcut.Stats
+	// Limit is the idealised limit at this run's extra load, from the
+	// latencies of the unhedged run beside it (set by [Compare] for the
+	// adaptive strategy without fan-out).
+	Limit *Limit
 	// Series is the adaptive delay over time, when Config.SeriesEvery is set.
 	Series []SeriesPoint
 
@@ -156,6 +160,11 @@ func compareWith(cfg Config, strategies []Strategy, run func(Config, Strategy) (
 	}
 	for i, r := range results {
 		r.Verdict, r.Warning = verdict(cfg, strategies[i], r, base)
+		if strategies[i].Kind == Adaptive && cfg.Fanout == 1 && r.ExtraLoad > 0 {
+			if l, ok := LimitOf(base, r.ExtraLoad, cfg.MaxHedges); ok {
+				r.Limit = &l
+			}
+		}
 	}
 	return results, nil
 }
@@ -279,6 +288,14 @@ func WriteTable(w io.Writer, results []*Result) error {
 			return err
 		}
 	}
+	for _, r := range results {
+		if l := r.Limit; l != nil {
+			if _, err := fmt.Fprintf(w, "%-*s  limit at %.1f %% extra load: p99 %s, p99.9 %s ms — the best fixed delays on the unhedged run's latencies, attempts independent (p99 %+.1f %% from it)\n",
+				width, r.Strategy, l.ExtraLoad*100, Millis(l.P99), Millis(l.P999), 100*(float64(r.P99)/float64(l.P99)-1)); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -295,6 +312,10 @@ type JSONResult struct {
 	HedgeRate   float64 `json:"hedge_rate"`
 	Utilization float64 `json:"utilization"`
 	Verdict     string  `json:"verdict"`
+	// LimitP99 and LimitP999 are the idealised limit at the same extra
+	// load (adaptive only; see Limit).
+	LimitP99  float64 `json:"limit_p99_ms,omitempty"`
+	LimitP999 float64 `json:"limit_p999_ms,omitempty"`
 }
 
 // JSONReport is the `tailcut lab --json` output.
@@ -313,12 +334,16 @@ func (r *Result) JSON() JSONResult {
 	if r.Warning != "" {
 		v += "; " + r.Warning
 	}
-	return JSONResult{
+	j := JSONResult{
 		Strategy: r.Strategy,
 		P50:      msf(r.P50), P90: msf(r.P90), P95: msf(r.P95), P99: msf(r.P99), P999: msf(r.P999), Mean: msf(r.Mean),
 		ExtraLoad: r.ExtraLoad, HedgeRate: r.HedgeRate, Utilization: r.Utilization,
 		Verdict: v,
 	}
+	if r.Limit != nil {
+		j.LimitP99, j.LimitP999 = msf(r.Limit.P99), msf(r.Limit.P999)
+	}
+	return j
 }
 
 // NewJSONReport builds the --json object for results of one scenario.
