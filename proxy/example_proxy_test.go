@@ -33,7 +33,7 @@ routes:
   - name: users
     path_prefix: /users/
     upstream: users
-    policy: {quantile: 0.95, budget: 10%%, max_delay: 500ms}
+    policy: {quantile: 0.95, budget: 10%%, max_delay: 500ms, warmup_delay: 200ms}
 `, a.URL, b.URL)))
 	if err != nil {
 		log.Fatal(err)
