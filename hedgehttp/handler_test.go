@@ -343,7 +343,7 @@ func TestHandlerShedPushesBackClient(t *testing.T) {
 		if k, _ := AttemptFromContext(r.Context()); k == 0 {
 			select {
 			case <-r.Context().Done():
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(150 * time.Millisecond):
 			}
 		}
 		io.WriteString(w, "ok")
@@ -352,7 +352,10 @@ func TestHandlerShedPushesBackClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, tr := startServer(t, false, h)
-	p := fixedPolicy(t, 2*time.Millisecond)
+	// The hedge must find the primary in the handler: a delay far longer
+	// than a loopback request takes to arrive (2 ms failed about once in
+	// 100 runs under -race on a loaded machine).
+	p := fixedPolicy(t, 30*time.Millisecond)
 	c := &http.Client{Transport: NewTransport(tr, p)}
 	for i := range 4 {
 		if code, body := get(t, c, t.Context(), srv.URL); code != 200 || body != "ok" {
