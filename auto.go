@@ -22,11 +22,11 @@ import (
 // straggler gets a hedge: denials that fall at random land on stragglers,
 // and a denied straggler is the p99 (DESIGN.md, Delay versus budget).
 //
-// With MaxHedges ≥ 2 each candidate also gets its later hedges, evenly
-// spaced after d at the smallest gap whose hedges cost at most
-// autoLaterShare × the ratio between them (P(X > t) · P(X > t − d) for a
-// second hedge at t): the earliest affordable second hedge is the one that
-// cuts the deep tail most. At run time later hedges go only while the
+// With MaxHedges ≥ 2 the winner then gets its later hedges, evenly spaced
+// after d at the smallest gap whose hedges cost at most autoLaterShare ×
+// the ratio between them (P(X > t) · P(X > t − d) for a second hedge at
+// t): the earliest affordable second hedge is the one that cuts the deep
+// tail most. At run time later hedges go only while the
 // budget holds more than half its burst (Policy.Hedge).
 //
 // The distribution is the key's blended windows, with the primaries that a
@@ -118,33 +118,25 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 
 // chooseSchedule evaluates the candidate schedules on dist and returns the
 // best.
+//
+// The first hedge's candidates are ranked by their Target prediction;
+// those within half a sketch bin of the best (predictions land on bin
+// values, 1 % apart) are told apart by the deeper tail, then by cost. The
+// later hedges are then fitted to the winner's delay: a second hedge never
+// raises the Target prediction, and it is kept when it lowers the deeper
+// tail. Only the winner gets them, which keeps a recomputation at a dozen
+// tail predictions.
 func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 	cap := autoCapShare * p.budgetRatio
 	target := p.cfg.Target
-	best := AutoChoice{Target: target, Cap: cap, Hedges: 1}
-	best.Unhedged = dist.Hedged(target)
-	found := false
+	unhedged := dist.Hedged(target)
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
 	deep := 1 - (1-target)/10
-	var bestDeep time.Duration
-	consider := func(c AutoChoice, cDeep time.Duration) {
-		// Predictions land on bin values (1 % apart): within half a bin
-		// two schedules predict the same Target; then the deeper tail
-		// decides, and then the cost.
-		same := absDuration(c.Hedged-best.Hedged) <= best.Hedged/200
-		sameDeep := absDuration(cDeep-bestDeep) <= bestDeep/200
-		switch {
-		case !found, !same && c.Hedged < best.Hedged:
-		case same && !sameDeep && cDeep < bestDeep:
-		case same && sameDeep && c.HedgeRate < best.HedgeRate:
-		default:
-			return
-		}
-		best, bestDeep, found = c, cDeep, true
-	}
-	at := make([]time.Duration, 0, MaxHedgesLimit)
-	laterCap := autoLaterShare * p.budgetRatio
+	same := func(a, b time.Duration) bool { return absDuration(a-b) <= b/200 }
+
+	var cands [len(autoRateSteps)]AutoChoice
+	n := 0
 	for _, step := range autoRateSteps {
 		// A quantile is its bin's middle, and up to half the bin lies
 		// above it: hedge past the bin's top edge (1 % relative accuracy:
@@ -155,34 +147,58 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		if rate1 > cap {
 			continue // the quantile landed on a bin wider than the step
 		}
-		c := AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: best.Unhedged, HedgeRate: rate1, Cap: cap}
-		c.Hedged = dist.Hedged(target, d)
-		consider(c, dist.Hedged(deep, d))
-		if p.cfg.MaxHedges < 2 {
-			continue
+		if n > 0 && cands[n-1].Delay == d {
+			continue // two steps on one bin
 		}
-		// The later hedges: the earliest evenly spaced schedule after d
-		// whose hedges cost at most laterCap between them. The earlier
-		// they go, the more of the tail they cut, so the earliest that
-		// fits is the best of its kind.
-		g, ok := laterGap(dist, d, p.cfg.MaxHedges, laterCap, p.cfg.MaxDelay)
-		if !ok {
-			continue
-		}
-		at = evenSchedule(at[:0], d, g, p.cfg.MaxHedges)
-		c2 := c
-		c2.Gap, c2.Hedges, c2.HedgeRate = g, p.cfg.MaxHedges, sendRate(dist, at)
-		c2.Hedged = dist.Hedged(target, at...)
-		consider(c2, dist.Hedged(deep, at...))
+		cands[n] = AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate1, Cap: cap,
+			Hedged: dist.Hedged(target, d)}
+		n++
 	}
-	if !found {
+	if n == 0 {
 		// Every candidate's rate exceeds the cap (a distribution of a few
 		// wide bins): hedge only past the cap's quantile, once.
 		d := p.clamp(upperEdge(dist.Quantile(1 - cap)))
-		best.Delay, best.HedgeRate = d, dist.Survival(d)
-		best.Hedged = dist.Hedged(target, d)
+		return AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: dist.Survival(d), Cap: cap,
+			Hedged: dist.Hedged(target, d)}
 	}
-	return best
+	top := cands[0].Hedged
+	for _, c := range cands[1:n] {
+		top = min(top, c.Hedged)
+	}
+	best, bestDeep := -1, time.Duration(0)
+	for i, c := range cands[:n] {
+		if !same(c.Hedged, top) && c.Hedged > top {
+			continue
+		}
+		cd := dist.Hedged(deep, c.Delay)
+		switch {
+		case best < 0, !same(cd, bestDeep) && cd < bestDeep:
+		case same(cd, bestDeep) && c.HedgeRate < cands[best].HedgeRate:
+		default:
+			continue
+		}
+		best, bestDeep = i, cd
+	}
+	ch := cands[best]
+	if p.cfg.MaxHedges < 2 {
+		return ch
+	}
+	// The later hedges: the earliest evenly spaced schedule after the
+	// delay whose hedges cost at most autoLaterShare of the ratio between
+	// them. The earlier they go, the more of the tail they cut, so the
+	// earliest that fits is the best of its kind.
+	g, ok := laterGap(dist, ch.Delay, p.cfg.MaxHedges, autoLaterShare*p.budgetRatio, p.cfg.MaxDelay)
+	if !ok {
+		return ch
+	}
+	var buf [MaxHedgesLimit]time.Duration
+	at := evenSchedule(buf[:0], ch.Delay, g, p.cfg.MaxHedges)
+	if d2 := dist.Hedged(deep, at...); same(d2, bestDeep) || d2 > bestDeep {
+		return ch // the later hedges would not pay for themselves
+	}
+	ch.Gap, ch.Hedges, ch.HedgeRate = g, p.cfg.MaxHedges, sendRate(dist, at)
+	ch.Hedged = dist.Hedged(target, at...)
+	return ch
 }
 
 // laterGap returns the smallest gap g such that hedges 2..n, due at
