@@ -11,16 +11,26 @@ import (
 // The auto delay (Config.Quantile unset) picks the hedge schedule from the
 // measured distribution instead of from a fixed quantile.
 //
-// For a handful of candidate first-hedge delays — the quantiles at which
-// the hedge rate P(X > d) is 0.8 × the budget's ratio, and fractions of
-// that — it predicts the Target percentile of the hedged latency
-// (independent attempts: P(T > t) = P(X > t) · Π_j P(X > t − at_j)) and
-// keeps the schedule with the lowest prediction; two that predict the same
-// are told apart by the deeper tail (a tenth of the way from Target to 1:
-// the p99.9 for the p99), then by cost. The first hedge's rate stays within
-// 0.8 × the ratio, so the budget is never the thing deciding which
-// straggler gets a hedge: denials that fall at random land on stragglers,
-// and a denied straggler is the p99 (DESIGN.md, Delay versus budget).
+// For a dozen candidate first-hedge delays — the quantiles at which the
+// trigger rate P(X > d) is up to 1.1 × the budget's ratio, and fractions
+// of that — it predicts the Target percentile of the hedged latency
+// (independent attempts: P(T > t) = P(X > t) · Π_j (g_j·P(X > t − at_j) +
+// 1 − g_j)), where g is the share of hedges the budget is predicted to
+// grant at that trigger rate (grantRate). It keeps the schedule with the
+// lowest prediction; two that predict the same are told apart by the
+// deeper tail (a tenth of the way from Target to 1: the p99.9 for the
+// p99), then by cost.
+//
+// Modelling the denials is what makes a delay near the budget safe or
+// not: a fixed quantile that hedges about as often as the budget allows is
+// a trap, because denials then fall at random and a denied straggler is
+// the p99 (DESIGN.md, Delay versus budget); but when a slow mode holds the
+// budget's share of requests, hedging all of it with a few denials beats
+// leaving a fifth of it unhedged. A trigger rate above 0.8 × the ratio is
+// chosen only when it promises a Target at least 5 % lower than the best
+// within it (autoAboveCapGain). A budget that does not state its ratio
+// and burst (a token bucket) cannot be modelled: the first hedge's rate
+// then stays within 0.8 × an assumed ratio, every hedge taken as granted.
 //
 // With MaxHedges ≥ 2 the winner then gets its later hedges, evenly spaced
 // after d at the smallest gap whose hedges cost at most autoLaterShare ×
@@ -50,8 +60,29 @@ const autoCapShare = 0.8
 // one (a token bucket refills by time, not by traffic).
 const unknownBudgetRatio = 0.05
 
-// autoRateSteps are the candidate first-hedge rates, as fractions of the cap.
-var autoRateSteps = [...]float64{1, 0.85, 0.7, 0.55, 0.4, 0.3, 0.2, 0.1}
+// autoModelledCap is the most the auto delay lets the first hedge's trigger
+// rate be, as a multiple of the budget's ratio, when it models the budget's
+// denials: a little above the ratio, so that a delay in a gap of the
+// distribution whose rate is the ratio give or take sampling noise (a slow
+// mode of exactly the budget's share) is a candidate, predicted with the
+// denials it will meet.
+const autoModelledCap = 1.1
+
+// autoAboveCapGain is how much lower a Target prediction a first-hedge
+// trigger rate above autoCapShare × the ratio must promise, against the
+// best one within it, to be chosen: a few percent of p99 are not worth the
+// extra load and the denials (which also leave the later hedges less room);
+// hedging a whole slow mode that holds the budget's share is.
+const autoAboveCapGain = 0.05
+
+// autoRateSteps are the candidate first-hedge rates, as fractions of the cap
+// (0.8 × the ratio) when the budget's denials are not modelled, and
+// autoModelledSteps as fractions of autoModelledCap × the ratio when they
+// are.
+var (
+	autoRateSteps     = [...]float64{1, 0.85, 0.7, 0.55, 0.4, 0.3, 0.2, 0.1}
+	autoModelledSteps = [...]float64{1, 0.95, 0.9, 0.85, 0.8, autoCapShare / autoModelledCap, 0.62, 0.5, 0.4, 0.3, 0.2, 0.1}
+)
 
 // autoLaterShare is the share of the budget's ratio the second and later
 // hedges may plan to use between them, on top of the first hedge's
@@ -73,21 +104,68 @@ type AutoChoice struct {
 	// Unhedged and Hedged are the predicted Target percentiles of the
 	// request latency without and with hedging on this schedule.
 	Unhedged, Hedged time.Duration
-	// HedgeRate is the share of requests predicted to send a hedge.
-	HedgeRate float64
-	// Cap is the most HedgeRate could have been: 0.8 × the budget's ratio.
+	// HedgeRate is the share of requests predicted to send a hedge, and
+	// Grant the share of first hedges asked for that the budget is
+	// predicted to grant (1 when its denials are not modelled).
+	HedgeRate, Grant float64
+	// Cap is the most the first hedge's trigger rate P(X > Delay) could
+	// have been: 1.1 × the budget's ratio, or 0.8 × it for a budget whose
+	// denials are not modelled (one that does not state its ratio and
+	// burst).
 	Cap float64
 }
 
-// budgetRatio returns the ratio of traffic b allows for hedges.
-func budgetRatio(b budget.Budget) float64 {
+// budgetRatio returns the ratio of traffic b allows for hedges and its
+// burst; modelled is false for a budget that does not state them (a token
+// bucket refills by time, not by traffic), whose denials are then not
+// modelled.
+func budgetRatio(b budget.Budget) (ratio, burst float64, modelled bool) {
 	if r, ok := b.(interface {
 		Limits() (ratio, burst, floor float64)
 	}); ok {
-		ratio, _, _ := r.Limits()
-		return ratio
+		ratio, burst, _ := r.Limits()
+		return ratio, burst, true
 	}
-	return unknownBudgetRatio
+	return unknownBudgetRatio, 0, false
+}
+
+// grantRate predicts the share of first hedges a ratio budget grants when a
+// share r of requests asks for one: each request deposits ratio tokens, each
+// hedge withdraws one, and the bucket holds at most burst. Below the ratio
+// the token deficit is a random walk drifting back to zero, whose
+// stationary law is close to exponential with the rate θ > 0 solving
+// r·e^{θ(1−ratio)} + (1 − r)·e^{−θ·ratio} = 1; a hedge is denied when the
+// deficit reaches the burst, with probability about θ / (e^{θ·burst} − 1).
+// At the ratio that is 1/burst, and above it the budget grants at most
+// ratio per request.
+func grantRate(r, ratio, burst float64) float64 {
+	switch {
+	case r <= 0:
+		return 1
+	case ratio <= 0 || burst <= 0:
+		return 0
+	case r >= ratio:
+		return 1 - max(1-ratio/r, 1/burst)
+	}
+	f := func(th float64) float64 { return r*math.Exp(th*(1-ratio)) + (1-r)*math.Exp(-th*ratio) - 1 }
+	hi := 1.0
+	for f(hi) < 0 && hi < 1e3 {
+		hi *= 2
+	}
+	lo := 0.0
+	for range 40 { // θ to 2⁻⁴⁰ of its bracket
+		mid := (lo + hi) / 2
+		if f(mid) < 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	th := (lo + hi) / 2
+	if th*burst < 1e-9 {
+		return 1 - 1/burst
+	}
+	return 1 - min(th/math.Expm1(th*burst), 1)
 }
 
 // autoDelay recomputes the auto schedule of ks at now, stores it and
@@ -128,16 +206,30 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 // tail predictions.
 func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 	cap := autoCapShare * p.budgetRatio
+	steps := autoRateSteps[:]
+	if p.budgetModelled {
+		// The grants are modelled: first-hedge rates up to the whole ratio
+		// compete, each predicted with the share of its hedges the budget
+		// would deny. Below 0.8 × the ratio hardly any are.
+		cap = autoModelledCap * p.budgetRatio
+		steps = autoModelledSteps[:]
+	}
 	target := p.cfg.Target
 	unhedged := dist.Hedged(target)
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
 	deep := 1 - (1-target)/10
 	same := func(a, b time.Duration) bool { return absDuration(a-b) <= b/200 }
+	grant := func(r float64) float64 {
+		if !p.budgetModelled {
+			return 1
+		}
+		return grantRate(r, p.budgetRatio, p.budgetBurst)
+	}
 
-	var cands [len(autoRateSteps)]AutoChoice
+	var cands [len(autoModelledSteps)]AutoChoice
 	n := 0
-	for _, step := range autoRateSteps {
+	for _, step := range steps {
 		// A quantile is its bin's middle, and up to half the bin lies
 		// above it: hedge past the bin's top edge (1 % relative accuracy:
 		// the bin spans about 2 %), or the true rate can overshoot the
@@ -150,27 +242,44 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		if n > 0 && cands[n-1].Delay == d {
 			continue // two steps on one bin
 		}
-		cands[n] = AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate1, Cap: cap,
-			Hedged: dist.Hedged(target, d)}
+		g := grant(rate1)
+		cands[n] = AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate1 * g, Grant: g, Cap: cap,
+			Hedged: dist.HedgedGranted(target, []time.Duration{d}, []float64{g})}
 		n++
 	}
 	if n == 0 {
 		// Every candidate's rate exceeds the cap (a distribution of a few
 		// wide bins): hedge only past the cap's quantile, once.
 		d := p.clamp(upperEdge(dist.Quantile(1 - cap)))
-		return AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: dist.Survival(d), Cap: cap,
-			Hedged: dist.Hedged(target, d)}
+		g := grant(dist.Survival(d))
+		return AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: dist.Survival(d) * g, Grant: g, Cap: cap,
+			Hedged: dist.HedgedGranted(target, []time.Duration{d}, []float64{g})}
 	}
-	top := cands[0].Hedged
-	for _, c := range cands[1:n] {
-		top = min(top, c.Hedged)
+	// A trigger rate above autoCapShare × the ratio must earn its extra
+	// load and denials: it competes only if it predicts a Target at least
+	// autoAboveCapGain lower than the best candidate within that share.
+	within := time.Duration(math.MaxInt64)
+	for _, c := range cands[:n] {
+		if c.HedgeRate <= autoCapShare*p.budgetRatio*c.Grant+1e-12 {
+			within = min(within, c.Hedged)
+		}
+	}
+	eligible := func(c AutoChoice) bool {
+		return c.HedgeRate <= autoCapShare*p.budgetRatio*c.Grant+1e-12 ||
+			float64(c.Hedged) < (1-autoAboveCapGain)*float64(within)
+	}
+	top := time.Duration(math.MaxInt64)
+	for _, c := range cands[:n] {
+		if eligible(c) {
+			top = min(top, c.Hedged)
+		}
 	}
 	best, bestDeep := -1, time.Duration(0)
 	for i, c := range cands[:n] {
-		if !same(c.Hedged, top) && c.Hedged > top {
+		if !eligible(c) || !same(c.Hedged, top) && c.Hedged > top {
 			continue
 		}
-		cd := dist.Hedged(deep, c.Delay)
+		cd := dist.HedgedGranted(deep, []time.Duration{c.Delay}, []float64{c.Grant})
 		switch {
 		case best < 0, !same(cd, bestDeep) && cd < bestDeep:
 		case same(cd, bestDeep) && c.HedgeRate < cands[best].HedgeRate:
@@ -186,18 +295,26 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 	// The later hedges: the earliest evenly spaced schedule after the
 	// delay whose hedges cost at most autoLaterShare of the ratio between
 	// them. The earlier they go, the more of the tail they cut, so the
-	// earliest that fits is the best of its kind.
+	// earliest that fits is the best of its kind. They go only while the
+	// budget has room to spare, which the prediction does not model: it
+	// is their best case.
 	g, ok := laterGap(dist, ch.Delay, p.cfg.MaxHedges, autoLaterShare*p.budgetRatio, p.cfg.MaxDelay)
 	if !ok {
 		return ch
 	}
 	var buf [MaxHedgesLimit]time.Duration
 	at := evenSchedule(buf[:0], ch.Delay, g, p.cfg.MaxHedges)
-	if d2 := dist.Hedged(deep, at...); same(d2, bestDeep) || d2 > bestDeep {
+	var grants [MaxHedgesLimit]float64
+	for k := range at {
+		grants[k] = 1
+	}
+	grants[0] = ch.Grant
+	if d2 := dist.HedgedGranted(deep, at, grants[:len(at)]); same(d2, bestDeep) || d2 > bestDeep {
 		return ch // the later hedges would not pay for themselves
 	}
-	ch.Gap, ch.Hedges, ch.HedgeRate = g, p.cfg.MaxHedges, sendRate(dist, at)
-	ch.Hedged = dist.Hedged(target, at...)
+	ch.Gap, ch.Hedges = g, p.cfg.MaxHedges
+	ch.HedgeRate += sendRate(dist, at) - dist.Survival(ch.Delay)
+	ch.Hedged = dist.HedgedGranted(target, at, grants[:len(at)])
 	return ch
 }
 

@@ -126,8 +126,10 @@ type Policy struct {
 	// Totals over the policy's life, evicted keys included.
 	totals counters
 
-	auto        bool    // Quantile unset: the auto delay (auto.go)
-	budgetRatio float64 // the budget's ratio, for the auto delay's hedge-rate cap
+	auto           bool    // Quantile unset: the auto delay (auto.go)
+	budgetRatio    float64 // the budget's ratio, for the auto delay's hedge-rate cap
+	budgetBurst    float64 // and its burst
+	budgetModelled bool    // the auto delay models the budget's denials (auto.go)
 
 	// waiters pools Do's per-call channel and timer (do.go). It is per
 	// policy, not global, because channels and timers must not cross
@@ -174,7 +176,9 @@ type keyState struct {
 	auto  atomic.Pointer[AutoChoice] // what was chosen and predicted
 
 	// Shift detection (auto mode, shift.go).
-	over      atomic.Int32  // learned primaries since the last recomputation longer than their delay
+	plan      atomic.Uint32 // generation of the delay in force: incremented by every recomputation
+	planObs   atomic.Int32  // learned primaries begun under it
+	over      atomic.Int32  // of which longer than their delay
 	overLimit atomic.Int32  // over past this before the next recomputation: the latency shifted up
 	planned   atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 	basis     atomic.Int32  // observations the last recomputation was made from (capped)
@@ -204,7 +208,7 @@ func New(cfg Config) (*Policy, error) {
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
 	p.auto = cfg.Quantile == 0
-	p.budgetRatio = budgetRatio(cfg.Budget)
+	p.budgetRatio, p.budgetBurst, p.budgetModelled = budgetRatio(cfg.Budget)
 	return p, nil
 }
 
@@ -229,8 +233,9 @@ type Request struct {
 	would    uint8         // hedges that would have been sent (dry run)
 	inflight uint8         // bit k set while granted hedge k is in flight
 	hasID    bool
-	asked    bool  // a hedge was asked for
-	sampled  uint8 // 0 undecided, sampledIn, sampledOut
+	asked    bool   // a hedge was asked for
+	sampled  uint8  // 0 undecided, sampledIn, sampledOut
+	plan     uint32 // the key's plan generation at Begin (shift.go)
 }
 
 // Delay is the hedge delay chosen for this request when it began.
@@ -280,7 +285,7 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	p.totals.requests.Add(1)
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
-	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges}
+	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, plan: ks.plan.Load()}
 	if p.auto {
 		r.gap = time.Duration(ks.gap.Load())
 		if n := int(ks.limit.Load()); n > 0 {
@@ -401,8 +406,12 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	if attempt != 0 || (o == Canceled && latency < r.delay) {
 		return
 	}
-	if latency > r.delay {
-		ks.over.Add(1)
+	if r.plan == ks.plan.Load() {
+		// Begun under the delay in force: a sample of its trigger rate.
+		ks.planObs.Add(1)
+		if latency > r.delay {
+			ks.over.Add(1)
+		}
 	}
 	if o == Canceled {
 		// Censored: the primary would have taken longer. The estimator
@@ -505,7 +514,9 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	ks.cached.Store(int64(d))
 	ks.warm.Store(ok)
 	ks.sinceCompute.Store(0)
+	ks.planObs.Store(0)
 	ks.over.Store(0)
+	ks.plan.Add(1) // after the delay: a request that sees this plan sees its delay
 	if !p.auto || !ok {
 		ks.overLimit.Store(math.MaxInt32)
 	}

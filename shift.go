@@ -3,7 +3,8 @@ package tailcut
 import "math"
 
 // Shift detection (auto delay). Between two recomputations the policy
-// counts the learned primaries that outlived their delay. The schedule
+// counts the learned primaries begun under the delay in force, and those of
+// them that outlived it. The schedule
 // predicted that a share P(X > delay) of them would; when far more do, or
 // far fewer, the latency has moved (a deploy, a cold cache, an outage that
 // begins or ends) and the estimator's windows, which would take a window or
@@ -50,7 +51,7 @@ const shiftBelowBasis = 1000
 // stretches (a CUSUM test of the predicted share against half of it) until
 // it reaches shiftEvidence; on a steady distribution it drifts back to 0.
 func (p *Policy) shifted(ks *keyState) bool {
-	n := float64(ks.sinceCompute.Load())
+	n := float64(ks.planObs.Load())
 	over := float64(ks.over.Load())
 	share := math.Float64frombits(ks.planned.Load())
 	basis := float64(ks.basis.Load())
