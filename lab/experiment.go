@@ -627,8 +627,15 @@ func settleRow(r *Result, shift time.Duration) []string {
 			settled = p.T - shift
 		}
 	}
+	var step time.Duration // between series points
+	if len(pts) > 1 {
+		step = pts[len(pts)-1].T - pts[len(pts)-2].T
+	}
 	at := "never"
-	if settled >= 0 {
+	switch {
+	case settled >= 0 && settled < step:
+		at = fmt.Sprintf("< %.1f s", step.Seconds()) // by the first sample after the shift
+	case settled >= 0:
 		at = fmt.Sprintf("%.1f s", settled.Seconds())
 	}
 	return []string{r.Strategy, prior.Round(10 * time.Microsecond).String(), last.Round(10 * time.Microsecond).String(), at}

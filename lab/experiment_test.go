@@ -81,7 +81,7 @@ func TestExperimentDrift(t *testing.T) {
 	}
 	settle := o.Tables[1].Rows[0] // adaptive (auto)
 	var s float64
-	if _, err := fmt.Sscanf(settle[3], "%g s", &s); err != nil || s > 5 {
+	if _, err := fmt.Sscanf(strings.TrimPrefix(settle[3], "< "), "%g s", &s); err != nil || s > 5 {
 		t.Errorf("auto delay settled after %q, want within 5 s of the shift", settle[3])
 	}
 }
