@@ -176,9 +176,9 @@ type keyState struct {
 	auto  atomic.Pointer[AutoChoice] // what was chosen and predicted
 
 	// Shift detection (auto mode, shift.go).
-	plan      atomic.Uint32 // generation of the delay in force: incremented by every recomputation
-	planObs   atomic.Int32  // learned primaries begun under it
+	planObs   atomic.Int32  // learned primaries since the last recomputation that sampled the trigger rate
 	over      atomic.Int32  // of which longer than their delay
+	expect    atomic.Int64  // and the sum of their predicted P(X > delay), in millionths
 	overLimit atomic.Int32  // over past this before the next recomputation: the latency shifted up
 	planned   atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 	basis     atomic.Int32  // observations the last recomputation was made from (capped)
@@ -233,9 +233,9 @@ type Request struct {
 	would    uint8         // hedges that would have been sent (dry run)
 	inflight uint8         // bit k set while granted hedge k is in flight
 	hasID    bool
-	asked    bool   // a hedge was asked for
-	sampled  uint8  // 0 undecided, sampledIn, sampledOut
-	plan     uint32 // the key's plan generation at Begin (shift.go)
+	asked    bool    // a hedge was asked for
+	sampled  uint8   // 0 undecided, sampledIn, sampledOut
+	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (shift.go)
 }
 
 // Delay is the hedge delay chosen for this request when it began.
@@ -285,7 +285,10 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	p.totals.requests.Add(1)
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
-	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, plan: ks.plan.Load()}
+	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
+	if p.auto && ks.warm.Load() {
+		r.share = float32(math.Float64frombits(ks.planned.Load()))
+	}
 	if p.auto {
 		r.gap = time.Duration(ks.gap.Load())
 		if n := int(ks.limit.Load()); n > 0 {
@@ -406,9 +409,12 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	if attempt != 0 || (o == Canceled && latency < r.delay) {
 		return
 	}
-	if r.plan == ks.plan.Load() {
-		// Begun under the delay in force: a sample of its trigger rate.
+	if r.share >= 0 {
+		// A sample of the trigger rate its schedule predicted — whenever
+		// it began: a slow primary begun before a recomputation is
+		// learned after it, and leaving it out would bias the count.
 		ks.planObs.Add(1)
+		ks.expect.Add(int64(float64(r.share)*1e6 + 0.5))
 		if latency > r.delay {
 			ks.over.Add(1)
 		}
@@ -516,7 +522,7 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	ks.sinceCompute.Store(0)
 	ks.planObs.Store(0)
 	ks.over.Store(0)
-	ks.plan.Add(1) // after the delay: a request that sees this plan sees its delay
+	ks.expect.Store(0)
 	if !p.auto || !ok {
 		ks.overLimit.Store(math.MaxInt32)
 	}

@@ -3,8 +3,9 @@ package tailcut
 import "math"
 
 // Shift detection (auto delay). Between two recomputations the policy
-// counts the learned primaries begun under the delay in force, and those of
-// them that outlived it. The schedule
+// counts the learned primaries, those of them that outlived the delay they
+// began with, and the share of them the schedule in force at their start
+// predicted would. The schedule
 // predicted that a share P(X > delay) of them would; when far more do, or
 // far fewer, the latency has moved (a deploy, a cold cache, an outage that
 // begins or ends) and the estimator's windows, which would take a window or
@@ -52,8 +53,13 @@ const shiftBelowBasis = 1000
 // it reaches shiftEvidence; on a steady distribution it drifts back to 0.
 func (p *Policy) shifted(ks *keyState) bool {
 	n := float64(ks.planObs.Load())
+	if n == 0 {
+		return false
+	}
 	over := float64(ks.over.Load())
-	share := math.Float64frombits(ks.planned.Load())
+	// The samples may have begun under different schedules: their mean
+	// predicted share.
+	share := float64(ks.expect.Load()) / 1e6 / n
 	basis := float64(ks.basis.Load())
 	if over > shiftAbove(n, share, basis) {
 		return true
