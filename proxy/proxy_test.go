@@ -302,13 +302,14 @@ routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%}}]
 	if code, got := p2.do(t, req); code != 200 || got != "hedge" {
 		t.Fatalf("idempotent POST: %d %q, want the hedge's answer", code, got)
 	}
-	// The primary may still be on its way (it lost): look for the hedge.
+	// The primary may still be on its way (it lost), and with two hedges
+	// 2 ms apart either may be the one that answered: look for a hedge.
 	hedged := false
 	for _, s := range u2.requests() {
-		hedged = hedged || s.attempt == "1" && s.body == body
+		hedged = hedged || s.attempt != "0" && s.body == body
 	}
 	if !hedged {
-		t.Errorf("upstream saw %+v, want hedge 1 with the body", u2.requests())
+		t.Errorf("upstream saw %+v, want a hedge with the body", u2.requests())
 	}
 }
 
