@@ -325,7 +325,7 @@ func TestProxyReplayLimit(t *testing.T) {
 	p := startProxy(t, fmt.Sprintf(`
 listeners: [{listen: "127.0.0.1:0"}]
 upstreams: [{name: u, urls: [%q]}]
-routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%, methods: [PUT], replay_limit: 1KiB}}]
+routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, max_hedges: 1, budget: 100%%, methods: [PUT], replay_limit: 1KiB}}]
 `, u.URL))
 	big := bytes.Repeat([]byte("x"), 4<<10)
 	// Unknown length (chunked): the transport reads past the limit, then
