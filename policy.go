@@ -131,12 +131,12 @@ type Policy struct {
 	budgetBurst    float64 // and its burst
 	budgetModelled bool    // the auto delay models the budget's denials (auto.go)
 
-	// waiters pools Do's per-call channel and timer (do.go). It is per
-	// policy, not global, because channels and timers must not cross
-	// testing/synctest bubbles; noPool turns it off for Default().
-	waiters sync.Pool
-	states  sync.Pool // Do's per-call state of the fast path (*state[T], any T)
-	noPool  bool
+	// states pools Do's per-call state (*state[T], any T) with its
+	// channels and timer (do.go). It is per policy, not global, because
+	// channels and timers must not cross testing/synctest bubbles; noPool
+	// turns it off for Default().
+	states sync.Pool
+	noPool bool
 
 	inflight    atomic.Int64  // hedges granted and not yet observed
 	sampleSeq   atomic.Uint64 // sequence for requests sampled without an ID

@@ -77,8 +77,8 @@ var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a Transport that sends attempts through base and
 // hedges under policy p. A nil base means [http.DefaultTransport]; a nil p
-// means a new policy with the default [tailcut.Config] (hedge after the
-// p95 of the last 30 s per host, at most 10 % extra load). Share one Policy
+// means a new policy with the default [tailcut.Config] (the auto delay per
+// host, up to two hedges, at most about 10 % extra load). Share one Policy
 // between the transports that call the same downstream so that one budget
 // caps their extra load.
 //
