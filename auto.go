@@ -205,14 +205,13 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 // tail. Only the winner gets them, which keeps a recomputation at a dozen
 // tail predictions.
 func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
-	cap := autoCapShare * p.budgetRatio
-	steps := autoRateSteps[:]
+	within := autoCapShare * p.budgetRatio // trigger rates that need no justification
+	cap, steps := within, autoRateSteps[:]
 	if p.budgetModelled {
-		// The grants are modelled: first-hedge rates up to the whole ratio
-		// compete, each predicted with the share of its hedges the budget
-		// would deny. Below 0.8 × the ratio hardly any are.
-		cap = autoModelledCap * p.budgetRatio
-		steps = autoModelledSteps[:]
+		// The grants are modelled: trigger rates up to a little above the
+		// ratio compete, each predicted with the share of its hedges the
+		// budget would deny. Below 0.8 × the ratio hardly any are.
+		cap, steps = autoModelledCap*p.budgetRatio, autoModelledSteps[:]
 	}
 	target := p.cfg.Target
 	unhedged := dist.Hedged(target)
@@ -220,14 +219,18 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 	// second hedges rarely move the Target itself, but they cut deeper.
 	deep := 1 - (1-target)/10
 	same := func(a, b time.Duration) bool { return absDuration(a-b) <= b/200 }
-	grant := func(r float64) float64 {
-		if !p.budgetModelled {
-			return 1
+	// candidate is the one-hedge schedule at d, and its trigger rate.
+	candidate := func(d time.Duration) (AutoChoice, float64) {
+		rate, g := dist.Survival(d), 1.0
+		if p.budgetModelled {
+			g = grantRate(rate, p.budgetRatio, p.budgetBurst)
 		}
-		return grantRate(r, p.budgetRatio, p.budgetBurst)
+		return AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate * g, Grant: g, Cap: cap,
+			Hedged: dist.HedgedGranted(target, []time.Duration{d}, []float64{g})}, rate
 	}
 
 	var cands [len(autoModelledSteps)]AutoChoice
+	var trig [len(autoModelledSteps)]float64
 	n := 0
 	for _, step := range steps {
 		// A quantile is its bin's middle, and up to half the bin lies
@@ -235,48 +238,43 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		// the bin spans about 2 %), or the true rate can overshoot the
 		// cap by half a bin's mass on a dense distribution.
 		d := p.clamp(upperEdge(dist.Quantile(1 - step*cap)))
-		rate1 := dist.Survival(d)
-		if rate1 > cap {
-			continue // the quantile landed on a bin wider than the step
-		}
 		if n > 0 && cands[n-1].Delay == d {
 			continue // two steps on one bin
 		}
-		g := grant(rate1)
-		cands[n] = AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate1 * g, Grant: g, Cap: cap,
-			Hedged: dist.HedgedGranted(target, []time.Duration{d}, []float64{g})}
+		c, rate := candidate(d)
+		if rate > cap {
+			continue // the quantile landed on a bin wider than the step
+		}
+		cands[n], trig[n] = c, rate
 		n++
 	}
 	if n == 0 {
 		// Every candidate's rate exceeds the cap (a distribution of a few
 		// wide bins): hedge only past the cap's quantile, once.
-		d := p.clamp(upperEdge(dist.Quantile(1 - cap)))
-		g := grant(dist.Survival(d))
-		return AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: dist.Survival(d) * g, Grant: g, Cap: cap,
-			Hedged: dist.HedgedGranted(target, []time.Duration{d}, []float64{g})}
+		c, _ := candidate(p.clamp(upperEdge(dist.Quantile(1 - cap))))
+		return c
 	}
 	// A trigger rate above autoCapShare × the ratio must earn its extra
 	// load and denials: it competes only if it predicts a Target at least
 	// autoAboveCapGain lower than the best candidate within that share.
-	within := time.Duration(math.MaxInt64)
-	for _, c := range cands[:n] {
-		if c.HedgeRate <= autoCapShare*p.budgetRatio*c.Grant+1e-12 {
-			within = min(within, c.Hedged)
+	bestWithin := time.Duration(math.MaxInt64)
+	for i, c := range cands[:n] {
+		if trig[i] <= within {
+			bestWithin = min(bestWithin, c.Hedged)
 		}
 	}
-	eligible := func(c AutoChoice) bool {
-		return c.HedgeRate <= autoCapShare*p.budgetRatio*c.Grant+1e-12 ||
-			float64(c.Hedged) < (1-autoAboveCapGain)*float64(within)
+	eligible := func(i int) bool {
+		return trig[i] <= within || float64(cands[i].Hedged) < (1-autoAboveCapGain)*float64(bestWithin)
 	}
 	top := time.Duration(math.MaxInt64)
-	for _, c := range cands[:n] {
-		if eligible(c) {
+	for i, c := range cands[:n] {
+		if eligible(i) {
 			top = min(top, c.Hedged)
 		}
 	}
 	best, bestDeep := -1, time.Duration(0)
 	for i, c := range cands[:n] {
-		if !eligible(c) || !same(c.Hedged, top) && c.Hedged > top {
+		if !eligible(i) || !same(c.Hedged, top) && c.Hedged > top {
 			continue
 		}
 		cd := dist.HedgedGranted(deep, []time.Duration{c.Delay}, []float64{c.Grant})
