@@ -401,11 +401,10 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	}
 	// Only the primary is a fair sample of the downstream's latency: a
 	// hedge is observed only when it races, and the ones that finish are
-	// the fast ones. A primary cancelled because a hedge won is learned at
-	// its cancellation time, a lower bound that lies above the delay and so
-	// on the right side of the quantile the delay is made of; a primary
-	// cancelled earlier (a per-request delay shorter than the policy's)
-	// says nothing about that quantile and is skipped.
+	// the fast ones. A primary cancelled because a hedge won is learned as
+	// censored at its cancellation time (below); a primary cancelled
+	// before the delay (a per-request delay shorter than the policy's) says
+	// nothing about the quantiles the delay is made of and is skipped.
 	if attempt != 0 || (o == Canceled && latency < r.delay) {
 		return
 	}
