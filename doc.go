@@ -2,10 +2,12 @@
 //
 // A hedged request sends its primary attempt and, if no answer has come by
 // the time a healthy request usually has one, a backup attempt (a hedge);
-// the first answer wins and the others are cancelled. When to hedge is a live
-// quantile of the recent latency per key (package latency); how much extra
-// load hedges may add is capped by a budget (package budget), even in an
-// outage; only requests that are safe to repeat are hedged.
+// the first answer wins and the others are cancelled. When to hedge is read
+// from the recent latency per key (package latency): by default the delay,
+// and a second hedge's, that the measured distribution predicts give the
+// lowest p99 within the budget (the auto delay; see [Config.Quantile]); how
+// much extra load hedges may add is capped by a budget (package budget),
+// even in an outage; only requests that are safe to repeat are hedged.
 //
 // The package has two layers:
 //
