@@ -44,11 +44,15 @@ type Config struct {
 	// Scale's rule, about 5 % extra load. Must be in (0, 1).
 	//
 	// Zero means auto (see auto.go): the policy predicts, from the
-	// measured distribution, the Target percentile that each of a handful
-	// of candidate schedules would give, and uses the best one whose hedge
-	// rate stays within 0.8 × the budget's ratio. A fixed quantile that
-	// hedges about as often as the budget allows is a trap: the denials
-	// then fall at random, and a denied straggler is the p99.
+	// measured distribution, the Target percentile that each of a dozen
+	// candidate schedules would give — the budget's denials at each
+	// trigger rate modelled — and uses the best. The first hedge's trigger
+	// rate stays within 0.8 × the budget's ratio unless a higher one
+	// promises a Target at least 5 % lower. A fixed quantile that hedges
+	// about as often as the budget allows is a trap: the denials then fall
+	// at random, and a denied straggler is the p99. The auto delay also
+	// notices a shift of the latency and relearns from the new latencies
+	// alone ([KeyStats].Shifts).
 	Quantile float64
 
 	// Target is the percentile the auto delay minimises. Zero means 0.99.
