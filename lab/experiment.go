@@ -139,11 +139,10 @@ func mustStrategy(s string) Strategy {
 	return st
 }
 
-// pinned returns cfg with the adaptive policy pinned to quantile q, and the
-// strategy labelled so.
-func pinned(cfg Config, q float64) (Config, Strategy) {
+// pinned runs cfg's adaptive policy pinned to quantile q, labelled so.
+func pinned(cfg Config, q float64) (*Result, error) {
 	cfg.Quantile = q
-	return cfg, Strategy{Kind: Adaptive, Label: fmt.Sprintf("adaptive (p%g)", q*100)}
+	return Run(cfg, Strategy{Kind: Adaptive, Label: fmt.Sprintf("adaptive (p%g)", q*100)})
 }
 
 func cut(base, r time.Duration) float64 { return 1 - float64(r)/float64(base) }
@@ -225,13 +224,11 @@ func expBhope(o Options) (*Outcome, error) {
 	}
 	// The same policy pinned to the p95 (The Tail at Scale) and to the
 	// p90, for the published overhead.
-	c95, s95 := pinned(cfg, 0.95)
-	r95, err := Run(c95, s95)
+	r95, err := pinned(cfg, 0.95)
 	if err != nil {
 		return nil, err
 	}
-	c90, s90 := pinned(cfg, 0.90)
-	r90, err := Run(c90, s90)
+	r90, err := pinned(cfg, 0.90)
 	if err != nil {
 		return nil, err
 	}
@@ -372,8 +369,7 @@ func expOutage(o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	c95, s95 := pinned(cfg, 0.95)
-	r95, err := Run(c95, s95)
+	r95, err := pinned(cfg, 0.95)
 	if err != nil {
 		return nil, err
 	}
@@ -494,8 +490,7 @@ func expDrift(o Options) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	c95, s95 := pinned(series, 0.95)
-	a95, err := Run(c95, s95)
+	a95, err := pinned(series, 0.95)
 	if err != nil {
 		return nil, err
 	}
