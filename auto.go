@@ -52,6 +52,13 @@ import (
 // schedule is recomputed (besides on every window rotation).
 const autoRecomputeEvery = 256
 
+// autoEvery is how many observations the auto schedule of a key waits for
+// before it is recomputed, when the last one was made from basis
+// observations: as often as they double, up to every autoRecomputeEvery.
+func autoEvery(basis int32) int32 {
+	return min(autoRecomputeEvery, max(recomputeEvery, basis))
+}
+
 // autoCapShare is the share of the budget's ratio the auto schedule may
 // plan to use: the rest absorbs bursts of stragglers.
 const autoCapShare = 0.8
@@ -184,7 +191,7 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 	ch := p.chooseSchedule(dist)
 	basis := min(dist.Count(), math.MaxInt32)
 	share := smoothedShare(dist.Survival(ch.Delay), basis)
-	next := float64(min(autoRecomputeEvery, max(recomputeEvery, basis))) // observations to the next recomputation
+	next := float64(autoEvery(int32(basis))) // observations to the next recomputation
 	ks.planned.Store(math.Float64bits(share))
 	ks.overLimit.Store(int32(shiftAbove(next, share, basis)))
 	ks.basis.Store(int32(basis))

@@ -471,9 +471,13 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 		// As often as the observations double, up to every
 		// autoRecomputeEvery: a schedule made from few samples (after a
 		// start or a shift) is soon replaced by a better one.
-		every = min(autoRecomputeEvery, max(recomputeEvery, ks.basis.Load()))
+		every = autoEvery(ks.basis.Load())
 	}
-	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every && ks.over.Load() <= ks.overLimit.Load() {
+	// fresh: no rotation, not enough new observations, no sign of a shift.
+	fresh := func() bool {
+		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < every && ks.over.Load() <= ks.overLimit.Load()
+	}
+	if fresh() {
 		return time.Duration(ks.cached.Load())
 	}
 	if !ks.mu.TryLock() {
@@ -482,7 +486,7 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 		return time.Duration(ks.cached.Load())
 	}
 	defer ks.mu.Unlock()
-	if n < ks.validUntil.Load() && ks.sinceCompute.Load() < every && ks.over.Load() <= ks.overLimit.Load() {
+	if fresh() {
 		return time.Duration(ks.cached.Load()) // another goroutine just did it
 	}
 	var d time.Duration
