@@ -73,7 +73,6 @@ func diagnose(rate float64) Diagnosis {
 // diagnosis is the per-key state of the diagnosis. Windows are driven by the
 // now passed to Begin: a window ends at the first Begin at or after its end.
 type diagnosis struct {
-	end    atomic.Int64  // UnixNano at which the current window ends; 0 before the first request
 	status atomic.Uint32 // Diagnosis of the last ended window
 	rate   atomic.Uint64 // float64 bits: trigger rate of the last ended window
 
@@ -89,7 +88,7 @@ type diagnosis struct {
 func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
 	dg := &ks.diag
 	dg.mu.Lock()
-	end := dg.end.Load()
+	end := ks.diagEnd.Load()
 	if n < end {
 		dg.mu.Unlock()
 		return // another goroutine rolled it
@@ -117,7 +116,7 @@ func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
 		}
 	}
 	dg.startReq, dg.startTrig, dg.startSent = req, trig, sent
-	dg.end.Store(n + int64(p.cfg.DiagnosisWindow))
+	ks.diagEnd.Store(n + int64(p.cfg.DiagnosisWindow))
 	dg.mu.Unlock()
 	if warn {
 		p.warnMasking(ks.key, w)

@@ -122,9 +122,16 @@ type Policy struct {
 
 	mu   sync.RWMutex
 	keys map[string]*keyState
+	// last is the state of the key the latest lookup found: a client of
+	// one downstream host, the common case, skips the map and its lock.
+	// It is set only under mu, and an eviction happens only to make room
+	// for a new key, which becomes last: last is never an evicted key.
+	last atomic.Pointer[keyState]
 
-	// Totals over the policy's life, evicted keys included.
-	totals counters
+	// evicted sums the counters of the keys evicted so far; Stats adds
+	// the live keys' to make the totals. Requests keep no total of their
+	// own: two atomic adds per request on a line every core shares.
+	evicted counters
 
 	auto           bool    // Quantile unset: the auto delay (auto.go)
 	budgetRatio    float64 // the budget's ratio, for the auto delay's hedge-rate cap
@@ -146,8 +153,8 @@ type Policy struct {
 // counters are the per-key and per-policy statistics.
 type counters struct {
 	requests atomic.Int64
-	hedges   atomic.Int64
 	wins     [MaxHedgesLimit + 1]atomic.Int64
+	hedges   atomic.Int64
 	failed   atomic.Int64 // requests whose every attempt failed
 	denied   [numDecisions]atomic.Int64
 
@@ -156,40 +163,43 @@ type counters struct {
 	breakerTrips atomic.Int64 // times the breaker opened
 }
 
-// keyState is what the policy knows of one key.
+// keyState is what the policy knows of one key. The fields a request
+// without a hedge touches come first, so that they share a few cache lines:
+// over a network a request finds them evicted by the kernel's and the
+// transport's work, and each line costs a miss.
 type keyState struct {
-	key string
-	est *latency.Estimator
-
+	// The first cache line: what every Begin reads.
+	key          string
+	est          *latency.Estimator
 	lastUsed     atomic.Int64 // now.UnixNano() of the last Begin
 	cached       atomic.Int64 // the delay in force, ns
 	validUntil   atomic.Int64 // UnixNano after which cached must be recomputed
 	sinceCompute atomic.Int32 // observations since cached was computed
-	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
-	warm         atomic.Bool  // cached comes from the estimator, not WarmupDelay
-
-	fleet atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
-
-	// Auto mode (auto.go): the schedule chosen at the last recomputation.
-	gap   atomic.Int64               // ns from one hedge to the next; 0: the delay
-	limit atomic.Int32               // hedges per request; 0: MaxHedges
-	auto  atomic.Pointer[AutoChoice] // what was chosen and predicted
-
 	// Shift detection (auto mode, shift.go).
-	planObs   atomic.Int32  // learned primaries since the last recomputation that sampled the trigger rate
-	over      atomic.Int32  // of which longer than their delay
-	expect    atomic.Int64  // and the sum of their predicted P(X > delay), in millionths
-	overLimit atomic.Int32  // over past this before the next recomputation: the latency shifted up
-	planned   atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
-	basis     atomic.Int32  // observations the last recomputation was made from (capped)
-	shifts    atomic.Int64  // windows restarted after a shift
+	over      atomic.Int32 // learned primaries since the last recomputation longer than their delay
+	overLimit atomic.Int32 // over past this before the next recomputation: the latency shifted up
+	planObs   atomic.Int32 // learned primaries since the last recomputation that sampled the trigger rate
 
-	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
+	// The second: the rest of the auto delay's schedule and the counts of
+	// a request without a hedge.
+	diagEnd atomic.Int64  // UnixNano at which the diagnosis window ends; 0 before the first request (diagnosis.go)
+	expect  atomic.Int64  // the sum of the sampled primaries' predicted P(X > delay), in millionths
+	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
+	gap     atomic.Int64  // auto.go: ns from one hedge to the next; 0: the delay
+	limit   atomic.Int32  // auto.go: hedges per request; 0: MaxHedges
+	basis   atomic.Int32  // observations the last recomputation was made from (capped)
+	warm    atomic.Bool   // cached comes from the estimator, not WarmupDelay
+	counters
+
+	auto         atomic.Pointer[AutoChoice]       // auto.go: what the last recomputation chose and predicted
+	pausedUntil  atomic.Int64                     // UnixNano before which hedges are denied (pushback)
+	fleet        atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
+	shifts       atomic.Int64                     // windows restarted after a shift
+	firstGranted atomic.Int64                     // first hedges granted (sent, or would be in a dry run)
 
 	mu          sync.Mutex // serialises recomputation
 	lowEvidence float64    // shift.go: evidence for a downward shift; guarded by mu
 
-	counters
 	breaker breaker
 	diag    diagnosis
 }
@@ -277,12 +287,11 @@ func (r *Request) Key() string {
 func (p *Policy) Begin(key string, now time.Time) Request {
 	ks := p.key(key, now)
 	n := now.UnixNano()
-	if n >= ks.diag.end.Load() {
+	if n >= ks.diagEnd.Load() {
 		p.rollDiagnosis(ks, n)
 	}
 	ks.lastUsed.Store(n)
 	ks.requests.Add(1)
-	p.totals.requests.Add(1)
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
@@ -313,7 +322,6 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	if !r.asked {
 		r.asked = true
 		ks.triggered.Add(1)
-		p.totals.triggered.Add(1)
 	}
 	n := now.UnixNano()
 	d := Send
@@ -348,11 +356,9 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	case DryRun:
 		r.would++
 		ks.would.Add(1)
-		p.totals.would.Add(1)
 		return DryRun
 	default:
 		ks.denied[d].Add(1)
-		p.totals.denied[d].Add(1)
 		return d
 	}
 	r.hedges++
@@ -360,7 +366,6 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		r.inflight |= 1 << r.hedges
 	}
 	ks.hedges.Add(1)
-	p.totals.hedges.Add(1)
 	return Send
 }
 
@@ -393,7 +398,6 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	if o != Canceled && !p.cfg.Breaker.Disabled {
 		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), latency, o == Completed) {
 			ks.breakerTrips.Add(1)
-			p.totals.breakerTrips.Add(1)
 		}
 	}
 	if o == Failed || o == Errored {
@@ -434,11 +438,9 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 func (p *Policy) End(r *Request, winner int, now time.Time) {
 	if winner < 0 || winner > MaxHedgesLimit {
 		r.ks.failed.Add(1)
-		p.totals.failed.Add(1)
 		return
 	}
 	r.ks.wins[winner].Add(1)
-	p.totals.wins[winner].Add(1)
 }
 
 // Pushback pauses hedging for key until the given time: the downstream
@@ -542,8 +544,14 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 // key returns the state of key, creating it (and evicting an old key when
 // the policy tracks MaxKeys) if needed.
 func (p *Policy) key(key string, now time.Time) *keyState {
+	if ks := p.last.Load(); ks != nil && ks.key == key {
+		return ks
+	}
 	p.mu.RLock()
 	ks := p.keys[key]
+	if ks != nil {
+		p.last.Store(ks) // under mu: an eviction cannot be clearing it
+	}
 	p.mu.RUnlock()
 	if ks != nil {
 		return ks
@@ -551,6 +559,7 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ks = p.keys[key]; ks != nil {
+		p.last.Store(ks)
 		return ks
 	}
 	if len(p.keys) >= p.cfg.MaxKeys {
@@ -563,6 +572,7 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 	ks = &keyState{key: key, est: est}
 	ks.lastUsed.Store(now.UnixNano())
 	p.keys[key] = ks
+	p.last.Store(ks)
 	return ks
 }
 
@@ -584,5 +594,8 @@ func (p *Policy) evictLocked() {
 	}
 	if victim != nil {
 		delete(p.keys, victim.key)
+		// Requests in flight on the victim when it goes may still count
+		// on it: those few are missing from the totals.
+		p.evicted.add(&victim.counters)
 	}
 }

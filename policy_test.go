@@ -126,6 +126,25 @@ func TestKeysAreBounded(t *testing.T) {
 	}
 }
 
+// TestEvictedKeyNotReused checks the one-key cache in front of the key
+// map: a key evicted while it was the latest one used comes back as a new
+// key, not as its old state, and the totals still count every request once.
+func TestEvictedKeyNotReused(t *testing.T) {
+	p, _ := New(Config{MaxKeys: 1})
+	for i, key := range []string{"a", "a", "b", "a"} {
+		now := pt0.Add(time.Duration(i) * time.Millisecond)
+		r := p.Begin(key, now)
+		p.End(&r, 0, now)
+	}
+	s := p.Stats()
+	if len(s.Keys) != 1 || s.Keys[0].Key != "a" || s.Keys[0].Requests != 1 {
+		t.Errorf("keys %+v, want only a, begun once since it came back", s.Keys)
+	}
+	if s.Requests != 4 || s.Wins[0] != 4 {
+		t.Errorf("totals: %d requests, %d primary wins, want 4 and 4", s.Requests, s.Wins[0])
+	}
+}
+
 func TestPushbackPausesHedgesOnly(t *testing.T) {
 	b, _ := budget.NewRatio(1, 100, -1)
 	p, _ := New(Config{Budget: b})

@@ -119,16 +119,17 @@ type KeyStats struct {
 }
 
 // Stats returns a snapshot of the policy's counters. Each counter is read
-// atomically; the snapshot as a whole is not a single instant, so under
-// traffic a total may lag the sum of its keys by a request or two.
+// atomically; the snapshot as a whole is not a single instant. The totals
+// are the sum of the keys listed and of the keys evicted before (requests
+// still in flight on a key when it was evicted may be missing from them).
 //
 // Stats reads no clock: time-dependent figures (the breaker state, the dry
 // run's prediction) are taken as of each key's last request.
 func (p *Policy) Stats() Stats {
 	var s Stats
-	s.Counts = p.totals.load()
 	s.InflightHedges = p.inflight.Load()
 	p.mu.RLock()
+	s.Counts = p.evicted.load()
 	s.Keys = make([]KeyStats, 0, len(p.keys))
 	var states []*keyState
 	if p.cfg.DryRun {
@@ -150,6 +151,7 @@ func (p *Policy) Stats() Stats {
 		if states != nil {
 			states = append(states, ks)
 		}
+		s.Counts.add(&s.Keys[len(s.Keys)-1].Counts)
 	}
 	p.mu.RUnlock()
 	// Predictions walk the sketches: outside the policy's lock.
@@ -161,6 +163,39 @@ func (p *Policy) Stats() Stats {
 	}
 	slices.SortFunc(s.Keys, func(a, b KeyStats) int { return strings.Compare(a.Key, b.Key) })
 	return s
+}
+
+// add adds o's counts to c.
+func (c *Counts) add(o *Counts) {
+	c.Requests += o.Requests
+	c.Attempts += o.Attempts
+	c.Hedges += o.Hedges
+	for i := range c.Wins {
+		c.Wins[i] += o.Wins[i]
+	}
+	c.Failed += o.Failed
+	for i := range c.Denied {
+		c.Denied[i] += o.Denied[i]
+	}
+	c.Triggered += o.Triggered
+	c.WouldHedge += o.WouldHedge
+	c.BreakerTrips += o.BreakerTrips
+}
+
+// add adds o's counts to c.
+func (c *counters) add(o *counters) {
+	c.requests.Add(o.requests.Load())
+	c.hedges.Add(o.hedges.Load())
+	for i := range c.wins {
+		c.wins[i].Add(o.wins[i].Load())
+	}
+	c.failed.Add(o.failed.Load())
+	for i := range c.denied {
+		c.denied[i].Add(o.denied[i].Load())
+	}
+	c.triggered.Add(o.triggered.Load())
+	c.would.Add(o.would.Load())
+	c.breakerTrips.Add(o.breakerTrips.Load())
 }
 
 func (c *counters) load() Counts {
