@@ -423,7 +423,7 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 		st.tickC = st.w.tick.C
 		return st.finish(st.loop())
 	}
-	actx, cancel := context.WithCancel(ctx)
+	actx, cancel := newAttemptContext(ctx)
 	st.attempts[0] = attempt{cancel: cancel, start: start, running: true}
 	st.launched, st.running = 1, 1
 	if st.maxAttempts > 1 {
@@ -535,7 +535,7 @@ func (st *state[T]) finish(v T, err error) (T, error) {
 
 // launch starts attempt number st.launched on a goroutine of its own.
 func (st *state[T]) launch(now time.Time) {
-	actx, cancel := context.WithCancel(st.ctx)
+	actx, cancel := newAttemptContext(st.ctx)
 	st.attempts[st.launched] = attempt{cancel: cancel, start: now, running: true}
 	go st.run(actx, Attempt{Index: st.launched, Key: st.key}, st.fn)
 	st.launched++
