@@ -415,68 +415,86 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 	w := st.w
 
 	if st.maxAttempts > 1 && !h.InlinePrimary {
-		// The primary on a goroutine of its own, like every hedge: Do
-		// returns as soon as a winner is known, whatever the loser does.
-		st.launched, st.running, st.nextTick = 0, 0, 1
-		st.launch(start)
-		st.w.tick.Reset(st.at(1))
-		st.tickC = st.w.tick.C
-		return st.finish(st.loop())
+		return st.spawned()
 	}
+	// The primary runs here. The paths other than its answering in time
+	// are methods of their own, out of this function's way: over a
+	// network its code is out of the cache when a call begins, and each
+	// line of it costs a miss.
 	actx, cancel := newAttemptContext(ctx)
 	st.attempts[0] = attempt{cancel: cancel, start: start, running: true}
 	st.launched, st.running = 1, 1
 	if st.maxAttempts > 1 {
-		d := st.at(1)
-		w.arm(start, d) // every field of st that fire reads is set by now
+		w.arm(start, st.at(1)) // every field of st that fire reads is set by now
 	}
 	v, err := fn(actx, Attempt{Index: 0, Key: key})
 	end := time.Now()
-
-	if st.maxAttempts == 1 || w.claim() {
-		// No hedge is due yet, and none will be: this goroutine decides.
-		st.attempts[0].running = false
-		st.running = 0
-		class := h.classify(ctx, v, err)
-		p.Observe(&st.req, 0, end.Sub(start), outcomeOf(class), end)
-		if class != Retryable || st.maxAttempts == 1 || ctx.Err() != nil {
-			if class == Retryable {
-				p.End(&st.req, -1, end)
-			} else {
-				p.End(&st.req, 0, end)
-			}
-			// Nothing else ever saw st: no hedge went, and the timer,
-			// if it fires, will find no call. Reuse it.
-			st.recycle(true)
-			if err := ctx.Err(); err != nil && class == Retryable {
-				h.discard(v)
-				cancel()
-				return zero, err
-			}
-			return h.hand(v, cancel), err
-		}
-		// The primary failed without an answer: the next attempt goes at
-		// once, and the hedges are timed from here.
-		st.results[0] = result[T]{v: v, err: err, end: end}
-		st.kept, st.nextTick = 0, 1
-		st.hedge(time.Now())
-		if st.running == 0 { // the policy granted none: the primary's answer stands
-			p.End(&st.req, -1, time.Now())
-			st.recycle(false) // as above: no hedge went, and none will
-			return h.hand(v, cancel), err
-		}
-		st.arm()
-		return st.finish(st.loop())
+	if st.maxAttempts > 1 && !w.claim() {
+		return st.handOver(v, err, end)
 	}
+	// No hedge is due yet, and none will be: this goroutine decides.
+	st.attempts[0].running = false
+	st.running = 0
+	class := h.classify(ctx, v, err)
+	p.Observe(&st.req, 0, end.Sub(start), outcomeOf(class), end)
+	if class == Retryable && st.maxAttempts > 1 && ctx.Err() == nil {
+		return st.retry(v, err, end)
+	}
+	if class == Retryable {
+		p.End(&st.req, -1, end)
+	} else {
+		p.End(&st.req, 0, end)
+	}
+	// Nothing else ever saw st: no hedge went, and the timer, if it fires,
+	// will find no call. Reuse it.
+	st.recycle(true)
+	if err := ctx.Err(); err != nil && class == Retryable {
+		h.discard(v)
+		cancel()
+		return zero, err
+	}
+	return h.hand(v, cancel), err
+}
 
-	// The first hedge was due: its coordinator runs the call on the timer's
-	// goroutine. Hand it the primary's result, unless the outcome is
-	// already decided, and wait for the outcome.
+// spawned runs a call whose primary runs on a goroutine of its own, like
+// every hedge: Do returns as soon as a winner is known, whatever the loser
+// does.
+func (st *state[T]) spawned() (T, error) {
+	st.launched, st.running, st.nextTick = 0, 0, 1
+	st.launch(st.start)
+	st.w.tick.Reset(st.at(1))
+	st.tickC = st.w.tick.C
+	return st.finish(st.loop())
+}
+
+// retry goes on with a call whose inline primary failed without an answer
+// (v, err at end) before its first hedge was due: the next attempt goes at
+// once, and the hedges are timed from here.
+func (st *state[T]) retry(v T, err error, end time.Time) (T, error) {
+	st.results[0] = result[T]{v: v, err: err, end: end}
+	st.kept, st.nextTick = 0, 1
+	st.hedge(time.Now())
+	if st.running == 0 { // the policy granted none: the primary's answer stands
+		st.p.End(&st.req, -1, time.Now())
+		h, cancel := st.h, st.attempts[0].cancel // recycle clears them
+		st.recycle(false)                        // no hedge went, and none will
+		return h.hand(v, cancel), err
+	}
+	st.arm()
+	return st.finish(st.loop())
+}
+
+// handOver ends a call whose first hedge was due before its inline primary
+// answered (v, err at end): the coordinator runs the call on the timer's
+// goroutine. Hand it the primary's result, unless the outcome is already
+// decided, and wait for the outcome.
+func (st *state[T]) handOver(v T, err error, end time.Time) (T, error) {
+	w := st.w
 	st.mu.Lock()
 	late := st.done
 	if late {
 		st.mu.Unlock()
-		h.discard(v)
+		st.h.discard(v)
 	} else {
 		st.results[0] = result[T]{v: v, err: err, end: end}
 		w.ready <- 0
