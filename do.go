@@ -387,10 +387,10 @@ func (st *state[T]) at(k int) time.Duration {
 // before the hedge delay, Do costs about 3 µs and 3 allocations over a
 // direct call, most of it the hand-off to the attempt's goroutine and back.
 // With InlinePrimary the primary runs on the caller's goroutine instead:
-// about 1.0–1.7 µs and 2 allocations, the attempt's cancellable context;
-// the rest is the policy's bookkeeping, two clock reads and the context's
-// cancellation (measured on a shared 2-core x86 machine at load average
-// 2.5–3; see BenchmarkDoFastPath). The call's state, its channels and its
+// about 0.8–0.9 µs and 2 allocations, the attempt's cancellable context
+// and the function that cancels it; the rest is the policy's bookkeeping
+// and two clock reads (measured on a shared 2-core x86 machine at load
+// average 1.2; see BenchmarkDoFastPath). The call's state, its channels and its
 // timers are pooled per policy, and the first hedge's timer is not reset
 // for each call (see waiter): a call that answers in time costs no timer
 // operation, which over a network saves a wake-up of the network poller.

@@ -54,16 +54,17 @@ const AttemptHeader = "Hedge-Attempt"
 // create one with [NewTransport]. On the no-hedge path (the primary answers
 // before the delay) the primary runs on the caller's goroutine
 // (tailcut.Hedger.InlinePrimary). Measured over an in-memory base transport
-// (BenchmarkOverhead, on a shared 2-core x86 machine at load average 2–3.5)
-// it adds 1.7–2.4 µs and 6 allocations (about 1 KB) per request: in
-// tailcut.Hedger.Do the policy's bookkeeping, two clock reads and the
+// (BenchmarkOverhead, on a shared 2-core x86 machine at load average
+// 0.9–1.5) it adds 1.5–1.7 µs and 6 allocations (about 1 KB) per request:
+// in tailcut.Hedger.Do the policy's bookkeeping, two clock reads and the
 // attempt's cancellable context (2 allocations); here the request's state
 // and the function Do calls (2), and the header map that carries
 // Hedge-Attempt (2). Over loopback HTTP/1.1, request by request against the
-// plain transport (BenchmarkLoopbackPaired), it is 11–13 % slower at the
-// median on that machine when it is quiet (a 65 µs round trip), less when
-// it is busy: the cancellable context and the extra header alone cost
-// about 5 % there.
+// plain transport (BenchmarkLoopbackPaired), it is 12–12.5 % slower at the
+// median on that machine (a 62 µs round trip). BenchmarkLoopbackLayers
+// shows where that goes: the Hedge-Attempt header alone costs 2.2–3 %, with
+// the primary's cancellable context 4.3–6.3 %, with the policy's
+// bookkeeping 7.2–9.1 %, through Hedger.Do 9.8–12 %.
 type Transport struct {
 	base   http.RoundTripper
 	policy *tailcut.Policy

@@ -195,7 +195,7 @@ var coldBuf []byte
 // reports each one's median round trip. Over a network the code and data a
 // request touches are no longer in cache when the next request comes, which
 // is why hedgehttp's extra time over loopback is several times its extra
-// time in a hot loop: measured here, 1.8 µs hot but about 16 µs cold. It is
+// time in a hot loop: measured here, 1.5 µs hot but about 10 µs cold. It is
 // slow (about 2 ms a pair): run it with -benchtime 5000x. Not part of the
 // 'Overhead|Loopback' set.
 func BenchmarkColdCache(b *testing.B) {
