@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -891,5 +892,43 @@ func TestThrottlingIsPerServer(t *testing.T) {
 	}
 	if (*throttles)(nil).get("x") != nil {
 		t.Error("nil throttles must give no throttle")
+	}
+}
+
+// TestHedgeLeavesTheCallersReplyAlone: the original decodes into the
+// caller's reply while a hedge starts on another goroutine, and the hedge
+// must not read that message (to make its own) meanwhile. It used to call
+// reply.ProtoReflect() there, a read racing with the original's decoding
+// (found by -race in BenchmarkLoopbackStragglers; without -race, once, a
+// panic: "invalid nil message info"). Run with -race: the fake's original
+// writes the reply until the hedge has begun, with no synchronisation
+// between the two, so any read of it by the hedge is reported.
+func TestHedgeLeavesTheCallersReplyAlone(t *testing.T) {
+	var hedged atomic.Bool
+	invoke := func(ctx context.Context, method string, req, rep any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		if v := md.Get(AttemptKey); len(v) == 1 && v[0] != "0" {
+			hedged.Store(true)
+			<-ctx.Done()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		m := rep.(*testpb.SimpleResponse)
+		for !hedged.Load() && time.Now().Before(deadline) {
+			proto.Reset(m) // what decoding a reply does first
+			m.Username = "original"
+		}
+		if !hedged.Load() {
+			return status.Error(codes.Internal, "no hedge within 10 s")
+		}
+		return nil
+	}
+	icpt := UnaryClientInterceptor(mustPolicy(t, tailcut.Config{}), WithServiceConfig(hedgingConfig(t, 2, "0.001s")))
+	rep := new(testpb.SimpleResponse)
+	if err := icpt(t.Context(), unaryMethod, &testpb.SimpleRequest{}, rep, nil, invoke); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Username != "original" {
+		t.Errorf("reply %q, want the original's", rep.Username)
 	}
 }

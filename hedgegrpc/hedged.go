@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // hcall is one hedged call in flight.
@@ -28,21 +29,24 @@ import (
 // is handled under mu, by whichever goroutine it happens on; the policy's
 // Request is only touched under mu.
 type hcall struct {
-	c       *client
-	ctx     context.Context
-	method  string
-	req     any
-	reply   proto.Message
-	cc      *grpc.ClientConn
-	invoker grpc.UnaryInvoker
-	base    []grpc.CallOption // the caller's options minus Header, Trailer, Peer
-	wantHdr bool
-	wantPr  bool
-	pl      plan
-	th      *throttle
-	key     string
-	delay   time.Duration
-	max     int // attempt cap
+	c      *client
+	ctx    context.Context
+	method string
+	req    any
+	// replyType makes the hedges' messages. It is taken from the caller's
+	// reply before the original starts: a hedge must not touch that
+	// message, which the original may be decoding into.
+	replyType protoreflect.MessageType
+	cc        *grpc.ClientConn
+	invoker   grpc.UnaryInvoker
+	base      []grpc.CallOption // the caller's options minus Header, Trailer, Peer
+	wantHdr   bool
+	wantPr    bool
+	pl        plan
+	th        *throttle
+	key       string
+	delay     time.Duration
+	max       int // attempt cap
 
 	mu       sync.Mutex
 	r        tailcut.Request
@@ -64,7 +68,8 @@ type hcall struct {
 // hedged runs one call as a hedged request.
 func (c *client) hedged(ctx context.Context, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, pl plan, th *throttle) error {
 	h := &hcall{
-		c: c, ctx: ctx, method: method, req: req, reply: reply, cc: cc, invoker: invoker,
+		c: c, ctx: ctx, method: method, req: req, replyType: reply.ProtoReflect().Type(),
+		cc: cc, invoker: invoker,
 		pl: pl, th: th, key: c.key(method), max: min(pl.maxAttempts, MaxAttemptsLimit),
 	}
 	// Options that write into the caller's variables are kept back and
@@ -177,7 +182,7 @@ func (h *hcall) startHedgeLocked(now time.Time) {
 	k := h.launched
 	actx := h.launchLocked(now)
 	go func() {
-		res := h.attempt(actx, k, h.reply.ProtoReflect().New().Interface())
+		res := h.attempt(actx, k, h.replyType.New().Interface())
 		h.event(&res)
 	}()
 }
