@@ -207,9 +207,9 @@ func newWaiter(fire func()) *waiter {
 	return w
 }
 
-// arm publishes a new call, begun at start, whose first hedge is due
-// delay later, and sets the timer unless it is set to fire no later than that. Every
-// field of the state that fire reads must be set before: the timer's
+// arm publishes a new call, begun at start, whose first hedge is due delay
+// later, and sets the timer unless it is set to fire no later than that.
+// Every field of the state that fire reads must be set before: the timer's
 // function sees them through slot.
 func (w *waiter) arm(start time.Time, delay time.Duration) {
 	d := int64(start.Sub(epoch) + delay)
@@ -297,9 +297,10 @@ type attempt struct {
 //
 // The fields a call whose primary answers in time touches come first, in
 // four cache lines (256 bytes, up to attempts[0]), then the waiter's and
-// call's line: over a network, the kernel's and the transport's work evict
-// them between two requests, and each line costs a miss (a state laid out
-// across nine lines cost hedgehttp about 1 % over loopback).
+// call's line, five in all where they were spread over nine: over a
+// network the kernel's and the transport's work evict them between two
+// requests, and each line is a miss. (Over loopback the difference was
+// within the noise of the shared machine it was measured on.)
 type state[T any] struct {
 	h           Hedger[T] // a copy: the hooks do not change during a call
 	p           *Policy
@@ -390,10 +391,11 @@ func (st *state[T]) at(k int) time.Duration {
 // about 0.8–0.9 µs and 2 allocations, the attempt's cancellable context
 // and the function that cancels it; the rest is the policy's bookkeeping
 // and two clock reads (measured on a shared 2-core x86 machine at load
-// average 1.2; see BenchmarkDoFastPath). The call's state, its channels and its
-// timers are pooled per policy, and the first hedge's timer is not reset
-// for each call (see waiter): a call that answers in time costs no timer
-// operation, which over a network saves a wake-up of the network poller.
+// average 1.2; see BenchmarkDoFastPath). The call's state, its channels
+// and its timers are pooled per policy, and the first hedge's timer is not
+// reset for each call (see waiter): a call that answers in time costs no
+// timer operation, which over a network saves a wake-up of the network
+// poller.
 func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Context, a Attempt) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -418,9 +420,7 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 		return st.spawned()
 	}
 	// The primary runs here. The paths other than its answering in time
-	// are methods of their own, out of this function's way: over a
-	// network its code is out of the cache when a call begins, and each
-	// line of it costs a miss.
+	// are methods of their own, so that this one reads straight through.
 	actx, cancel := newAttemptContext(ctx)
 	st.attempts[0] = attempt{cancel: cancel, start: start, running: true}
 	st.launched, st.running = 1, 1

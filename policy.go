@@ -122,10 +122,12 @@ type Policy struct {
 
 	mu   sync.RWMutex
 	keys map[string]*keyState
-	// last is the state of the key the latest lookup found: a client of
-	// one downstream host, the common case, skips the map and its lock.
-	// It is set only under mu, and an eviction happens only to make room
-	// for a new key, which becomes last: last is never an evicted key.
+	// last is the state of the key created last: a client of one
+	// downstream host, the common case, finds it there without the map and
+	// its lock; other keys are looked up in the map. It is written only
+	// when a key is created, under mu, so that lookups of several keys do
+	// not take turns writing it. An eviction happens only to make room for
+	// a new key, which becomes last: last is never an evicted key.
 	last atomic.Pointer[keyState]
 
 	// evicted sums the counters of the keys evicted so far; Stats adds
@@ -164,9 +166,9 @@ type counters struct {
 }
 
 // keyState is what the policy knows of one key. The fields a request
-// without a hedge touches come first, so that they share a few cache lines:
-// over a network a request finds them evicted by the kernel's and the
-// transport's work, and each line costs a miss.
+// without a hedge touches come first, so that they share two cache lines
+// (and the breaker's): over a network a request finds them evicted by the
+// kernel's and the transport's work, and each line is a miss.
 type keyState struct {
 	// The first cache line: what every Begin reads.
 	key          string
@@ -549,9 +551,6 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 	}
 	p.mu.RLock()
 	ks := p.keys[key]
-	if ks != nil {
-		p.last.Store(ks) // under mu: an eviction cannot be clearing it
-	}
 	p.mu.RUnlock()
 	if ks != nil {
 		return ks
@@ -559,7 +558,6 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ks = p.keys[key]; ks != nil {
-		p.last.Store(ks)
 		return ks
 	}
 	if len(p.keys) >= p.cfg.MaxKeys {
