@@ -387,3 +387,43 @@ func TestSpuriousCancellationNeverReachesCaller(t *testing.T) {
 		t.Errorf("%d calls with bodies %q, want 2 with the payload each", f.calls.Load(), f.bodies)
 	}
 }
+
+// TestLateHedgeLeavesTheRequestAlone: once RoundTrip has returned and the
+// body is closed, the caller may change its request (the RoundTripper
+// contract) while a hedge launched just before the answer may not have
+// started yet. Such a hedge must not read the caller's request, header or
+// URL any more. Here every primary answers at the very instant its hedge is
+// due, so about half the requests launch a hedge that loses at once, and
+// the caller rewrites its header and URL as soon as it has the answer. Run
+// with -race: a late hedge reading them is reported (and the header map
+// written while read is a fatal error).
+func TestLateHedgeLeavesTheRequestAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 10 * time.Millisecond
+		f := &fakeRT{headers: func(k int) time.Duration { return d }}
+		tr := NewTransport(f, fixedPolicy(t, d))
+		hedged := 0
+		for i := range 200 {
+			req, err := http.NewRequest(http.MethodGet, "http://fake.test/x", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Round", strconv.Itoa(i))
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			req.Header.Set("X-Round", "reused")
+			req.Header.Set("X-Other", "new")
+			req.URL.Path = "/reused"
+			hedged = int(tr.Policy().Stats().Hedges)
+			synctest.Wait()
+		}
+		if hedged == 0 {
+			t.Fatal("no hedge went: the test shows nothing")
+		}
+		t.Logf("%d hedges in 200 requests", hedged)
+	})
+}

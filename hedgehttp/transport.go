@@ -37,9 +37,12 @@ const AttemptHeader = "Hedge-Attempt"
 // to the base transport as they are: sent once, body intact, no header
 // added, not counted by the policy.
 //
-// Every attempt of a hedged request is a shallow copy of the caller's
-// request (never the request itself, which is not modified) with its own
-// context and a [AttemptHeader] header. Connection errors and 502, 503 and
+// Every attempt of a hedged request is a copy of the caller's request
+// (never the request itself, which is not modified) with its own context
+// and a [AttemptHeader] header. The primary's is a shallow copy; a hedge's
+// also copies the URL and the header's values, and is made only while
+// RoundTrip runs, because a hedge may still be running, or even be starting,
+// once the caller has its answer and, body closed, may reuse its request. Connection errors and 502, 503 and
 // 504 responses are not final: the next attempt goes at once if the policy
 // grants it, and if every attempt fails that way the caller gets the
 // primary's response or error. Other responses are final. A 429 or 503 with
@@ -335,21 +338,15 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		rt.req0 = *rt.req.WithContext(ctx)
 		r = &rt.req0
 		r.Header = rt.header0
-	} else {
-		r = rt.req.WithContext(ctx)
-		r.Header = withAttempt(rt.req.Header, a.Index)
-	}
-	switch {
-	case rt.buffered:
-		r.Body, r.GetBody = rt.newBody()
-		r.ContentLength = int64(len(rt.buf))
-	case a.Index > 0 && rt.req.GetBody != nil:
-		// The primary sends req.Body itself; hedges ask for a fresh copy.
-		b, err := rt.req.GetBody()
-		if err != nil {
-			return nil, fmt.Errorf("hedgehttp: GetBody: %w", err)
+		if rt.buffered {
+			r.Body, r.GetBody = rt.newBody()
+			r.ContentLength = int64(len(rt.buf))
 		}
-		r.Body = b
+	} else {
+		var err error
+		if r, err = rt.hedgeRequest(ctx, a.Index); err != nil {
+			return nil, err
+		}
 	}
 	// The clock is read only when something needs it (endpoints, hard
 	// timeouts from the estimator, Retry-After): a read costs about 75 ns
@@ -428,6 +425,48 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		t.tos.observe(a.Key, now.Sub(start), now)
 	}
 	return resp, nil
+}
+
+// errReturned is the error of a hedge whose goroutine started after
+// RoundTrip had returned: the call is decided, and its result is dropped.
+var errReturned = errors.New("hedgehttp: the request was answered before this hedge started")
+
+// hedgeRequest returns the request of hedge k: a copy of the caller's
+// request with its own context, header and body. It reads the caller's
+// request under rt.mu and only while RoundTrip has not returned. After
+// that the caller may change its request (once it has closed the body), and
+// a hedge launched just before the answer may start only then
+// (TestLateHedgeLeavesTheRequestAlone). For the same reason the copy is
+// deep where the base transport reads the caller's memory while a hedge
+// that lost may still run: the URL and the header's values. A hedge is the
+// rare path; the primary shares them, as a plain transport would.
+func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.done {
+		return nil, errReturned
+	}
+	r := rt.req.WithContext(ctx)
+	u := *rt.req.URL
+	r.URL = &u
+	r.Header = rt.req.Header.Clone()
+	if r.Header == nil {
+		r.Header = make(http.Header, 1)
+	}
+	r.Header[AttemptHeader] = attemptValues[min(k, len(attemptValues)-1)]
+	switch {
+	case rt.buffered:
+		r.Body, r.GetBody = rt.newBody()
+		r.ContentLength = int64(len(rt.buf))
+	case rt.req.GetBody != nil:
+		// The primary sends req.Body itself; hedges ask for a fresh copy.
+		b, err := rt.req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("hedgehttp: GetBody: %w", err)
+		}
+		r.Body = b
+	}
+	return r, nil
 }
 
 // newBody returns a reader of the buffered body and its GetBody.
@@ -517,15 +556,17 @@ func (e *TimeoutError) Temporary() bool { return true }
 // them, as it shares the caller's own values (see withAttempt).
 var attemptValues = [tailcut.MaxHedgesLimit + 1][]string{{"0"}, {"1"}, {"2"}, {"3"}, {"4"}}
 
-// withAttempt returns a copy of h with the Hedge-Attempt header set to k: a
-// new map (the caller's must not change), whose value slices are the
-// caller's and a shared one for Hedge-Attempt, which costs one allocation
-// where http.Header.Clone costs two. Sharing is sound because nobody writes
-// to them: the RoundTripper contract forbids the base transport to modify a
-// request, and a caller who writes into resp.Request.Header's values in
+// withAttempt returns a copy of h with the Hedge-Attempt header set to k,
+// for the primary: a new map (the caller's must not change), whose value
+// slices are the caller's and a shared one for Hedge-Attempt, which costs
+// one allocation where http.Header.Clone costs two. Sharing is sound
+// because nobody writes to them while the primary runs: the RoundTripper
+// contract forbids the base transport to modify a request, the caller waits
+// in RoundTrip, and a caller who writes into resp.Request.Header's values in
 // place writes into its own request's, as it would without hedging (a plain
 // transport's response points to the caller's request itself). The slices
-// are capped so that an append copies them.
+// are capped so that an append copies them. A hedge copies the values too
+// (hedgeRequest).
 func withAttempt(h http.Header, k int) http.Header {
 	h2 := make(http.Header, len(h)+1)
 	for name, vv := range h {
