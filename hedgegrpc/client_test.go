@@ -932,3 +932,45 @@ func TestHedgeLeavesTheCallersReplyAlone(t *testing.T) {
 		t.Errorf("reply %q, want the original's", rep.Username)
 	}
 }
+
+// TestLateHedgeLeavesTheRequestAlone: a hedge launched just before the
+// original's answer may start on its goroutine after the call has
+// returned, when the caller may already be changing its request message
+// for the next call. Such a hedge must not read it. Every original here
+// answers at the instant its hedge is due, so about half the calls launch
+// a hedge that loses at once; the fake reads the request as gRPC's
+// marshalling would, and the caller rewrites it as soon as it has its
+// answer. Run with -race.
+func TestLateHedgeLeavesTheRequestAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
+		invoke := func(ctx context.Context, method string, req, rep any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			if _, err := proto.Marshal(req.(proto.Message)); err != nil {
+				return err
+			}
+			t := time.NewTimer(10 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return status.FromContextError(ctx.Err()).Err()
+			}
+		}
+		req := &testpb.SimpleRequest{ResponseSize: 1}
+		for i := range 200 {
+			req.ResponseSize = int32(i)
+			if err := ic(t.Context(), unaryMethod, req, new(testpb.SimpleResponse), nil, invoke); err != nil {
+				t.Fatal(err)
+			}
+			req.ResponseSize = -1
+			req.FillUsername = true
+			synctest.Wait()
+		}
+		if p.Stats().Hedges == 0 {
+			t.Fatal("no hedge went: the test shows nothing")
+		}
+		t.Logf("%d hedges in 200 calls", p.Stats().Hedges)
+	})
+}

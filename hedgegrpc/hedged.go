@@ -115,7 +115,7 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	h.mu.Unlock()
 
 	// The original, on this goroutine, into the caller's reply.
-	res := h.attempt(actx, 0, reply)
+	res := h.attempt(actx, 0, req, reply)
 	h.event(&res)
 
 	h.mu.Lock()
@@ -182,15 +182,39 @@ func (h *hcall) startHedgeLocked(now time.Time) {
 	k := h.launched
 	actx := h.launchLocked(now)
 	go func() {
-		res := h.attempt(actx, k, h.replyType.New().Interface())
+		req, ok := h.hedgeRequest()
+		if !ok {
+			return // decided before this hedge started: nothing to send
+		}
+		res := h.attempt(actx, k, req, h.replyType.New().Interface())
 		h.event(&res)
 	}()
 }
 
-// attempt runs attempt k into msg and returns how it ended. It does not
-// touch the call's state, only the policy's pushback, which is safe for
-// concurrent use.
-func (h *hcall) attempt(ctx context.Context, k int, msg proto.Message) result {
+// hedgeRequest returns the request message a hedge sends: a copy of the
+// caller's, taken under mu while the call is undecided, or false once it
+// is decided. The caller waits in the interceptor until the call is
+// decided, and may reuse its message as soon as it returns; a hedge
+// launched just before the answer may start only then, and grpc-go
+// marshals a losing hedge's request while it still runs
+// (TestLateHedgeLeavesTheRequestAlone). A request that is not a protobuf
+// message cannot be copied and is sent as it is.
+func (h *hcall) hedgeRequest() (any, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.decided {
+		return nil, false
+	}
+	if m, ok := h.req.(proto.Message); ok {
+		return proto.Clone(m), true
+	}
+	return h.req, true
+}
+
+// attempt runs attempt k, sending req and decoding into msg, and returns
+// how it ended. It does not touch the call's state, only the policy's
+// pushback, which is safe for concurrent use.
+func (h *hcall) attempt(ctx context.Context, k int, req any, msg proto.Message) result {
 	res := result{index: k, msg: msg}
 	o := make([]grpc.CallOption, len(h.base), len(h.base)+3)
 	copy(o, h.base)
@@ -202,7 +226,7 @@ func (h *hcall) attempt(ctx context.Context, k int, msg proto.Message) result {
 		res.peer = new(peer.Peer)
 		o = append(o, grpc.Peer(res.peer))
 	}
-	res.err = h.invoker(ctx, h.method, h.req, msg, h.cc, o...)
+	res.err = h.invoker(ctx, h.method, req, msg, h.cc, o...)
 	res.end = time.Now()
 	// The pushback is applied here rather than in event: a loser's answer
 	// may arrive after the call was decided, and the server's request for
