@@ -88,7 +88,13 @@ type Hedger[T any] struct {
 //
 // call must honour its context and be safe to run concurrently with itself:
 // only hedge calls that are safe to repeat. Do returns as soon as a winner
-// is known; losers still running finish in the background.
+// is known; losers still running finish in the background, and a hedge
+// launched just before the winner answered may even start on its goroutine
+// after Do has returned (its context is then cancelled already). So call
+// must not read what the caller may change once Do returns: copy such
+// input before calling Do, or let an attempt copy it under a lock and only
+// while Do has not returned, as hedgehttp and hedgegrpc do with the
+// caller's request.
 func Do[T any](ctx context.Context, p *Policy, key string, call func(ctx context.Context, a Attempt) (T, error)) (T, error) {
 	h := Hedger[T]{Policy: p}
 	return h.Do(ctx, key, call)
