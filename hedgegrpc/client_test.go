@@ -949,14 +949,7 @@ func TestLateHedgeLeavesTheRequestAlone(t *testing.T) {
 			if _, err := proto.Marshal(req.(proto.Message)); err != nil {
 				return err
 			}
-			t := time.NewTimer(10 * time.Millisecond)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
-			}
+			return stall(ctx, 10*time.Millisecond)
 		}
 		req := &testpb.SimpleRequest{ResponseSize: 1}
 		for i := range 200 {
