@@ -41,13 +41,15 @@ const AttemptHeader = "Hedge-Attempt"
 // (never the request itself, which is not modified) with its own context
 // and a [AttemptHeader] header. The primary's is a shallow copy; a hedge's
 // also copies the URL and the header's values, and is made only while
-// RoundTrip runs, because a hedge may still be running, or even be starting,
-// once the caller has its answer and, body closed, may reuse its request. Connection errors and 502, 503 and
-// 504 responses are not final: the next attempt goes at once if the policy
-// grants it, and if every attempt fails that way the caller gets the
-// primary's response or error. Other responses are final. A 429 or 503 with
-// Retry-After pauses hedging for the key for that long
-// ([tailcut.Policy.Pushback]); primaries are not affected.
+// RoundTrip runs: a hedge may still be running, or even be starting, once
+// the caller has its answer and, body closed, may reuse its request.
+//
+// Connection errors and 502, 503 and 504 responses are not final: the next
+// attempt goes at once if the policy grants it, and if every attempt fails
+// that way the caller gets the primary's response or error. Other
+// responses are final. A 429 or 503 with Retry-After pauses hedging for the
+// key for that long ([tailcut.Policy.Pushback]); primaries are not
+// affected.
 //
 // The response handed to the caller belongs to the winning attempt, whose
 // context lives until its body is read to the end or closed: as with any
