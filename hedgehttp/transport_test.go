@@ -28,10 +28,11 @@ func TestStragglerHedgeWins(t *testing.T) {
 	for _, proto := range protocols {
 		t.Run(proto.name, func(t *testing.T) {
 			var h hits
-			var cancelled atomic.Int64
+			var arrived, cancelled atomic.Int64
 			srv, tr := startServer(t, proto.h2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				k := h.add(r)
 				if r.URL.Query().Get("slow") == "1" && k == 0 {
+					arrived.Add(1)
 					stall(r)
 					if r.Context().Err() != nil {
 						cancelled.Add(1)
@@ -78,7 +79,13 @@ func TestStragglerHedgeWins(t *testing.T) {
 				t.Errorf("requests = %d, want %d", st.Requests, n)
 			}
 			c.CloseIdleConnections()
-			waitFor(t, "stalled primaries to see their cancellation", func() bool { return cancelled.Load() == slow })
+			// Every stalled primary that reached the server sees its
+			// cancellation. (On a busy machine a primary still dialling
+			// when its hedge wins never arrives.)
+			waitFor(t, "stalled primaries to see their cancellation", func() bool {
+				n := arrived.Load()
+				return n > 0 && cancelled.Load() == n
+			})
 		})
 	}
 }
@@ -545,7 +552,9 @@ func TestFirstByte(t *testing.T) {
 			// Without WithFirstByte the primary's headers win the race,
 			// and the body would wait for the stall; a short deadline
 			// shows it.
-			p2 := fixedPolicy(t, 10*time.Millisecond)
+			// (A delay of a minute: the primary's headers, sent at once,
+			// win the race however busy the machine.)
+			p2 := fixedPolicy(t, time.Minute)
 			c2 := &http.Client{Transport: NewTransport(tr, p2)}
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 			defer cancel()
@@ -777,7 +786,9 @@ func TestServerErrorFeedsBreaker(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	defer srv.Close()
-	p, err := tailcut.New(tailcut.Config{})
+	// A delay of a minute: no hedge goes because a 500 was slow to come
+	// on a busy machine, only if the 500 itself launched one.
+	p, err := tailcut.New(tailcut.Config{WarmupDelay: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
