@@ -305,7 +305,7 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		scope = h.opts.Scope(r)
 	}
 	key := storeKey(scope, r.Method, r.URL.Path, ikey)
-	lock := Lock{Token: rand.Text(), Fingerprint: fp, Lease: h.opts.LockLease}
+	lock := Lock{Token: newToken(), Fingerprint: fp, Lease: h.opts.LockLease}
 
 	var (
 		timeout *time.Timer
@@ -388,6 +388,18 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		}
 		poll.Stop() // Go ≥ 1.23: Reset after Stop never sees a stale tick
 	}
+}
+
+// tokenPrefix makes lock tokens unique across processes (80 random bits);
+// a counter makes them unique within one.
+var (
+	tokenPrefix = sync.OnceValue(func() string { return rand.Text()[:16] })
+	tokenSeq    atomic.Uint64
+)
+
+// newToken returns a lock token never returned before, by any process.
+func newToken() string {
+	return tokenPrefix() + "-" + strconv.FormatUint(tokenSeq.Add(1), 36)
 }
 
 // storeKey is the store's key of a keyed request: the hex SHA-256 of its
