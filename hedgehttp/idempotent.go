@@ -144,7 +144,9 @@ type IdempotencyOptions struct {
 // BenchmarkIdempotent.
 //
 // Place it inside [Handler] (NewHandler(idem, …)), so that shed hedges never
-// reach the store. An Idempotent is safe for concurrent use.
+// reach the store, and inside authentication, so that a 401 is never
+// stored as a key's answer (4xx answers are kept: they are the result of
+// the request as sent). An Idempotent is safe for concurrent use.
 type Idempotent struct {
 	next       http.Handler
 	store      Store
