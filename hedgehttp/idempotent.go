@@ -336,6 +336,11 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		h.storeAnswered()
 		switch claim.State {
 		case ClaimCompleted:
+			if claim.Record == nil {
+				h.storeFailed("Begin", errors.New("completed claim without a record"))
+				h.unavailable(w)
+				return
+			}
 			if claim.Record.Fingerprint != fp {
 				h.mismatch(w)
 				return
