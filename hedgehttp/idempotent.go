@@ -1,8 +1,23 @@
 package hedgehttp
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,3 +91,599 @@ type IdempotencyOptions struct {
 	// Nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// Idempotent is middleware that runs each keyed write once: of the copies
+// of a request carrying one Idempotency-Key (a client's retries, a hedging
+// client's hedges), the first runs the next handler and every other copy
+// gets its response — the same status, header and body, byte for byte —
+// from a [Store] shared by the servers that may receive a copy. Hedging a
+// POST then costs no duplicate side effects: a hedge that reaches a replica
+// while the primary still runs there or elsewhere waits for the primary's
+// answer instead of running it again.
+//
+// A request is keyed when its method is one of IdempotencyOptions.Methods
+// (POST, PUT, PATCH, DELETE by default) and it carries an Idempotency-Key
+// header (or X-Idempotency-Key) with one value of 1–255 bytes; an RFC 8941
+// string ("abc", with quotes, as the IETF httpapi-idempotency-key draft
+// writes it) is the same key as abc. Keys are scoped by method, path
+// (without the query) and IdempotencyOptions.Scope. A keyed request's body
+// (at most MaxBody bytes) is read before the handler runs and fingerprinted
+// (SHA-256); the handler reads it from memory.
+//
+// What a keyed request gets:
+//   - the key is new, or its last run failed: the handler runs, and its
+//     response goes to the client as it is written (streaming works) and,
+//     if it is worth keeping, into the store for TTL;
+//   - the key's response is stored: the stored response, with the header
+//     "Idempotent-Replayed: true" added (the only difference; the Date is
+//     the first run's);
+//   - the key's first run is still going: the copy waits for it, up to
+//     LockTimeout and its own context, then gets its response; past
+//     LockTimeout, 409 Conflict with Retry-After;
+//   - the key was used with another body: 422 Unprocessable Content;
+//   - the store cannot be reached: 503 with Retry-After — fail closed, the
+//     handler is not run without the guarantee; one log line when the
+//     store starts failing, one when it answers again.
+//
+// Errors are application/problem+json (RFC 9457) with a title and a detail
+// that say what happened.
+//
+// A response is kept unless its status is 5xx, 408, 425 or 429 (the request
+// may not have been done), the handler panicked, the client went away
+// before the handler wrote anything, or its body is larger than
+// MaxStoredResponse; in all those cases the key is released at once and
+// the next copy runs the handler again — a failure never poisons a key.
+// So a handler that stops on r.Context().Done() should answer 5xx (or
+// nothing) when it did not do the work, and anything else only when it did.
+// A response larger than MaxStoredResponse is not stored: its key is locked
+// only while it runs, and a copy that arrives after it ran runs again.
+// Trailers are not stored.
+//
+// Requests that are not keyed pass through: a request without the header
+// costs a header lookup or two, about 10 ns and no allocation; see
+// BenchmarkIdempotent.
+//
+// Place it inside [Handler] (NewHandler(idem, …)), so that shed hedges never
+// reach the store. An Idempotent is safe for concurrent use.
+type Idempotent struct {
+	next       http.Handler
+	store      Store
+	opts       IdempotencyOptions
+	retryAfter string
+	log        *slog.Logger
+
+	down  atomic.Bool // the store is failing: an episode is open
+	stats struct {
+		runs, replays, waits, conflicts, mismatches, unavailable, notStored atomic.Int64
+		waiting                                                             atomic.Int64
+	}
+}
+
+var _ http.Handler = (*Idempotent)(nil)
+
+// NewIdempotent returns middleware that makes next run once per keyed
+// request, keeping state in store; a nil store means a new [MemoryStore]
+// with default options. It returns an error, naming the field, for invalid
+// options.
+func NewIdempotent(next http.Handler, store Store, opts IdempotencyOptions) (*Idempotent, error) {
+	switch {
+	case next == nil:
+		return nil, errors.New("hedgehttp: NewIdempotent: nil next handler")
+	case opts.TTL < 0:
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.TTL must not be negative, got %v", opts.TTL)
+	case opts.LockTimeout < 0:
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.LockTimeout must not be negative, got %v", opts.LockTimeout)
+	case opts.LockLease != 0 && opts.LockLease < 30*time.Millisecond:
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.LockLease must be 0 or at least 30ms, got %v", opts.LockLease)
+	case opts.MaxStoredResponse < 0:
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.MaxStoredResponse must not be negative, got %d", opts.MaxStoredResponse)
+	case opts.MaxBody < 0:
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.MaxBody must not be negative, got %d", opts.MaxBody)
+	case opts.RetryAfter < 0:
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.RetryAfter must not be negative, got %v", opts.RetryAfter)
+	}
+	for _, m := range opts.Methods {
+		if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t\r\n") {
+			return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.Methods: invalid method %q (want an upper-case token such as \"POST\")", m)
+		}
+	}
+	if store == nil {
+		ms, err := NewMemoryStore(MemoryStoreOptions{})
+		if err != nil {
+			return nil, err
+		}
+		store = ms
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultIdempotencyTTL
+	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.LockLease == 0 {
+		opts.LockLease = DefaultLockLease
+	}
+	if opts.MaxStoredResponse == 0 {
+		opts.MaxStoredResponse = DefaultMaxStoredResponse
+	}
+	if opts.MaxBody == 0 {
+		opts.MaxBody = DefaultMaxKeyedBody
+	}
+	if opts.RetryAfter == 0 {
+		opts.RetryAfter = DefaultRetryAfter
+	}
+	opts.Methods = slices.Clone(opts.Methods)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	secs := int64((opts.RetryAfter + time.Second - 1) / time.Second)
+	return &Idempotent{next: next, store: store, opts: opts, retryAfter: strconv.FormatInt(secs, 10), log: log}, nil
+}
+
+// Headers the middleware reads and writes.
+const (
+	// IdempotencyKeyHeader carries the key of a keyed request.
+	IdempotencyKeyHeader = "Idempotency-Key"
+	// ReplayedHeader marks a response replayed from the store.
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// maxKeyLen bounds an Idempotency-Key, as Stripe does.
+const maxKeyLen = 255
+
+// storeCallTimeout bounds the store calls made after the handler ran
+// (Complete, Release), which run without the request's cancellation.
+const storeCallTimeout = 5 * time.Second
+
+// Poll backoff of a waiting copy: it doubles from pollMin up to pollMax.
+const (
+	pollMin = 2 * time.Millisecond
+	pollMax = 100 * time.Millisecond
+)
+
+// ServeHTTP serves r, once per key. Requests that are not keyed take the
+// fast path: no allocation.
+func (h *Idempotent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.keyedMethod(r.Method) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	vs, ok := r.Header[IdempotencyKeyHeader]
+	if !ok {
+		if vs, ok = r.Header["X-Idempotency-Key"]; !ok {
+			h.next.ServeHTTP(w, r)
+			return
+		}
+	}
+	h.serveKeyed(w, r, vs)
+}
+
+func (h *Idempotent) keyedMethod(m string) bool {
+	if h.opts.Methods == nil {
+		switch m {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			return true
+		}
+		return false
+	}
+	return slices.Contains(h.opts.Methods, m)
+}
+
+func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []string) {
+	ctx := r.Context()
+	if len(vs) != 1 {
+		h.problem(w, http.StatusBadRequest, false, "Invalid Idempotency-Key", "The request must carry exactly one Idempotency-Key header.")
+		return
+	}
+	ikey := vs[0]
+	if len(ikey) >= 2 && ikey[0] == '"' && ikey[len(ikey)-1] == '"' {
+		ikey = ikey[1 : len(ikey)-1]
+	}
+	if ikey == "" || len(ikey) > maxKeyLen {
+		h.problem(w, http.StatusBadRequest, false, "Invalid Idempotency-Key", "The Idempotency-Key must be 1 to 255 characters long.")
+		return
+	}
+
+	var body []byte
+	if r.Body != nil && r.Body != http.NoBody {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, h.opts.MaxBody+1))
+		if err != nil {
+			h.problem(w, http.StatusBadRequest, false, "Unreadable request body", "The request body could not be read: "+err.Error())
+			return
+		}
+		if int64(len(body)) > h.opts.MaxBody {
+			h.problem(w, http.StatusRequestEntityTooLarge, false, "Request body too large for an idempotent request",
+				"A request with an Idempotency-Key may carry at most "+strconv.FormatInt(h.opts.MaxBody, 10)+" bytes.")
+			return
+		}
+	}
+	fp := Fingerprint(sha256.Sum256(body))
+	scope := ""
+	if h.opts.Scope != nil {
+		scope = h.opts.Scope(r)
+	}
+	key := storeKey(scope, r.Method, r.URL.Path, ikey)
+	lock := Lock{Token: rand.Text(), Fingerprint: fp, Lease: h.opts.LockLease}
+
+	var (
+		timeout *time.Timer
+		poll    *time.Timer
+		backoff = pollMin
+		waited  bool
+	)
+	defer func() {
+		if timeout != nil {
+			timeout.Stop()
+			poll.Stop()
+		}
+		if waited {
+			h.stats.waiting.Add(-1)
+		}
+	}()
+	for {
+		claim, err := h.store.Begin(ctx, key, lock)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.storeFailed("Begin", err)
+			}
+			h.unavailable(w)
+			return
+		}
+		h.storeAnswered()
+		switch claim.State {
+		case ClaimCompleted:
+			if claim.Record.Fingerprint != fp {
+				h.mismatch(w)
+				return
+			}
+			h.stats.replays.Add(1)
+			replay(w, claim.Record)
+			return
+		case ClaimAcquired:
+			if waited {
+				h.stats.waiting.Add(-1)
+				waited = false
+			}
+			r2 := new(http.Request)
+			*r2 = *r
+			r2.Body = io.NopCloser(bytes.NewReader(body))
+			r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			h.run(w, r2, key, lock, fp)
+			return
+		case ClaimInProgress:
+			if claim.Fingerprint != fp {
+				h.mismatch(w)
+				return
+			}
+		default:
+			h.storeFailed("Begin", fmt.Errorf("unknown claim state %v", claim.State))
+			h.unavailable(w)
+			return
+		}
+		if !waited {
+			waited = true
+			h.stats.waits.Add(1)
+			h.stats.waiting.Add(1)
+			timeout = time.NewTimer(h.opts.LockTimeout)
+			poll = time.NewTimer(backoff)
+		} else {
+			poll.Reset(backoff)
+		}
+		backoff = min(2*backoff, pollMax)
+		select {
+		case <-claim.Wake:
+		case <-poll.C:
+		case <-timeout.C:
+			h.stats.conflicts.Add(1)
+			h.problem(w, http.StatusConflict, true, "Request with this Idempotency-Key still in progress",
+				"A request with the same Idempotency-Key is still being processed; retry later.")
+			return
+		case <-ctx.Done():
+			h.stats.conflicts.Add(1)
+			h.problem(w, http.StatusConflict, true, "Request with this Idempotency-Key still in progress",
+				"A request with the same Idempotency-Key was still being processed when this one ended.")
+			return
+		}
+		poll.Stop() // Go ≥ 1.23: Reset after Stop never sees a stale tick
+	}
+}
+
+// storeKey is the store's key of a keyed request: the hex SHA-256 of its
+// parts, each length-prefixed so that no two tuples meet.
+func storeKey(scope, method, path, ikey string) string {
+	hs := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, s := range [...]string{scope, method, path, ikey} {
+		hs.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		io.WriteString(hs, s)
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(hs.Sum(sum[:0]))
+}
+
+// run runs the handler for the request holding key's lock, then stores
+// its response or releases the key.
+func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, key string, lock Lock, fp Fingerprint) {
+	h.stats.runs.Add(1)
+	hb := h.startHeartbeat(key, lock)
+	cw := &captureWriter{w: w, max: h.opts.MaxStoredResponse}
+	done := false
+	defer func() {
+		hb.stop()
+		if !done { // the handler panicked: free the key, let the panic go on
+			h.release(r.Context(), key, lock.Token)
+		}
+	}()
+	h.next.ServeHTTP(cw, r)
+	done = true
+	hb.stop()
+
+	if cw.status == 0 {
+		if r.Context().Err() != nil { // abandoned before a word was written
+			h.release(r.Context(), key, lock.Token)
+			return
+		}
+		cw.WriteHeader(http.StatusOK) // what net/http would send
+	}
+	if !keepStatus(cw.status) || cw.overflow {
+		if cw.overflow {
+			h.stats.notStored.Add(1)
+		}
+		h.release(r.Context(), key, lock.Token)
+		return
+	}
+	rec := &Record{Status: cw.status, Header: cw.header, Body: cw.buf, Fingerprint: fp}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeCallTimeout)
+	defer cancel()
+	switch err := h.store.Complete(ctx, key, lock.Token, rec, h.opts.TTL); {
+	case err == nil:
+		h.storeAnswered()
+	case errors.Is(err, ErrLockLost):
+		h.stats.notStored.Add(1)
+		h.log.Warn("hedgehttp: idempotency lock lost before the response was stored; a copy may run again",
+			"method", r.Method, "path", r.URL.Path, "status", cw.status)
+	default:
+		h.stats.notStored.Add(1)
+		h.storeFailed("Complete", err)
+		h.log.Error("hedgehttp: response not stored; its key stays locked until the lease ends, then a copy runs again",
+			"method", r.Method, "path", r.URL.Path, "status", cw.status, "err", err)
+	}
+}
+
+// keepStatus reports whether a response with this final status is stored:
+// not one that says the request may not have been done.
+func keepStatus(status int) bool {
+	switch {
+	case status < 200 || status >= 500:
+		return false
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return false
+	}
+	return true
+}
+
+func (h *Idempotent) release(ctx context.Context, key, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
+	defer cancel()
+	if err := h.store.Release(ctx, key, token); err != nil && !errors.Is(err, ErrLockLost) {
+		h.storeFailed("Release", err)
+		return
+	}
+	h.storeAnswered()
+}
+
+// replay writes a stored response.
+func replay(w http.ResponseWriter, rec *Record) {
+	hd := w.Header()
+	for k, v := range rec.Header {
+		hd[k] = slices.Clone(v)
+	}
+	hd.Set(ReplayedHeader, "true")
+	if _, ok := rec.Header["Content-Length"]; !ok && bodyAllowed(rec.Status) {
+		hd.Set("Content-Length", strconv.Itoa(len(rec.Body)))
+	}
+	w.WriteHeader(rec.Status)
+	_, _ = w.Write(rec.Body)
+}
+
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// storeFailed opens a failure episode, logging once.
+func (h *Idempotent) storeFailed(op string, err error) {
+	if !h.down.Load() && h.down.CompareAndSwap(false, true) {
+		h.log.Error("hedgehttp: idempotency store failing; keyed requests get 503 until it answers again",
+			"op", op, "err", err)
+	}
+}
+
+// storeAnswered closes a failure episode, logging once.
+func (h *Idempotent) storeAnswered() {
+	if h.down.Load() && h.down.CompareAndSwap(true, false) {
+		h.log.Info("hedgehttp: idempotency store answers again")
+	}
+}
+
+func (h *Idempotent) unavailable(w http.ResponseWriter) {
+	h.stats.unavailable.Add(1)
+	h.problem(w, http.StatusServiceUnavailable, true, "Idempotency store unavailable",
+		"The request was not processed: its Idempotency-Key cannot be checked now; retry later.")
+}
+
+func (h *Idempotent) mismatch(w http.ResponseWriter) {
+	h.stats.mismatches.Add(1)
+	h.problem(w, http.StatusUnprocessableEntity, false, "Idempotency-Key is already used",
+		"This Idempotency-Key was used with a different request body; a key must not be reused across different payloads.")
+}
+
+// problem writes an RFC 9457 problem (application/problem+json).
+func (h *Idempotent) problem(w http.ResponseWriter, status int, retry bool, title, detail string) {
+	hd := w.Header()
+	if retry {
+		hd.Set("Retry-After", h.retryAfter)
+	}
+	hd.Set("Content-Type", "application/problem+json")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", title, status, detail})
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// IdempotencyStats are an [Idempotent]'s counters, from [Idempotent.Stats].
+type IdempotencyStats struct {
+	// Runs counts keyed requests that ran the handler.
+	Runs int64
+	// Replays counts keyed requests answered from the store.
+	Replays int64
+	// Waits counts keyed requests that found their key's first run going
+	// and waited for it (they then count in Replays, Runs or Conflicts).
+	Waits int64
+	// Waiting is the number of copies waiting now.
+	Waiting int64
+	// Conflicts counts 409 answers: a copy still waiting at LockTimeout
+	// or when its context ended.
+	Conflicts int64
+	// Mismatches counts 422 answers: a key reused with another body.
+	Mismatches int64
+	// Unavailable counts 503 answers: the store could not be asked.
+	Unavailable int64
+	// NotStored counts responses worth keeping that were not stored: too
+	// large, the lock lost, or the store failing.
+	NotStored int64
+}
+
+// Stats returns a snapshot of the counters, each read atomically.
+func (h *Idempotent) Stats() IdempotencyStats {
+	s := &h.stats
+	return IdempotencyStats{
+		Runs: s.runs.Load(), Replays: s.replays.Load(), Waits: s.waits.Load(), Waiting: s.waiting.Load(),
+		Conflicts: s.conflicts.Load(), Mismatches: s.mismatches.Load(), Unavailable: s.unavailable.Load(),
+		NotStored: s.notStored.Load(),
+	}
+}
+
+// heartbeat extends a running request's lock every lease/3.
+type heartbeat struct {
+	h       *Idempotent
+	key     string
+	lock    Lock
+	mu      sync.Mutex
+	stopped bool
+	t       *time.Timer
+	wg      sync.WaitGroup
+	lost    bool
+}
+
+func (h *Idempotent) startHeartbeat(key string, lock Lock) *heartbeat {
+	hb := &heartbeat{h: h, key: key, lock: lock}
+	hb.mu.Lock() // a first beat waits for hb.t to be set
+	hb.t = time.AfterFunc(lock.Lease/3, hb.beat)
+	hb.mu.Unlock()
+	return hb
+}
+
+func (hb *heartbeat) beat() {
+	hb.mu.Lock()
+	if hb.stopped {
+		hb.mu.Unlock()
+		return
+	}
+	hb.wg.Add(1)
+	hb.mu.Unlock()
+	defer hb.wg.Done()
+
+	ctx, cancel := context.WithTimeout(context.Background(), hb.lock.Lease/3)
+	err := hb.h.store.Extend(ctx, hb.key, hb.lock)
+	cancel()
+	switch {
+	case err == nil:
+		hb.h.storeAnswered()
+	case errors.Is(err, ErrLockLost):
+		if !hb.lost {
+			hb.lost = true
+			hb.h.log.Warn("hedgehttp: idempotency lock lost while the request ran (lease passed); a copy may run again")
+		}
+	default:
+		hb.h.storeFailed("Extend", err)
+	}
+	hb.mu.Lock()
+	if !hb.stopped {
+		hb.t.Reset(hb.lock.Lease / 3)
+	}
+	hb.mu.Unlock()
+}
+
+// stop stops the heartbeat and waits for a beat in progress. It may be
+// called more than once.
+func (hb *heartbeat) stop() {
+	hb.mu.Lock()
+	hb.stopped = true
+	hb.t.Stop()
+	hb.mu.Unlock()
+	hb.wg.Wait()
+}
+
+// captureWriter passes a response through to the client and keeps a copy
+// of its status, header and body (up to max bytes).
+type captureWriter struct {
+	w        http.ResponseWriter
+	max      int64
+	status   int
+	header   http.Header
+	buf      []byte
+	overflow bool
+}
+
+func (c *captureWriter) Header() http.Header { return c.w.Header() }
+
+func (c *captureWriter) WriteHeader(status int) {
+	if c.status != 0 {
+		c.w.WriteHeader(status) // superfluous: let net/http say so
+		return
+	}
+	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		c.w.WriteHeader(status) // informational: not the response
+		return
+	}
+	hd := c.w.Header()
+	if _, ok := hd["Date"]; !ok {
+		// Fix the Date now, so that replays carry the first answer's.
+		hd.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	}
+	c.status = status
+	c.header = hd.Clone()
+	c.w.WriteHeader(status)
+}
+
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if !c.overflow {
+		if int64(len(c.buf)+len(p)) > c.max {
+			c.overflow, c.buf = true, nil
+		} else {
+			c.buf = append(c.buf, p...)
+		}
+	}
+	return c.w.Write(p)
+}
+
+// Flush flushes the response to the client, if the writer underneath can.
+func (c *captureWriter) Flush() {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(c.w).Flush()
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }

@@ -1,0 +1,279 @@
+package hedgehttp
+
+import (
+	"context"
+	"io"
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// waitSignal wraps a Store and closes ready once n distinct requests
+// (tokens) have been told that the key is in progress: n copies are
+// waiting.
+type waitSignal struct {
+	Store
+	n     int
+	mu    sync.Mutex
+	seen  map[string]bool
+	ready chan struct{}
+}
+
+func newWaitSignal(s Store, n int) *waitSignal {
+	return &waitSignal{Store: s, n: n, seen: map[string]bool{}, ready: make(chan struct{})}
+}
+
+func (s *waitSignal) Begin(ctx context.Context, key string, lock Lock) (Claim, error) {
+	c, err := s.Store.Begin(ctx, key, lock)
+	if err == nil && c.State == ClaimInProgress {
+		s.mu.Lock()
+		if !s.seen[lock.Token] {
+			s.seen[lock.Token] = true
+			if len(s.seen) == s.n {
+				close(s.ready)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return c, err
+}
+
+// answer is a response as a client saw it.
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func post(t *testing.T, c *http.Client, ctx context.Context, url, key, body string) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return answer{}
+	}
+	req.Header.Set(IdempotencyKeyHeader, key)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Errorf("POST %s: %v", url, err)
+		return answer{}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Errorf("POST %s: reading body: %v", url, err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+// 100 concurrent copies of one keyed POST, over real sockets: the handler
+// runs once, and all 100 answers are identical — status, header (but for
+// the replay mark, on the 99 copies) and body.
+func TestIdempotentLoopback100Copies(t *testing.T) {
+	const copies = 100
+	for _, proto := range protocols {
+		t.Run(proto.name, func(t *testing.T) {
+			ms, _ := NewMemoryStore(MemoryStoreOptions{})
+			ws := newWaitSignal(ms, copies-1)
+			var counter atomic.Int64
+			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select { // answer once every other copy is waiting
+				case <-ws.ready:
+				case <-r.Context().Done():
+					return
+				}
+				n := counter.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Location", "/orders/42")
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"order":42,"counter":`+string(rune('0'+n))+`}`)
+			})
+			srv, tr := startServer(t, proto.h2, newIdem(t, next, ws, IdempotencyOptions{}))
+			c := &http.Client{Transport: tr}
+			answers := make([]answer, copies)
+			var wg sync.WaitGroup
+			for i := range copies {
+				wg.Go(func() { answers[i] = post(t, c, t.Context(), srv.URL+"/orders", "order-42", `{"item":"book"}`) })
+			}
+			wg.Wait()
+			if n := counter.Load(); n != 1 {
+				t.Fatalf("counter = %d, want 1", n)
+			}
+			var first *answer
+			replayed := 0
+			for i := range answers {
+				a := &answers[i]
+				if a.header.Get(ReplayedHeader) == "true" {
+					replayed++
+				} else {
+					first = a
+				}
+			}
+			if replayed != copies-1 || first == nil {
+				t.Fatalf("%d answers replayed, want %d", replayed, copies-1)
+			}
+			if first.status != 201 || first.body != `{"order":42,"counter":1}` || first.header.Get("Location") != "/orders/42" {
+				t.Fatalf("first answer %d %q %v", first.status, first.body, first.header)
+			}
+			for i, a := range answers {
+				h := a.header.Clone()
+				h.Del(ReplayedHeader)
+				if a.status != first.status || a.body != first.body || !maps.EqualFunc(h, first.header, func(x, y []string) bool { return strings.Join(x, "\x00") == strings.Join(y, "\x00") }) {
+					t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.status, h, a.body, first.status, first.header, first.body)
+				}
+			}
+		})
+	}
+}
+
+// lockedClock is a settable clock safe for concurrent use.
+type lockedClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *lockedClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *lockedClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Over real sockets: a replay until the TTL, a new run after it; a body
+// mismatch gets 422; a failed first run lets the next copy run.
+func TestIdempotentLoopbackLifecycle(t *testing.T) {
+	clk := &lockedClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	ms, err := NewMemoryStore(MemoryStoreOptions{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		if strings.HasPrefix(r.URL.Path, "/flaky") && n == 3 {
+			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "run "+string(rune('0'+n)))
+	})
+	srv, tr := startServer(t, false, newIdem(t, next, ms, IdempotencyOptions{TTL: time.Hour}))
+	c := &http.Client{Transport: tr}
+	ctx := t.Context()
+
+	steps := []struct {
+		name     string
+		path     string
+		body     string
+		advance  time.Duration
+		status   int
+		answer   string
+		replayed bool
+	}{
+		{"first run", "/pay", "10 EUR", 0, 201, "run 1", false},
+		{"replay", "/pay", "10 EUR", 59 * time.Minute, 201, "run 1", true},
+		{"other body: 422", "/pay", "99 EUR", 0, 422, "", false},
+		{"TTL passed: runs again", "/pay", "10 EUR", time.Minute, 201, "run 2", false},
+		{"flaky first run fails", "/flaky", "x", 0, 503, "database unavailable\n", false},
+		{"flaky: the next copy runs", "/flaky", "x", 0, 201, "run 4", false},
+		{"flaky: then replayed", "/flaky", "x", 0, 201, "run 4", true},
+	}
+	for _, s := range steps {
+		clk.advance(s.advance)
+		a := post(t, c, ctx, srv.URL+s.path, "key-1", s.body)
+		if a.status != s.status || (s.answer != "" && a.body != s.answer) || (a.header.Get(ReplayedHeader) == "true") != s.replayed {
+			t.Errorf("%s: %d %q replayed=%q; want %d %q replayed=%v", s.name, a.status, a.body, a.header.Get(ReplayedHeader), s.status, s.answer, s.replayed)
+		}
+	}
+	if runs.Load() != 4 {
+		t.Errorf("handler ran %d times, want 4", runs.Load())
+	}
+}
+
+// Over real sockets: a copy still waiting at the lock timeout gets 409
+// with Retry-After, and the first run still answers.
+func TestIdempotentLoopbackLockTimeout(t *testing.T) {
+	gate := make(chan struct{})
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-gate
+		io.WriteString(w, "done")
+	})
+	ms, _ := NewMemoryStore(MemoryStoreOptions{})
+	ws := newWaitSignal(ms, 1)
+	srv, tr := startServer(t, false, newIdem(t, next, ws, IdempotencyOptions{LockTimeout: 50 * time.Millisecond}))
+	c := &http.Client{Transport: tr}
+	// Two copies; whichever reaches the store second waits, and gets 409
+	// at the lock timeout while the other is still held at the gate.
+	results := make(chan answer, 2)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { results <- post(t, c, t.Context(), srv.URL, "k", "") })
+	}
+	conflict := <-results
+	close(gate)
+	wg.Wait()
+	done := <-results
+	if conflict.status != 409 || done.status != 200 || done.body != "done" {
+		t.Fatalf("answers %d then %d %q, want 409 then 200 \"done\"", conflict.status, done.status, done.body)
+	}
+	if conflict.header.Get("Retry-After") != "1" || !strings.Contains(conflict.body, "still in progress") {
+		t.Errorf("409 answer: Retry-After %q, body %q", conflict.header.Get("Retry-After"), conflict.body)
+	}
+	select {
+	case <-ws.ready:
+	default:
+		t.Error("no copy waited")
+	}
+}
+
+// A hedged POST with an Idempotency-Key, through a hedgehttp.Transport to a
+// slow server behind Idempotent: both attempts reach the server, the
+// handler runs once, and the client gets its answer.
+func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto.name, func(t *testing.T) {
+			ms, _ := NewMemoryStore(MemoryStoreOptions{})
+			ws := newWaitSignal(ms, 1)
+			var runs atomic.Int64
+			var seen hits
+			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				select { // slow: answers once the hedge is waiting for it
+				case <-ws.ready:
+				case <-r.Context().Done():
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "charged once")
+			})
+			idem := newIdem(t, next, ws, IdempotencyOptions{})
+			srv, tr := startServer(t, proto.h2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen.add(r)
+				idem.ServeHTTP(w, r)
+			}))
+			c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, 10*time.Millisecond))}
+			a := post(t, c, t.Context(), srv.URL+"/charge", "charge-7", "amount=10")
+			if a.status != 201 || a.body != "charged once" {
+				t.Errorf("client got %d %q", a.status, a.body)
+			}
+			if runs.Load() != 1 {
+				t.Errorf("handler ran %d times, want 1", runs.Load())
+			}
+			if seen.get(0) != 1 || seen.get(1) != 1 {
+				t.Errorf("server saw %d primaries and %d hedges, want 1 and 1", seen.get(0), seen.get(1))
+			}
+			if s := idem.Stats(); s.Runs != 1 || s.Waits != 1 {
+				t.Errorf("stats %+v, want 1 run and 1 wait", s)
+			}
+		})
+	}
+}
