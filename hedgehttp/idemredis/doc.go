@@ -24,6 +24,14 @@
 // Redis's own clock runs the leases and TTLs; the servers' clocks do not
 // matter.
 //
+// What Redis forgets, the store forgets: a Redis restarted without
+// persistence, a failover to a replica that had not received the last
+// writes, or eviction under maxmemory (use a noeviction or volatile-* policy)
+// lets a copy that comes after run again. For the guarantee to survive a
+// crash, run Redis with appendonly yes and appendfsync always (everysec may
+// lose the last second); TestRedisKilledMidTest kills redis-server so
+// configured and finds every stored response again after the restart.
+//
 // # When Redis is down
 //
 // Every method then returns the client's error and the middleware fails

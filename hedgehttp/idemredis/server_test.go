@@ -19,10 +19,10 @@ type redisServer struct {
 }
 
 // startRedis starts redis-server on 127.0.0.1:port (a free port if 0),
-// without persistence, and waits until it accepts connections. The test is
+// without persistence unless args say otherwise, and waits until it accepts connections. The test is
 // skipped when the binary is absent, and fails then under CI (.ci/run
 // installs Debian's redis-server).
-func startRedis(t testing.TB, port int) *redisServer {
+func startRedis(t testing.TB, port int, args ...string) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -41,6 +41,7 @@ func startRedis(t testing.TB, port int) *redisServer {
 	}
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "notice")
+	cmd.Args = append(cmd.Args, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
