@@ -16,6 +16,9 @@ import (
 type redisServer struct {
 	port int
 	cmd  *exec.Cmd
+	// clusterOK receives when a cluster node logs that its cluster state
+	// is ok (every slot served).
+	clusterOK chan struct{}
 }
 
 // startRedis starts redis-server on 127.0.0.1:port (a free port if 0),
@@ -49,7 +52,7 @@ func startRedis(t testing.TB, port int, args ...string) *redisServer {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &redisServer{port: port, cmd: cmd}
+	s := &redisServer{port: port, cmd: cmd, clusterOK: make(chan struct{}, 1)}
 	t.Cleanup(s.kill)
 	ready := make(chan bool, 1)
 	go func() {
@@ -59,6 +62,12 @@ func startRedis(t testing.TB, port int, args ...string) *redisServer {
 			if !ok && strings.Contains(sc.Text(), "Ready to accept connections") {
 				ok = true
 				ready <- true
+			}
+			if strings.Contains(sc.Text(), "Cluster state changed: ok") {
+				select {
+				case s.clusterOK <- struct{}{}:
+				default:
+				}
 			}
 		}
 		if !ok {
