@@ -21,6 +21,12 @@
 // touches one key; the braces make it a Cluster hash tag anyway, so that
 // anything kept beside a key later lands in the same slot.
 //
+// A keyed write that runs costs two round trips (Begin, then Complete or
+// Release) and one more per LockLease/3 that it runs; a replay costs one.
+// Over loopback to a local redis-server on a shared 2-core machine
+// (BenchmarkStoreRealRedis): 89–115 µs and 31 allocations for Begin and
+// Complete of a small record, 40–48 µs for a replay.
+//
 // Redis's own clock runs the leases and TTLs; the servers' clocks do not
 // matter.
 //
