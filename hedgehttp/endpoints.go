@@ -41,7 +41,11 @@ const endpointDecay = time.Second
 // (TestProbeBringsBackRecoveredEndpoint), an endpoint slow (100 ms instead
 // of 5) for a second gets a quarter of the traffic back 1.7 s after it
 // recovers among three endpoints, 2.2 s among two; one that stays slow
-// keeps 0.8 % of it.
+// keeps 0.8 % of it. The pick costs one atomic add more, on a counter with
+// a cache line of its own (BenchmarkPick, 10 runs alternated with the
+// pick before probes on the shared 2-core machine at load 5: medians 105
+// → 108 ns serial and 116 → 114 ns on two Ps, within the noise; minima
+// 64 → 83 and 62 → 77 ns).
 const (
 	probeEvery = 32
 	probeAfter = 125 * time.Millisecond
