@@ -260,3 +260,47 @@ routes: [{name: r, upstream: pool, policy: {warmup_delay: 2ms, budget: 100%%}}]
 		})
 	}
 }
+
+// With the Redis store unreachable the proxy fails closed for keyed
+// writes: 503 with Retry-After, and the upstream never sees them; other
+// requests pass.
+func TestProxyIdempotencyRedisDown(t *testing.T) {
+	u := startUpstream(t, "u", nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u}]
+idempotency: {store: redis, redis: {addrs: [%q], timeout: 200ms}, retry_after: 3s}
+`, u.URL, dead))
+	t.Cleanup(func() { p.idemRedis.Close() })
+	post := func(key string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/pay", strings.NewReader("x"))
+		if key != "" {
+			req.Header.Set(hedgehttp.IdempotencyKeyHeader, key)
+		}
+		resp, err := p.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for i := range 3 {
+		if resp := post("k"); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
+			t.Fatalf("keyed POST %d with Redis down: %d, Retry-After %q; want 503 with 3", i, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	if n := u.hits.Load(); n != 0 {
+		t.Fatalf("upstream saw %d keyed writes with the store down, want 0", n)
+	}
+	if resp := post(""); resp.StatusCode != http.StatusOK || u.hits.Load() != 1 {
+		t.Errorf("unkeyed POST with Redis down: %d, upstream hits %d; want 200 and 1", resp.StatusCode, u.hits.Load())
+	}
+}
