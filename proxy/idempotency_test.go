@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/hedgehttp"
@@ -206,7 +207,7 @@ routes: [{name: r, upstream: pool, policy: {warmup_delay: 2ms, budget: 100%%}}]
 			proxyHost := strings.TrimPrefix(p.url, "http://")
 			relay := startHoldRelay(t, proxyHost)
 
-			pol, err := tailcut.New(tailcut.Config{WarmupDelay: 20 * time.Millisecond})
+			pol, err := tailcut.New(tailcut.Config{WarmupDelay: 20 * time.Millisecond, MaxHedges: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,6 +250,16 @@ routes: [{name: r, upstream: pool, policy: {warmup_delay: 2ms, budget: 100%%}}]
 			seen := append(u1.requests(), u2.requests()...)
 			if n != 1 || len(seen) != 1 || seen[0].attempt != "0" || seen[0].body != body {
 				t.Errorf("upstream ran %d times, saw %+v; want one request, unhedged, with the body", n, seen)
+			}
+			d := p.Debug().Idempotency
+			if d == nil || d.Store != store || d.Runs != 1 || d.Replays != 1 || d.Unavailable != 0 {
+				t.Errorf("debug idempotency %+v, want store %s, 1 run and 1 replay", d, store)
+			}
+			if n := p.idemCount(t, "replay"); n != 1 {
+				t.Errorf("tailcut_proxy_idempotent_requests_total{outcome=replay} = %v, want 1", n)
+			}
+			if problems, err := testutil.GatherAndLint(p.reg); err != nil || len(problems) > 0 {
+				t.Errorf("metrics lint: %v %v", err, problems)
 			}
 			// The proxy still hedges what is safe to repeat: a GET.
 			if code, _ := p.get(t, "/list"); code != http.StatusCreated {
@@ -303,4 +314,28 @@ idempotency: {store: redis, redis: {addrs: [%q], timeout: 200ms}, retry_after: 3
 	if resp := post(""); resp.StatusCode != http.StatusOK || u.hits.Load() != 1 {
 		t.Errorf("unkeyed POST with Redis down: %d, upstream hits %d; want 200 and 1", resp.StatusCode, u.hits.Load())
 	}
+	if d := p.Debug().Idempotency; d == nil || d.Unavailable != 3 || d.Runs != 0 {
+		t.Errorf("debug idempotency %+v, want 3 unavailable and no run", d)
+	}
+}
+
+// idemCount is the proxy's idempotency counter for one outcome, as
+// exported on /metrics (-1 if absent).
+func (p *testProxy) idemCount(t *testing.T, outcome string) float64 {
+	t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tailcut_proxy_idempotent_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
 }

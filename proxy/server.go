@@ -62,7 +62,7 @@ type Server struct {
 	// Idempotency (Config.Idempotency), set by New: the middleware in
 	// front of the router, its Redis store if any (closed when Run ends),
 	// and which requests it runs once (sent upstream unhedged).
-	idem      http.Handler
+	idem      *hedgehttp.Idempotent
 	idemRedis *idemredis.Store
 	keyedOnce func(*http.Request) bool
 }
