@@ -196,9 +196,10 @@ type Config struct {
 	// Prefix is the Store's. Empty means DefaultPrefix.
 	Prefix string `yaml:"prefix" json:"prefix"`
 	// Timeout bounds each command (dial, read and write), on top of the
-	// request's context. Zero means 1 s; must not be negative. A request
-	// waits at most about this long for a Redis that does not answer
-	// before it gets 503.
+	// request's context. Zero means 1 s; must not be negative. A keyed
+	// request waits about this long (twice if the client retries the
+	// command) for a Redis that does not answer before it gets 503; one
+	// that refuses connections fails at once.
 	Timeout time.Duration `yaml:"timeout" json:"timeout"`
 }
 
