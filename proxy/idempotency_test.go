@@ -339,3 +339,73 @@ func (p *testProxy) idemCount(t *testing.T, outcome string) float64 {
 	}
 	return -1
 }
+
+// Two proxies sharing the Redis store are one: a copy of a keyed write
+// that reaches the second proxy while the first runs it upstream waits for
+// that run and gets its answer; the upstream runs it once.
+func TestProxyIdempotencyFleet(t *testing.T) {
+	arrived := make(chan struct{}, 4)
+	release := make(chan struct{})
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged once")
+	})
+	mr := miniredis.RunT(t)
+	cfg := fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u}]
+idempotency: {store: redis, redis: {addrs: [%q]}}
+`, u.URL, mr.Addr())
+	a, b := startProxy(t, cfg), startProxy(t, cfg)
+	t.Cleanup(func() { a.idemRedis.Close(); b.idemRedis.Close() })
+	type result struct {
+		code     int
+		body     string
+		replayed string
+	}
+	send := func(p *testProxy, out chan<- result) {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/charge", strings.NewReader("10 EUR"))
+		req.Header.Set(hedgehttp.IdempotencyKeyHeader, "charge-1")
+		resp, err := p.client.Do(req)
+		if err != nil {
+			t.Error(err)
+			out <- result{}
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out <- result{resp.StatusCode, string(body), resp.Header.Get(hedgehttp.ReplayedHeader)}
+	}
+	ra, rb := make(chan result, 1), make(chan result, 1)
+	go send(a, ra)
+	<-arrived // a runs it upstream
+	go send(b, rb)
+	// Wait (polling b's counters, 10 s at most) until b's copy waits.
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for b.Debug().Idempotency.Waiting != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("b's copy is not waiting: %+v", b.Debug().Idempotency)
+		}
+		<-tick.C
+	}
+	close(release)
+	x, y := <-ra, <-rb
+	if x.code != http.StatusCreated || x.body != "charged once" || x.replayed != "" {
+		t.Errorf("a answered %+v, want the run's 201", x)
+	}
+	if y.code != x.code || y.body != x.body || y.replayed != "true" {
+		t.Errorf("b answered %+v, want a's answer, replayed", y)
+	}
+	if n := u.hits.Load(); n != 1 {
+		t.Errorf("upstream ran the write %d times, want 1", n)
+	}
+}
