@@ -25,4 +25,8 @@
 // ([AttemptFromContext]), counts primaries and hedges apart, and when the
 // server is busy refuses hedges first, with 429 and Retry-After — which a
 // Transport honours as pushback — and primaries only past a hard limit.
+// [Idempotent] makes hedged writes safe: the copies of a request carrying
+// one Idempotency-Key run the handler once and all get its response, kept
+// in a [Store] ([MemoryStore] in one process, or Redis in package
+// hedgehttp/idemredis for a fleet).
 package hedgehttp

@@ -144,7 +144,9 @@ type IdempotencyOptions struct {
 // BenchmarkIdempotent.
 //
 // Place it inside [Handler] (NewHandler(idem, …)), so that shed hedges never
-// reach the store. An Idempotent is safe for concurrent use.
+// reach the store, and inside authentication, so that a 401 is never
+// stored as a key's answer (4xx answers are kept: they are the result of
+// the request as sent). An Idempotent is safe for concurrent use.
 type Idempotent struct {
 	next       http.Handler
 	store      Store
@@ -305,7 +307,7 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		scope = h.opts.Scope(r)
 	}
 	key := storeKey(scope, r.Method, r.URL.Path, ikey)
-	lock := Lock{Token: rand.Text(), Fingerprint: fp, Lease: h.opts.LockLease}
+	lock := Lock{Token: newToken(), Fingerprint: fp, Lease: h.opts.LockLease}
 
 	var (
 		timeout *time.Timer
@@ -334,6 +336,11 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		h.storeAnswered()
 		switch claim.State {
 		case ClaimCompleted:
+			if claim.Record == nil {
+				h.storeFailed("Begin", errors.New("completed claim without a record"))
+				h.unavailable(w)
+				return
+			}
 			if claim.Record.Fingerprint != fp {
 				h.mismatch(w)
 				return
@@ -388,6 +395,18 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		}
 		poll.Stop() // Go ≥ 1.23: Reset after Stop never sees a stale tick
 	}
+}
+
+// tokenPrefix makes lock tokens unique across processes (80 random bits);
+// a counter makes them unique within one.
+var (
+	tokenPrefix = sync.OnceValue(func() string { return rand.Text()[:16] })
+	tokenSeq    atomic.Uint64
+)
+
+// newToken returns a lock token never returned before, by any process.
+func newToken() string {
+	return tokenPrefix() + "-" + strconv.FormatUint(tokenSeq.Add(1), 36)
 }
 
 // storeKey is the store's key of a keyed request: the hex SHA-256 of its

@@ -85,6 +85,8 @@ func TestIdempotentLoopback100Copies(t *testing.T) {
 				case <-ws.ready:
 				case <-r.Context().Done():
 					return
+				case <-time.After(20 * time.Second): // a broken test still ends
+					t.Error("the other copies never all waited")
 				}
 				n := counter.Add(1)
 				w.Header().Set("Content-Type", "application/json")
@@ -204,7 +206,11 @@ func TestIdempotentLoopbackLifecycle(t *testing.T) {
 func TestIdempotentLoopbackLockTimeout(t *testing.T) {
 	gate := make(chan struct{})
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		<-gate
+		select {
+		case <-gate:
+		case <-time.After(20 * time.Second): // a broken test still ends
+			t.Error("gate never opened")
+		}
 		io.WriteString(w, "done")
 	})
 	ms, _ := NewMemoryStore(MemoryStoreOptions{})
@@ -251,6 +257,8 @@ func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
 				case <-ws.ready:
 				case <-r.Context().Done():
 					return
+				case <-time.After(20 * time.Second): // a broken test still ends
+					t.Error("the hedge never came")
 				}
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, "charged once")
@@ -265,6 +273,7 @@ func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
 			if a.status != 201 || a.body != "charged once" {
 				t.Errorf("client got %d %q", a.status, a.body)
 			}
+			srv.Close() // waits for the hedge's handler to return
 			if runs.Load() != 1 {
 				t.Errorf("handler ran %d times, want 1", runs.Load())
 			}

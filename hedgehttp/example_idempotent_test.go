@@ -1,0 +1,103 @@
+package hedgehttp_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/hedgehttp"
+)
+
+// A handler that creates orders, made idempotent: the same Idempotency-Key
+// and body get the first answer again, marked Idempotent-Replayed; the
+// same key with another body is refused with 422.
+func ExampleNewIdempotent() {
+	var orders atomic.Int64
+	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d", orders.Add(1))
+	})
+	// nil: a MemoryStore with default options (64 MiB, responses kept 24 h).
+	h, err := hedgehttp.NewIdempotent(create, nil, hedgehttp.IdempotencyOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	send := func(body string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnprocessableEntity {
+			b = []byte(resp.Header.Get("Content-Type"))
+		}
+		fmt.Printf("%d %s replayed=%q\n", resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed"))
+	}
+	send(`{"item":"book"}`)
+	send(`{"item":"book"}`) // a retry, or a hedge: the same answer
+	send(`{"item":"lamp"}`) // the key reused for something else
+	fmt.Println("orders created:", orders.Load())
+	// Output:
+	// 201 order 1 replayed=""
+	// 201 order 1 replayed="true"
+	// 422 application/problem+json replayed=""
+	// orders created: 1
+}
+
+// A hedged write: the client's Transport hedges a slow keyed POST, the
+// hedge reaches the server while the primary still runs there, waits for
+// it, and gets its answer. The order is created once and the client has
+// its answer as soon as the primary's is ready. With several servers, give
+// them one shared store (package hedgehttp/idemredis).
+func ExampleIdempotent_hedgedWrite() {
+	var orders atomic.Int64
+	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(50 * time.Millisecond) // a slow write
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d", orders.Add(1))
+	})
+	idem, err := hedgehttp.NewIdempotent(create, nil, hedgehttp.IdempotencyOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := hedgehttp.NewHandler(idem, hedgehttp.HandlerOptions{}) // outside: sheds hedges before they reach the store
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	p, err := tailcut.New(tailcut.Config{WarmupDelay: 10 * time.Millisecond}) // hedge after 10 ms
+	if err != nil {
+		log.Fatal(err)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: hedgehttp.NewTransport(tr, p)}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"item":"book"}`))
+	req.Header.Set("Idempotency-Key", "order-book-1")
+	resp, err := client.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, string(b))
+	srv.Close()
+	fmt.Println("orders created:", orders.Load())
+	// Output:
+	// 201 order 1
+	// orders created: 1
+}
