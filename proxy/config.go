@@ -76,6 +76,12 @@ type Config struct {
 // runs, a copy delayed on its way (a slow connection, a busy proxy) costs
 // nothing, a copy arriving while the first runs waits for its answer, and
 // one arriving after gets the stored answer at once.
+//
+// A run that ends in a 5xx frees the key, as hedgehttp.Idempotent does for
+// any handler: the next copy runs again. Behind a proxy that includes its
+// own 502 and 504 (upstream unreachable, route timeout), which may come
+// after the upstream applied the write; give keyed writes a route timeout
+// well above the upstream's own, so that it answers for itself.
 type Idempotency struct {
 	// Store is "memory" (the default: one proxy; copies must reach the
 	// same proxy) or "redis" (a fleet of proxies sharing Redis).
