@@ -42,10 +42,11 @@ const endpointDecay = time.Second
 // of 5) for a second gets a quarter of the traffic back 1.7 s after it
 // recovers among three endpoints, 2.2 s among two; one that stays slow
 // keeps 0.8 % of it. The pick costs one atomic add more, on a counter with
-// a cache line of its own (BenchmarkPick, 10 runs alternated with the
-// pick before probes on the shared 2-core machine at load 5: medians 105
-// → 108 ns serial and 116 → 114 ns on two Ps, within the noise; minima
-// 64 → 83 and 62 → 77 ns).
+// a cache line of its own (BenchmarkPick, two sessions of 10 runs
+// alternated with the pick before probes, shared 2-core machine at load
+// 5–8: serial medians 105 → 108 and 65 → 68 ns; on two Ps at once 116 →
+// 114 and 53 → 67 ns — the shared counter costs up to about 15 ns when
+// both Ps pick in a tight loop).
 const (
 	probeEvery = 32
 	probeAfter = 125 * time.Millisecond
