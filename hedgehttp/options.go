@@ -122,9 +122,12 @@ func WithFirstByte() Option {
 // choices on each endpoint's recent latency and requests in flight) and each
 // hedge of the same request to an endpoint not used yet by it. A failure
 // doubles an endpoint's latency estimate; an estimate not refreshed by
-// samples decays toward the best endpoint's within seconds, so that a
-// replica avoided after failures is tried again and gets its traffic back
-// once it has recovered. Endpoints are absolute URLs such as
+// samples decays toward the best endpoint's within seconds, and an endpoint
+// not measured for 125 ms gets a probe (at most one pick in 32 is a probe),
+// so that a replica avoided after failures or slow answers is measured
+// again and gets its traffic back within about two seconds once it has
+// recovered, while one that stays slow keeps under 1 % of the traffic at
+// 1000 requests a second (at most 3 % at any rate). Endpoints are absolute URLs such as
 // "http://10.0.0.7:8080". A request's Host header is
 // kept if it set one (Request.Host), else it is the endpoint's host.
 func WithEndpoints(urls ...string) Option {

@@ -75,8 +75,8 @@ type Transport struct {
 	base   http.RoundTripper
 	policy *tailcut.Policy
 	cfg    config
-	eps    endpoints // nil without WithEndpoints
-	tos    *timeouts // nil without WithQuantileTimeout
+	eps    *endpoints // nil without WithEndpoints
+	tos    *timeouts  // nil without WithQuantileTimeout
 	h      tailcut.Hedger[*http.Response]
 }
 
@@ -278,7 +278,7 @@ func (t *Transport) sendOnce(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	start := time.Now()
-	ep := t.eps[t.eps.pick(0, start)]
+	ep := t.eps.list[t.eps.pick(0, start)]
 	r := req.WithContext(req.Context())
 	r.URL = ep.rewrite(req.URL)
 	ep.inflight.Add(1)
@@ -365,7 +365,7 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 			rt.used |= 1 << i
 		}
 		rt.mu.Unlock()
-		ep = t.eps[i]
+		ep = t.eps.list[i]
 		r.URL = ep.rewrite(r.URL)
 		ep.inflight.Add(1)
 		defer ep.inflight.Add(-1)

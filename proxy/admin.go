@@ -50,6 +50,23 @@ type Debug struct {
 	Routes   []DebugRoute `json:"routes"`
 	// Listeners are the traffic listeners with shedding (listeners[].shed).
 	Listeners []DebugListener `json:"listeners,omitempty"`
+	// Idempotency counts the keyed writes of the idempotency section, if
+	// the config has one.
+	Idempotency *DebugIdempotency `json:"idempotency,omitempty"`
+}
+
+// DebugIdempotency is the idempotency middleware's counters in [Debug]
+// (see hedgehttp.IdempotencyStats).
+type DebugIdempotency struct {
+	Store       string `json:"store"`
+	Runs        int64  `json:"runs"`
+	Replays     int64  `json:"replays"`
+	Waits       int64  `json:"waits"`
+	Waiting     int64  `json:"waiting"`
+	Conflicts   int64  `json:"conflicts"`
+	Mismatches  int64  `json:"mismatches"`
+	Unavailable int64  `json:"unavailable"`
+	NotStored   int64  `json:"not_stored"`
 }
 
 // DebugListener is a traffic listener with shedding in [Debug]: the
@@ -161,6 +178,16 @@ func (s *Server) Debug() Debug {
 				Primary: inboundCount(st.Primary), Hedge: inboundCount(st.Hedge)})
 		}
 	}
+	if s.idem != nil {
+		st := s.idem.Stats()
+		store := "memory"
+		if s.idemRedis != nil {
+			store = "redis"
+		}
+		d.Idempotency = &DebugIdempotency{Store: store, Runs: st.Runs, Replays: st.Replays, Waits: st.Waits,
+			Waiting: st.Waiting, Conflicts: st.Conflicts, Mismatches: st.Mismatches, Unavailable: st.Unavailable,
+			NotStored: st.NotStored}
+	}
 	return d
 }
 
@@ -199,6 +226,10 @@ var (
 	descInShed     = prometheus.NewDesc("tailcut_proxy_inbound_shed_total", "Requests from clients refused (429 or 503 with Retry-After) on a listener with shedding, by kind.", []string{"listener", "kind"}, nil)
 	descInCanceled = prometheus.NewDesc("tailcut_proxy_inbound_canceled_total", "Served requests whose client had gone by the time they ended, by kind.", []string{"listener", "kind"}, nil)
 	descInInflight = prometheus.NewDesc("tailcut_proxy_inbound_inflight", "Requests in flight on a listener with shedding.", []string{"listener"}, nil)
+
+	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down).", []string{"outcome"}, nil)
+	descIdemNotStored = prometheus.NewDesc("tailcut_proxy_idempotent_not_stored_total", "Answers worth keeping that were not stored (too large, lock lost, store failing).", nil, nil)
+	descIdemWaiting   = prometheus.NewDesc("tailcut_proxy_idempotent_waiting", "Copies of keyed writes waiting now for their first run.", nil, nil)
 )
 
 func (c *collector) Describe(chan<- *prometheus.Desc) {}
@@ -230,5 +261,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descInInflight, prometheus.GaugeValue, float64(st.Inflight), in.name)
 		}
+	}
+	if s.idem != nil {
+		st := s.idem.Stats()
+		for _, o := range []struct {
+			outcome string
+			n       int64
+		}{{"run", st.Runs}, {"replay", st.Replays}, {"conflict", st.Conflicts}, {"mismatch", st.Mismatches}, {"unavailable", st.Unavailable}} {
+			ch <- prometheus.MustNewConstMetric(descIdemRequests, prometheus.CounterValue, float64(o.n), o.outcome)
+		}
+		ch <- prometheus.MustNewConstMetric(descIdemNotStored, prometheus.CounterValue, float64(st.NotStored))
+		ch <- prometheus.MustNewConstMetric(descIdemWaiting, prometheus.GaugeValue, float64(st.Waiting))
 	}
 }

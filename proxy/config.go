@@ -17,6 +17,7 @@ import (
 
 	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/fleet"
+	"github.com/tailcut/tailcut/hedgehttp/idemredis"
 )
 
 // DefaultAdminListen is the admin listener's address when the config sets
@@ -51,8 +52,71 @@ type Config struct {
 	// fields are fleet.Config's (instance, interval, ttl, timeout,
 	// max_keys, …, redis: {addrs, cluster, …}). A change needs a restart.
 	Fleet *fleet.Config `yaml:"fleet"`
+	// Idempotency, if set, makes keyed writes exactly-once for upstreams
+	// that do not deduplicate them themselves (see [Idempotency]). A change
+	// needs a restart.
+	Idempotency *Idempotency `yaml:"idempotency"`
 
 	file string // where the config came from, for messages
+}
+
+// Idempotency is the proxy's idempotency store: a request whose method is
+// one of Methods and that carries an Idempotency-Key header runs upstream
+// once per (key, method, path, scope), and every copy of it — a client's
+// hedge or retry, arriving at this proxy or, with the Redis store, at any
+// proxy sharing it — gets the first run's response, byte for byte (the
+// middleware is hedgehttp.Idempotent, in front of the routes).
+//
+// Such a request is sent upstream once, unhedged, even on a route that
+// hedges: the upstream does not deduplicate, so a hedge of it to another
+// replica would run the write twice, and no store in the proxy can stop
+// that — when the first attempt is slow, the proxy cannot tell whether the
+// replica has already applied it. The speed-up hedging gives a keyed write
+// comes from the copies made before the store: the first copy to reach it
+// runs, a copy delayed on its way (a slow connection, a busy proxy) costs
+// nothing, a copy arriving while the first runs waits for its answer, and
+// one arriving after gets the stored answer at once.
+//
+// A run that ends in a 5xx frees the key, as hedgehttp.Idempotent does for
+// any handler: the next copy runs again. Behind a proxy that includes its
+// own 502 and 504 (upstream unreachable, route timeout), which may come
+// after the upstream applied the write; give keyed writes a route timeout
+// well above the upstream's own, so that it answers for itself.
+type Idempotency struct {
+	// Store is "memory" (the default: one proxy; copies must reach the
+	// same proxy) or "redis" (a fleet of proxies sharing Redis).
+	Store string `yaml:"store"`
+	// Redis says where the redis store is (addrs, cluster, username,
+	// password, db, prefix, timeout); required with store: redis.
+	Redis *idemredis.Config `yaml:"redis"`
+	// MaxBytes bounds the memory store's records: bytes or "64MiB". Zero
+	// means 64 MiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// TTL is how long a response is replayed. Zero means 24 h.
+	TTL time.Duration `yaml:"ttl"`
+	// LockTimeout is how long a copy waits for the first run before it
+	// gets 409 with Retry-After. Zero means 10 s.
+	LockTimeout time.Duration `yaml:"lock_timeout"`
+	// LockLease is how long the keys of a proxy that died mid-run stay
+	// locked. Zero means 10 s; at least 30ms otherwise.
+	LockLease time.Duration `yaml:"lock_lease"`
+	// MaxResponse is the largest response body stored; a larger one is
+	// passed on but not stored (its key is only locked while it runs).
+	// Zero means 1 MiB.
+	MaxResponse ByteSize `yaml:"max_response"`
+	// MaxBody is the largest request body of a keyed request (413 past
+	// it). Zero means 1 MiB.
+	MaxBody ByteSize `yaml:"max_body"`
+	// Methods are the methods made exactly-once. Empty means POST, PUT,
+	// PATCH and DELETE.
+	Methods []string `yaml:"methods"`
+	// ScopeHeader, if set, names a request header (such as
+	// Authorization) whose value scopes the keys: callers sending
+	// different values never share a key, so one cannot be replayed
+	// another's response. Empty means one scope for all callers.
+	ScopeHeader string `yaml:"scope_header"`
+	// RetryAfter is the pause asked with 409 and 503. Zero means 1 s.
+	RetryAfter time.Duration `yaml:"retry_after"`
 }
 
 // Listener is one address client traffic arrives on.
@@ -379,6 +443,9 @@ func (c *Config) validate(v *validator) {
 			}
 		}
 	}
+	if id := c.Idempotency; id != nil {
+		id.validate(v)
+	}
 	if c.ShutdownTimeout < 0 {
 		v.add(path{"shutdown_timeout"}, "must not be negative, got %v", c.ShutdownTimeout)
 	}
@@ -489,6 +556,61 @@ func (c *Config) validate(v *validator) {
 			v.add(append(p, "upstream"), "no upstream named %q", r.Upstream)
 		}
 		r.Policy.validate(v, append(p, "policy"))
+	}
+}
+
+func (id *Idempotency) validate(v *validator) {
+	at := func(f ...any) path { return append(path{"idempotency"}, f...) }
+	switch id.Store {
+	case "", "memory":
+		if id.Redis != nil {
+			v.add(at("redis"), "only with store: redis")
+		}
+	case "redis":
+		if id.Redis == nil {
+			v.add(at("store"), "store: redis needs a redis section (addrs: [host:port])")
+		} else if err := id.Redis.Validate(); err != nil {
+			msg := strings.TrimPrefix(err.Error(), "idemredis: ")
+			f := "redis"
+			for _, k := range []string{"Addrs", "DB", "Prefix", "Timeout"} {
+				if strings.HasPrefix(msg, k+" ") {
+					f = strings.ToLower(k)
+				}
+			}
+			v.add(at("redis", f), "%s", msg)
+		}
+		if id.MaxBytes != 0 {
+			v.add(at("max_bytes"), "bounds the memory store only; Redis bounds itself (maxmemory)")
+		}
+	default:
+		v.add(at("store"), "want memory or redis, got %q", id.Store)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ttl", id.TTL}, {"lock_timeout", id.LockTimeout}, {"lock_lease", id.LockLease}, {"retry_after", id.RetryAfter}} {
+		if d.v < 0 {
+			v.add(at(d.name), "must not be negative, got %v", d.v)
+		}
+	}
+	if id.LockLease > 0 && id.LockLease < 30*time.Millisecond {
+		v.add(at("lock_lease"), "must be at least 30ms, got %v", id.LockLease)
+	}
+	for _, b := range []struct {
+		name string
+		v    ByteSize
+	}{{"max_bytes", id.MaxBytes}, {"max_response", id.MaxResponse}, {"max_body", id.MaxBody}} {
+		if b.v < 0 {
+			v.add(at(b.name), "want a size such as 1MiB, not off")
+		}
+	}
+	for j, m := range id.Methods {
+		if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t\r\n") {
+			v.add(at("methods", j), "want an upper-case method such as POST, got %q", m)
+		}
+	}
+	if h := id.ScopeHeader; h != "" && strings.ContainsAny(h, " \t\r\n:") {
+		v.add(at("scope_header"), "want a header name such as Authorization, got %q", h)
 	}
 }
 

@@ -249,6 +249,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(validConfig)
 	f.Add("listeners: [{listen: \":8080\"}]\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nroutes: [{name: r, upstream: u}]\n")
 	f.Add("routes: [{name: r, policy: {budget: 10%, replay_limit: 1KiB}}]")
+	f.Add("listeners: [{listen: \":8080\"}]\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nroutes: [{name: r, upstream: u}]\nidempotency: {store: redis, redis: {addrs: [\"h:1\"]}, ttl: 1h, max_body: 1KiB}\n")
 	f.Add("listeners: &a [*a]")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
@@ -273,6 +274,15 @@ func FuzzParse(f *testing.F) {
 			}
 			if _, err := newPolicy(r, discardLogger()); err != nil {
 				t.Fatalf("accepted a policy tailcut rejects: %v", err)
+			}
+		}
+		if c.Idempotency != nil {
+			s, err := New(c, discardLogger())
+			if err != nil {
+				t.Fatalf("accepted an idempotency section New rejects: %v", err)
+			}
+			if s.idemRedis != nil {
+				s.idemRedis.Close()
 			}
 		}
 	})

@@ -12,6 +12,10 @@
 // A listener may also shed load from hedging clients of its own
 // (listeners[].shed, a hedgehttp.Handler): their hedges are refused first.
 //
+// An idempotency section ([Idempotency], hedgehttp.Idempotent in front of
+// the routes, on a memory or a Redis store) runs each keyed write upstream
+// once, whichever copy of it arrives first, and sends it unhedged.
+//
 // Safety: only configured replicas are ever contacted; requests that are
 // not safe to repeat (a POST without Idempotency-Key) or whose body is past
 // the route's replay limit are sent once, intact; a Hedge-Attempt header

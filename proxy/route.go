@@ -34,6 +34,9 @@ type route struct {
 	prom     *hedgeprom.Collector
 	hedging  bool
 	observed interface{ Observe(float64) } // request duration metric; may be nil
+	// keyedOnce, if set, reports a request the idempotency middleware runs
+	// once: it goes upstream unhedged (see Idempotency).
+	keyedOnce func(*http.Request) bool
 }
 
 // copyBuffers are the ReverseProxy's body copy buffers, shared by every
@@ -154,7 +157,7 @@ func newPolicy(rc Route, logger *slog.Logger) (*tailcut.Policy, error) {
 
 func (r *route) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	if !r.hedging {
+	if !r.hedging || (r.keyedOnce != nil && r.keyedOnce(req)) {
 		req = req.WithContext(tailcut.WithoutHedging(req.Context()))
 	}
 	r.rp.ServeHTTP(w, req)

@@ -20,6 +20,7 @@ import (
 	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/fleet"
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/hedgehttp/idemredis"
 )
 
 // Server is the sidecar: a hedging reverse proxy over the routes and
@@ -57,6 +58,13 @@ type Server struct {
 	startFleet *fleet.Config // the settings the server started with
 	fleetOn    bool
 	syncers    map[*tailcut.Policy]*fleet.Syncer
+
+	// Idempotency (Config.Idempotency), set by New: the middleware in
+	// front of the router, its Redis store if any (closed when Run ends),
+	// and which requests it runs once (sent upstream unhedged).
+	idem      *hedgehttp.Idempotent
+	idemRedis *idemredis.Store
+	keyedOnce func(*http.Request) bool
 }
 
 // inbound is a traffic listener wrapped in a hedgehttp.Handler.
@@ -103,13 +111,84 @@ func New(cfg *Config, logger *slog.Logger) (*Server, error) {
 		fc := *f
 		s.startFleet = &fc
 	}
+	if id := cfg.Idempotency; id != nil {
+		if err := s.setupIdempotency(id); err != nil {
+			if s.fleetStore != nil {
+				s.fleetStore.Close()
+			}
+			return nil, fmt.Errorf("%s: idempotency: %w", cfg.file, err)
+		}
+	}
 	if err := s.Reload(cfg); err != nil {
 		if s.fleetStore != nil {
 			s.fleetStore.Close()
 		}
+		if s.idemRedis != nil {
+			s.idemRedis.Close()
+		}
 		return nil, err
 	}
 	return s, nil
+}
+
+// setupIdempotency builds the idempotency middleware of id around the
+// router (see [Idempotency] for why it sits there and what it does to
+// hedging).
+func (s *Server) setupIdempotency(id *Idempotency) error {
+	var store hedgehttp.Store
+	if id.Store == "redis" {
+		if id.Redis == nil {
+			return errors.New("store: redis needs a redis section")
+		}
+		rs, err := id.Redis.Open()
+		if err != nil {
+			return err
+		}
+		s.idemRedis, store = rs, rs
+	} else {
+		ms, err := hedgehttp.NewMemoryStore(hedgehttp.MemoryStoreOptions{MaxBytes: int64(id.MaxBytes)})
+		if err != nil {
+			return err
+		}
+		store = ms
+	}
+	opts := hedgehttp.IdempotencyOptions{
+		TTL:               id.TTL,
+		LockTimeout:       id.LockTimeout,
+		LockLease:         id.LockLease,
+		MaxStoredResponse: int64(id.MaxResponse),
+		MaxBody:           int64(id.MaxBody),
+		Methods:           id.Methods,
+		RetryAfter:        id.RetryAfter,
+		Logger:            s.logger,
+	}
+	if h := id.ScopeHeader; h != "" {
+		opts.Scope = func(r *http.Request) string { return r.Header.Get(h) }
+	}
+	mw, err := hedgehttp.NewIdempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.router.Load().ServeHTTP(w, r)
+	}), store, opts)
+	if err != nil {
+		if s.idemRedis != nil {
+			s.idemRedis.Close()
+			s.idemRedis = nil
+		}
+		return err
+	}
+	s.idem = mw
+	methods := id.Methods
+	if len(methods) == 0 {
+		methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	}
+	s.keyedOnce = func(r *http.Request) bool {
+		if !slices.Contains(methods, r.Method) {
+			return false
+		}
+		_, a := r.Header[hedgehttp.IdempotencyKeyHeader]
+		_, b := r.Header["X-Idempotency-Key"]
+		return a || b
+	}
+	return nil
 }
 
 // syncFleet starts a fleet Syncer for every route policy of rt that has
@@ -179,6 +258,7 @@ func (s *Server) Reload(cfg *Config) error {
 			return fmt.Errorf("%s: %w", cfg.file, err)
 		}
 		r.observed = s.dur.WithLabelValues(rc.Name)
+		r.keyedOnce = s.keyedOnce
 		rt.routes = append(rt.routes, r)
 		rt.byName[rc.Name] = r
 	}
@@ -188,6 +268,9 @@ func (s *Server) Reload(cfg *Config) error {
 		}
 		if !reflect.DeepEqual(prev.Fleet, cfg.Fleet) {
 			s.logger.Warn("fleet settings changed: restart to apply")
+		}
+		if !reflect.DeepEqual(prev.Idempotency, cfg.Idempotency) {
+			s.logger.Warn("idempotency settings changed: restart to apply")
 		}
 	}
 	s.cfg.Store(cfg)
@@ -208,8 +291,11 @@ func listenAddrs(c *Config) []string {
 }
 
 // Handler returns the handler of client traffic: the router of the config
-// in force.
+// in force, behind the idempotency middleware if the config has one.
 func (s *Server) Handler() http.Handler {
+	if s.idem != nil {
+		return s.idem
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.router.Load().ServeHTTP(w, r)
 	})
@@ -335,6 +421,9 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		}
 	}
 	s.router.Load().closeIdle()
+	if s.idemRedis != nil {
+		s.idemRedis.Close()
+	}
 	s.logger.Info("stopped")
 	return runErr
 }

@@ -1,0 +1,312 @@
+package idemredis
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/hedgehttp"
+)
+
+// waitSignal wraps a Store and closes ready once n distinct requests
+// (tokens) have been told that the key is in progress: n copies wait.
+type waitSignal struct {
+	hedgehttp.Store
+	n     int
+	mu    sync.Mutex
+	seen  map[string]bool
+	ready chan struct{}
+}
+
+func newWaitSignal(s hedgehttp.Store, n int) *waitSignal {
+	return &waitSignal{Store: s, n: n, seen: map[string]bool{}, ready: make(chan struct{})}
+}
+
+func (s *waitSignal) Begin(ctx context.Context, key string, lock hedgehttp.Lock) (hedgehttp.Claim, error) {
+	c, err := s.Store.Begin(ctx, key, lock)
+	if err == nil && c.State == hedgehttp.ClaimInProgress {
+		s.mu.Lock()
+		if !s.seen[lock.Token] {
+			s.seen[lock.Token] = true
+			if len(s.seen) == s.n {
+				close(s.ready)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return c, err
+}
+
+// answer is a response as a client saw it.
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func send(t *testing.T, c *http.Client, method, url, key, body string) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set(hedgehttp.IdempotencyKeyHeader, key)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return answer{}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Errorf("%s %s: reading body: %v", method, url, err)
+	}
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+// serve starts a loopback server running next behind the idempotency
+// middleware on store.
+func serve(t *testing.T, next http.Handler, store hedgehttp.Store, opts hedgehttp.IdempotencyOptions) (*httptest.Server, *http.Client) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	h, err := hedgehttp.NewIdempotent(next, store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	tr := &http.Transport{MaxIdleConnsPerHost: 200}
+	t.Cleanup(tr.CloseIdleConnections)
+	return srv, &http.Client{Transport: tr}
+}
+
+func TestIdempotentMiniredis(t *testing.T) { testIdempotent(t, miniBackend) }
+
+func TestIdempotentRealRedis(t *testing.T) { testIdempotent(t, realBackend) }
+
+// testIdempotent runs the middleware's loopback scenarios on the Redis
+// store: 100 copies run once, a body mismatch gets 422, a failed first run
+// lets the next copy run, and (on miniredis's clock) the TTL's end lets a
+// new run.
+func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
+	t.Run("100 copies", func(t *testing.T) {
+		const copies = 100
+		be := newBackend(t)
+		ws := newWaitSignal(&Store{Client: be.client}, copies-1)
+		var counter atomic.Int64
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select { // answer once every other copy waits
+			case <-ws.ready:
+			case <-r.Context().Done():
+				return
+			}
+			n := counter.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Location", "/orders/42")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"order":42,"run":%d}`, n)
+		})
+		srv, c := serve(t, next, ws, hedgehttp.IdempotencyOptions{})
+		answers := make([]answer, copies)
+		var wg sync.WaitGroup
+		for i := range copies {
+			wg.Go(func() { answers[i] = send(t, c, http.MethodPost, srv.URL+"/orders", "order-42", `{"item":"book"}`) })
+		}
+		wg.Wait()
+		if n := counter.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		first := answers[0]
+		first.header = first.header.Clone()
+		first.header.Del(hedgehttp.ReplayedHeader)
+		if first.status != http.StatusCreated || first.body != `{"order":42,"run":1}` || first.header.Get("Location") != "/orders/42" {
+			t.Fatalf("answer %d %q %v", first.status, first.body, first.header)
+		}
+		replayed := 0
+		for i, a := range answers {
+			if a.header.Get(hedgehttp.ReplayedHeader) == "true" {
+				replayed++
+			}
+			h := a.header.Clone()
+			h.Del(hedgehttp.ReplayedHeader)
+			if a.status != first.status || a.body != first.body || !maps.EqualFunc(h, first.header, func(x, y []string) bool { return strings.Join(x, "\x00") == strings.Join(y, "\x00") }) {
+				t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.status, h, a.body, first.status, first.header, first.body)
+			}
+		}
+		if replayed != copies-1 {
+			t.Errorf("%d answers replayed, want %d", replayed, copies-1)
+		}
+	})
+
+	t.Run("mismatch, failed run, TTL", func(t *testing.T) {
+		be := newBackend(t)
+		var runs atomic.Int64
+		fail := atomic.Bool{}
+		fail.Store(true)
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := runs.Add(1)
+			if fail.Load() {
+				http.Error(w, "database down", http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprintf(w, "run %d", n)
+		})
+		srv, c := serve(t, next, &Store{Client: be.client}, hedgehttp.IdempotencyOptions{TTL: time.Hour})
+		url := srv.URL + "/pay"
+		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusInternalServerError {
+			t.Fatalf("first run answered %d, want 500", a.status)
+		}
+		fail.Store(false)
+		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusOK || a.body != "run 2" {
+			t.Fatalf("copy after a failed run = %d %q, want 200 \"run 2\" (the failure must not poison the key)", a.status, a.body)
+		}
+		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusOK || a.body != "run 2" || a.header.Get(hedgehttp.ReplayedHeader) != "true" {
+			t.Fatalf("copy after a success = %d %q, want the replay of run 2", a.status, a.body)
+		}
+		if a := send(t, c, http.MethodPost, url, "k1", "999 EUR"); a.status != http.StatusUnprocessableEntity {
+			t.Fatalf("same key, another body = %d %q, want 422", a.status, a.body)
+		}
+		if n := runs.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2", n)
+		}
+		if be.forward == nil {
+			return // the record's PTTL is checked by testStore; its end on miniredis's clock
+		}
+		be.forward(time.Hour + time.Millisecond)
+		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusOK || a.body != "run 3" {
+			t.Fatalf("copy after the TTL = %d %q, want a new run", a.status, a.body)
+		}
+	})
+}
+
+// logCounter counts the log records whose message contains a string.
+type logCounter struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.lines = append(l.lines, r.Message)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logCounter) WithGroup(string) slog.Handler      { return l }
+func (l *logCounter) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.lines {
+		if strings.Contains(m, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRedisKilledMidTest kills redis-server (SIGKILL) between keyed
+// writes: with Redis down every keyed write gets 503 with Retry-After and
+// none runs, unkeyed requests go on, one log line tells of the episode;
+// after redis-server restarts on the same port (with its append-only file,
+// so what was stored survives the crash) a copy of a write done before the
+// crash is replayed, not run, and new writes run once.
+func TestRedisKilledMidTest(t *testing.T) {
+	dir := t.TempDir()
+	srv := startRedis(t, 0, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
+	store, err := Config{Addrs: []string{srv.addr()}, Timeout: 2 * time.Second}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	runs := map[string]int{}
+	var mu sync.Mutex
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		runs[r.URL.Path]++
+		n := runs[r.URL.Path]
+		mu.Unlock()
+		fmt.Fprintf(w, "%s run %d", r.URL.Path, n)
+	})
+	logs := &logCounter{}
+	h, c := serve(t, next, store, hedgehttp.IdempotencyOptions{Logger: slog.New(logs)})
+	ran := func(path string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs[path]
+	}
+
+	if a := send(t, c, http.MethodPost, h.URL+"/a", "ka", "x"); a.status != http.StatusOK || a.body != "/a run 1" {
+		t.Fatalf("POST /a with Redis up = %d %q", a.status, a.body)
+	}
+	srv.kill()
+	for i := range 5 {
+		for _, path := range []string{"/a", "/b"} {
+			a := send(t, c, http.MethodPost, h.URL+path, "k"+path[1:], "x")
+			if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
+				t.Fatalf("keyed POST %s #%d with Redis down = %d %q (Retry-After %q), want 503 with Retry-After", path, i, a.status, a.body, a.header.Get("Retry-After"))
+			}
+		}
+	}
+	if a := send(t, c, http.MethodPost, h.URL+"/c", "", "x"); a.status != http.StatusOK {
+		t.Errorf("unkeyed POST with Redis down = %d, want 200 (only keyed writes need the store)", a.status)
+	}
+	if n := ran("/a") + ran("/b"); n != 1 {
+		t.Fatalf("keyed writes ran %d times in all with Redis down, want only the first one before it", n)
+	}
+	if n := logs.count("store failing"); n != 1 {
+		t.Errorf("%d log lines about the store failing, want 1 for the episode", n)
+	}
+
+	startRedis(t, srv.port, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
+	// go-redis, after failed dials, dials again only from a prober that
+	// tries once a second: wait (polling, 10 s at most) until the client
+	// reaches the new server. A keyed write sent meanwhile gets 503 and
+	// does not run, like those above.
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for store.Client.Ping(t.Context()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not reach the restarted redis-server within 10s")
+		}
+		<-tick.C
+	}
+	// A connection pooled before the crash may still be met once.
+	var a answer
+	for i := 0; i < 5; i++ {
+		if a = send(t, c, http.MethodPost, h.URL+"/b", "kb", "x"); a.status != http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if a.status != http.StatusOK || a.body != "/b run 1" {
+		t.Fatalf("POST /b after Redis returned = %d %q, want its first run", a.status, a.body)
+	}
+	if a := send(t, c, http.MethodPost, h.URL+"/a", "ka", "x"); a.status != http.StatusOK || a.body != "/a run 1" || a.header.Get(hedgehttp.ReplayedHeader) != "true" {
+		t.Fatalf("copy of POST /a after Redis returned = %d %q, want the replay of its run before the crash", a.status, a.body)
+	}
+	if ran("/a") != 1 || ran("/b") != 1 {
+		t.Errorf("runs %v, want each write once", runs)
+	}
+	if n := logs.count("store answers again"); n != 1 {
+		t.Errorf("%d log lines about the store's recovery, want 1", n)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Error(err)
+	}
+}
