@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/internal/redistest"
 )
 
 // waitSignal wraps a Store and closes ready once n distinct requests
@@ -228,8 +229,8 @@ func (l *logCounter) count(s string) int {
 // crash is replayed, not run, and new writes run once.
 func TestRedisKilledMidTest(t *testing.T) {
 	dir := t.TempDir()
-	srv := startRedis(t, 0, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
-	store, err := Config{Addrs: []string{srv.addr()}, Timeout: 2 * time.Second}.Open()
+	srv := redistest.Start(t, 0, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
+	store, err := Config{Addrs: []string{srv.Addr()}, Timeout: 2 * time.Second}.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestRedisKilledMidTest(t *testing.T) {
 	if a := send(t, c, http.MethodPost, h.URL+"/a", "ka", "x"); a.status != http.StatusOK || a.body != "/a run 1" {
 		t.Fatalf("POST /a with Redis up = %d %q", a.status, a.body)
 	}
-	srv.kill()
+	srv.Kill()
 	for i := range 5 {
 		for _, path := range []string{"/a", "/b"} {
 			a := send(t, c, http.MethodPost, h.URL+path, "k"+path[1:], "x")
@@ -273,7 +274,7 @@ func TestRedisKilledMidTest(t *testing.T) {
 		t.Errorf("%d log lines about the store failing, want 1 for the episode", n)
 	}
 
-	startRedis(t, srv.port, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
+	redistest.Start(t, srv.Port, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
 	// go-redis, after failed dials, dials again only from a prober that
 	// tries once a second: wait (polling, 10 s at most) until the client
 	// reaches the new server. A keyed write sent meanwhile gets 503 and
