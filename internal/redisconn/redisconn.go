@@ -53,27 +53,15 @@ type Tuning struct {
 }
 
 // Client returns a new client for c, which Validate must have accepted: a
-// *redis.ClusterClient with Cluster, a *redis.Client otherwise. It does not
-// connect. Every client honours context deadlines (ContextTimeoutEnabled),
-// retries a command once (connections pooled before a Redis restart die
-// with it) and dials once per attempt.
+// *redis.ClusterClient with Cluster (even with one seed address), a
+// *redis.Client otherwise. It does not connect. Every client honours
+// context deadlines (ContextTimeoutEnabled), retries a command once
+// (connections pooled before a Redis restart die with it) and dials once
+// per attempt.
 func (c Conn) Client(t Tuning) redis.UniversalClient {
-	if c.Cluster {
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 c.Addrs,
-			Username:              c.Username,
-			Password:              c.Password,
-			ContextTimeoutEnabled: true,
-			PoolSize:              t.PoolSize,
-			DialTimeout:           t.Timeout,
-			ReadTimeout:           t.Timeout,
-			WriteTimeout:          t.Timeout,
-			MaxRetries:            1,
-			DialerRetries:         1,
-		})
-	}
-	return redis.NewClient(&redis.Options{
-		Addr:                  c.Addrs[0],
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 c.Addrs,
+		IsClusterMode:         c.Cluster,
 		Username:              c.Username,
 		Password:              c.Password,
 		DB:                    c.DB,

@@ -44,11 +44,16 @@ func TestClient(t *testing.T) {
 		t.Errorf("single-server options %+v", o)
 	}
 
-	c = Conn{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, Cluster: true, Username: "u", Password: "pw"}
+	// A cluster is one even with a single seed address.
+	c = Conn{Addrs: []string{"127.0.0.1:1"}, Cluster: true, Username: "u", Password: "pw"}
 	cluster := c.Client(Tuning{})
 	defer cluster.Close()
-	co := cluster.(*redis.ClusterClient).Options()
-	if len(co.Addrs) != 2 || co.Username != "u" || co.Password != "pw" || !co.ContextTimeoutEnabled ||
+	cc, ok := cluster.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("Cluster with one address: a %T, want a *redis.ClusterClient", cluster)
+	}
+	co := cc.Options()
+	if len(co.Addrs) != 1 || co.Username != "u" || co.Password != "pw" || !co.ContextTimeoutEnabled ||
 		co.MaxRetries != 1 || co.DialerRetries != 1 || co.PoolSize <= 0 || co.ReadTimeout <= 0 || co.DialTimeout <= 0 {
 		t.Errorf("cluster options %+v (zero Tuning: go-redis's defaults)", co)
 	}
