@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,20 +81,11 @@ func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 			fmt.Fprintf(w, `{"order":42,"run":%d}`, n)
 		})
 		srv, c := serve(t, next, ws, hedgehttp.IdempotencyOptions{})
-		answers := make([]idemtest.Answer, copies)
-		var wg sync.WaitGroup
-		for i := range copies {
-			wg.Go(func() {
-				answers[i] = idemtest.Send(t, c, t.Context(), http.MethodPost, srv.URL+"/orders", "order-42", `{"item":"book"}`)
-			})
-		}
-		wg.Wait()
+		answers := idemtest.SendCopies(t, c, t.Context(), copies, http.MethodPost, srv.URL+"/orders", "order-42", `{"item":"book"}`)
 		if n := counter.Load(); n != 1 {
 			t.Fatalf("handler ran %d times, want 1", n)
 		}
-		first := answers[0]
-		first.Header = first.Header.Clone()
-		first.Header.Del(hedgehttp.ReplayedHeader)
+		first := answers[0].Without(hedgehttp.ReplayedHeader)
 		if first.Status != http.StatusCreated || first.Body != `{"order":42,"run":1}` || first.Header.Get("Location") != "/orders/42" {
 			t.Fatalf("answer %d %q %v", first.Status, first.Body, first.Header)
 		}
@@ -105,10 +94,8 @@ func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 			if a.Header.Get(hedgehttp.ReplayedHeader) == "true" {
 				replayed++
 			}
-			h := a.Header.Clone()
-			h.Del(hedgehttp.ReplayedHeader)
-			if a.Status != first.Status || a.Body != first.Body || !maps.EqualFunc(h, first.Header, func(x, y []string) bool { return strings.Join(x, "\x00") == strings.Join(y, "\x00") }) {
-				t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.Status, h, a.Body, first.Status, first.Header, first.Body)
+			if a := a.Without(hedgehttp.ReplayedHeader); !a.Equal(first) {
+				t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.Status, a.Header, a.Body, first.Status, first.Header, first.Body)
 			}
 		}
 		if replayed != copies-1 {

@@ -9,7 +9,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +53,36 @@ func Send(t testing.TB, c *http.Client, ctx context.Context, method, url, key, b
 		t.Errorf("%s %s: reading body: %v", method, url, err)
 	}
 	return Answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+// SendCopies sends n copies of one request at once, each from its own
+// goroutine, as [Send] does, and returns their answers in the order of the
+// copies.
+func SendCopies(t testing.TB, c *http.Client, ctx context.Context, n int, method, url, key, body string) []Answer {
+	t.Helper()
+	answers := make([]Answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { answers[i] = Send(t, c, ctx, method, url, key, body) })
+	}
+	wg.Wait()
+	return answers
+}
+
+// Without returns a with the header fields names removed (from a copy of
+// its Header).
+func (a Answer) Without(names ...string) Answer {
+	a.Header = a.Header.Clone()
+	for _, n := range names {
+		a.Header.Del(n)
+	}
+	return a
+}
+
+// Equal reports whether a and b have the same status, body and header
+// fields, each with the same values in the same order.
+func (a Answer) Equal(b Answer) bool {
+	return a.Status == b.Status && a.Body == b.Body && maps.EqualFunc(a.Header, b.Header, slices.Equal)
 }
 
 // Log is a slog.Handler that keeps the messages of the records it is
