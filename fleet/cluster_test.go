@@ -3,48 +3,19 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tailcut/tailcut/internal/redistest"
 )
 
 // TestRealRedisCluster shares sketches through a three-node Redis Cluster
 // started by the test: keys in different slots on different nodes, each
 // key's entries in one slot, so the per-key MGET is legal in a cluster.
 func TestRealRedisCluster(t *testing.T) {
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-cli not found: .ci/run installs redis-server (with redis-tools) for it")
-		}
-		t.Skip("redis-cli not found on PATH (Debian's redis-tools, installed with redis-server)")
-	}
-	dir := t.TempDir()
-	var addrs []string
-	var nodes []*redisServer
-	for i := range 3 {
-		conf := filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i))
-		srv := startRedis(t, 0, "--cluster-enabled", "yes", "--cluster-config-file", conf, "--dir", dir)
-		addrs = append(addrs, srv.addr())
-		nodes = append(nodes, srv)
-	}
-	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
-	if out, err := create.CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	// Each node serves requests once it has seen every slot assigned.
-	for i, n := range nodes {
-		select {
-		case <-n.clusterOK:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("cluster node %d: state not ok 20s after creation", i)
-		}
-	}
-
+	addrs := redistest.StartCluster(t)
 	r, err := RedisConfig{Addrs: addrs, Cluster: true}.Open()
 	if err != nil {
 		t.Fatal(err)

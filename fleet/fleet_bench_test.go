@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+
+	"github.com/tailcut/tailcut/internal/redistest"
 )
 
 // BenchmarkMerge32 merges the payloads of 32 instances for one key, what a
@@ -82,8 +84,8 @@ func BenchmarkRoundMiniredis(b *testing.B) {
 // BenchmarkRoundRedisServer: the same against a real redis-server on
 // loopback (skipped without the binary).
 func BenchmarkRoundRedisServer(b *testing.B) {
-	srv := startRedis(b, 0)
-	r, err := RedisConfig{Addrs: []string{srv.addr()}}.Open()
+	srv := redistest.Start(b, 0)
+	r, err := RedisConfig{Addrs: []string{srv.Addr()}}.Open()
 	if err != nil {
 		b.Fatal(err)
 	}

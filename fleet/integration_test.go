@@ -1,17 +1,11 @@
 package fleet
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"os/exec"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,90 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/internal/redistest"
 )
-
-// redisServer is a redis-server process started by a test.
-type redisServer struct {
-	port int
-	cmd  *exec.Cmd
-	// clusterOK receives when a cluster node logs that its cluster state
-	// is ok (every slot served).
-	clusterOK chan struct{}
-}
-
-// startRedis starts redis-server on 127.0.0.1:port (a free port if 0),
-// without persistence, and waits until it accepts connections. The test is
-// skipped when the binary is absent (CI installs Debian's redis-server).
-func startRedis(t testing.TB, port int, args ...string) *redisServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server not found: .ci/run installs it for these tests")
-		}
-		t.Skip("redis-server not found on PATH; install it (apt-get install -y redis-server) to run the Redis integration tests")
-	}
-	if port == 0 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "notice")
-	cmd.Args = append(cmd.Args, args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &redisServer{port: port, cmd: cmd, clusterOK: make(chan struct{}, 1)}
-	t.Cleanup(s.kill)
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := false
-		for sc.Scan() {
-			if !ok && strings.Contains(sc.Text(), "Ready to accept connections") {
-				ok = true
-				ready <- true
-			}
-			if strings.Contains(sc.Text(), "Cluster state changed: ok") {
-				select {
-				case s.clusterOK <- struct{}{}:
-				default:
-				}
-			}
-		}
-		if !ok {
-			ready <- false // exited before it was ready
-		}
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatalf("redis-server on port %d exited before accepting connections", port)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("redis-server on port %d not ready after 20s", port)
-	}
-	return s
-}
-
-func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
-// kill stops the server, at once (SIGKILL: a crash, not a shutdown).
-func (s *redisServer) kill() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-}
 
 // hedged runs one tailcut.Do on p whose primary hangs until cancelled and
 // whose hedge answers: it returns only if the policy hedges.
@@ -127,12 +39,12 @@ func hedged(t *testing.T, p *tailcut.Policy, key string) {
 // dies and requests keep flowing on local estimates, Redis returns on the
 // same port and sharing recovers.
 func TestRealRedisFleet(t *testing.T) {
-	srv := startRedis(t, 0)
+	srv := redistest.Start(t, 0)
 	ctx := context.Background()
 	const key = "orders.internal:8443"
 	cfg := func(inst string, log *slog.Logger) Config {
 		return Config{Instance: inst, Interval: time.Second, Timeout: 500 * time.Millisecond,
-			Redis: RedisConfig{Addrs: []string{srv.addr()}}, Logger: log}
+			Redis: RedisConfig{Addrs: []string{srv.Addr()}}, Logger: log}
 	}
 	open := func(t *testing.T, p *tailcut.Policy, c Config) *Syncer {
 		t.Helper()
@@ -207,7 +119,7 @@ func TestRealRedisFleet(t *testing.T) {
 
 	// A slow Redis: every client paused. Rounds give up at Timeout; requests
 	// do not notice.
-	admin := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	if err := admin.Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
 		t.Fatal(err)
@@ -226,7 +138,7 @@ func TestRealRedisFleet(t *testing.T) {
 	// Redis dies. Rounds fail (one warning), requests keep flowing and
 	// hedging: the busy instance on its own windows, the thin ones on the
 	// last pooled estimate (KeepStale).
-	srv.kill()
+	srv.Kill()
 	for range 3 {
 		for _, s := range append(ss, bs) {
 			if err := s.SyncNow(ctx); err == nil {
@@ -298,7 +210,7 @@ func TestRealRedisFleet(t *testing.T) {
 	// a second, so recovery comes at the first round after a probe got
 	// through: let the Syncers' own loops (Interval 1 s) find it, and wait
 	// for each one's recovery line.
-	startRedis(t, srv.port)
+	redistest.Start(t, srv.Port)
 	loopCtx, stop := context.WithCancel(ctx)
 	var loops sync.WaitGroup
 	for _, s := range ss {
@@ -354,9 +266,9 @@ func quantileOf(s interface {
 	return d
 }
 
-func mustOpen(t *testing.T, srv *redisServer) *Redis {
+func mustOpen(t *testing.T, srv *redistest.Server) *Redis {
 	t.Helper()
-	r, err := RedisConfig{Addrs: []string{srv.addr()}}.Open()
+	r, err := RedisConfig{Addrs: []string{srv.Addr()}}.Open()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,23 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
-	"go.uber.org/goleak"
-
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/internal/redistest"
 	"github.com/tailcut/tailcut/latency"
 )
 
-// Every test in the package ends with no goroutine of ours left running.
-// go-redis's dial prober (started after PoolSize failed dials while Redis
-// is down) sleeps a second between probes before it sees its pool closed:
-// it is go-redis's, it ends by itself, and it is ignored here. go-redis's
-// own log of failed dials is silenced: the tests check the Syncer's.
-func TestMain(m *testing.M) {
-	redis.SetLogger(&logging.VoidLogger{})
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
-}
+// Every test in the package ends with no goroutine of ours left running
+// (go-redis's dial prober aside: see redistest.VerifyTestMain).
+func TestMain(m *testing.M) { redistest.VerifyTestMain(m) }
 
 var t0 = time.Unix(1_700_000_000, 0)
 

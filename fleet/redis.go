@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tailcut/tailcut/internal/redisconn"
 )
 
 // Defaults for the zero fields of [Redis] and [RedisConfig].
@@ -273,47 +275,16 @@ type RedisConfig struct {
 // go-redis logs each failed dial itself, through its global logger
 // (redis.SetLogger), whatever the Syncer's Logger says.
 func (c RedisConfig) Open() (*Redis, error) {
+	conn := redisconn.Conn{Addrs: c.Addrs, Cluster: c.Cluster, Username: c.Username, Password: c.Password, DB: c.DB}
+	if err := conn.Validate("fleet", "Redis."); err != nil {
+		return nil, err
+	}
 	switch {
-	case len(c.Addrs) == 0:
-		return nil, errors.New("fleet: Redis.Addrs is empty")
-	case len(c.Addrs) > 1 && !c.Cluster:
-		return nil, fmt.Errorf("fleet: Redis.Addrs has %d addresses; several need Redis.Cluster", len(c.Addrs))
-	case c.DB < 0:
-		return nil, fmt.Errorf("fleet: Redis.DB must not be negative, got %d", c.DB)
-	case c.Cluster && c.DB != 0:
-		return nil, fmt.Errorf("fleet: Redis.DB must be 0 with Redis.Cluster, got %d", c.DB)
 	case c.MaxInstances < 0:
 		return nil, fmt.Errorf("fleet: Redis.MaxInstances must not be negative, got %d", c.MaxInstances)
 	case strings.ContainsAny(c.Prefix, "{}"):
 		return nil, fmt.Errorf("fleet: Redis.Prefix %q must not contain '{' or '}'", c.Prefix)
 	}
-	for _, a := range c.Addrs {
-		if a == "" {
-			return nil, errors.New("fleet: Redis.Addrs has an empty address")
-		}
-	}
-	var client redis.UniversalClient
-	if c.Cluster {
-		client = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 c.Addrs,
-			Username:              c.Username,
-			Password:              c.Password,
-			ContextTimeoutEnabled: true,
-			PoolSize:              4,
-			MaxRetries:            1,
-			DialerRetries:         1,
-		})
-	} else {
-		client = redis.NewClient(&redis.Options{
-			Addr:                  c.Addrs[0],
-			Username:              c.Username,
-			Password:              c.Password,
-			DB:                    c.DB,
-			ContextTimeoutEnabled: true,
-			PoolSize:              4,
-			MaxRetries:            1,
-			DialerRetries:         1,
-		})
-	}
+	client := conn.Client(redisconn.Tuning{PoolSize: 4})
 	return &Redis{Client: client, Prefix: c.Prefix, MaxInstances: c.MaxInstances, owned: true}, nil
 }

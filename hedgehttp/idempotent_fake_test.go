@@ -15,6 +15,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/idemtest"
 )
 
 // keyed returns a POST to path with an Idempotency-Key and body.
@@ -311,34 +313,13 @@ func (s *failingStore) Begin(ctx context.Context, key string, lock Lock) (Claim,
 	return s.Store.Begin(ctx, key, lock)
 }
 
-// countHandler counts slog records by message.
-type countHandler struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (c *countHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (c *countHandler) Handle(_ context.Context, r slog.Record) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, r.Message)
-	return nil
-}
-func (c *countHandler) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *countHandler) WithGroup(string) slog.Handler      { return c }
-func (c *countHandler) lines() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.msgs...)
-}
-
 // With the store down, keyed writes get 503 with Retry-After and are not
 // run; the episode is logged once, its end once; unkeyed requests pass.
 func TestIdempotentStoreDownFailsClosed(t *testing.T) {
 	ms, _ := NewMemoryStore(MemoryStoreOptions{})
 	fs := &failingStore{Store: ms}
 	fs.down.Store(true)
-	logs := &countHandler{}
+	logs := &idemtest.Log{}
 	next := &gatedHandler{}
 	h := newIdem(t, next, fs, IdempotencyOptions{Logger: slog.New(logs)})
 	for i := range 5 {
@@ -353,7 +334,7 @@ func TestIdempotentStoreDownFailsClosed(t *testing.T) {
 	if next.runs.Load() != 1 {
 		t.Errorf("handler ran %d times, want 1 (the unkeyed request only)", next.runs.Load())
 	}
-	if got := logs.lines(); len(got) != 1 || !strings.Contains(got[0], "store failing") {
+	if got := logs.Lines(); len(got) != 1 || !strings.Contains(got[0], "store failing") {
 		t.Errorf("log lines %q, want one saying the store is failing", got)
 	}
 	fs.down.Store(false)
@@ -362,7 +343,7 @@ func TestIdempotentStoreDownFailsClosed(t *testing.T) {
 			t.Errorf("after recovery: %d, want 201", w.Code)
 		}
 	}
-	if got := logs.lines(); len(got) != 2 || !strings.Contains(got[1], "answers again") {
+	if got := logs.Lines(); len(got) != 2 || !strings.Contains(got[1], "answers again") {
 		t.Errorf("log lines %q, want a second saying the store answers again", got)
 	}
 	if next.runs.Load() != 2 || h.Stats().Unavailable != 5 {

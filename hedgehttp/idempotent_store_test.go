@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/idemtest"
 )
 
 // completeFails wraps a Store whose Complete and Extend fail with err.
@@ -32,7 +34,7 @@ func (s completeFails) Extend(context.Context, string, Lock) error { return s.er
 func TestIdempotentCompleteFailsIsLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ms, _ := NewMemoryStore(MemoryStoreOptions{})
-		logs := &countHandler{}
+		logs := &idemtest.Log{}
 		next := &gatedHandler{}
 		h := newIdem(t, next, completeFails{ms, errStoreDown}, IdempotencyOptions{
 			Logger: slog.New(logs), LockLease: time.Second, LockTimeout: 500 * time.Millisecond,
@@ -40,7 +42,7 @@ func TestIdempotentCompleteFailsIsLogged(t *testing.T) {
 		if w := serve(h, keyed(t.Context(), "/", "k", "")); w.Code != 201 {
 			t.Fatalf("first run: %d, want 201 (the answer reaches its client)", w.Code)
 		}
-		got := logs.lines()
+		got := logs.Lines()
 		if len(got) != 2 || !strings.Contains(got[0], "store failing") || !strings.Contains(got[1], "not stored") {
 			t.Errorf("log lines %q, want the episode and the response not stored", got)
 		}
@@ -62,7 +64,7 @@ func TestIdempotentCompleteFailsIsLogged(t *testing.T) {
 func TestIdempotentLockLostIsLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ms, _ := NewMemoryStore(MemoryStoreOptions{})
-		logs := &countHandler{}
+		logs := &idemtest.Log{}
 		next := &gatedHandler{gate: make(chan struct{})}
 		h := newIdem(t, next, completeFails{ms, ErrLockLost}, IdempotencyOptions{Logger: slog.New(logs), LockLease: time.Second})
 		var wg sync.WaitGroup
@@ -74,7 +76,7 @@ func TestIdempotentLockLostIsLogged(t *testing.T) {
 		if w.Code != 201 {
 			t.Errorf("got %d, want 201", w.Code)
 		}
-		got := logs.lines()
+		got := logs.Lines()
 		if len(got) != 2 || !strings.Contains(got[0], "lost while the request ran") || !strings.Contains(got[1], "lost before the response was stored") {
 			t.Errorf("log lines %q, want one warning from the heartbeat (not one per beat), one from Complete", got)
 		}

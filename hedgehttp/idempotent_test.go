@@ -3,71 +3,40 @@ package hedgehttp
 import (
 	"context"
 	"io"
-	"maps"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/idemtest"
 )
 
-// waitSignal wraps a Store and closes ready once n distinct requests
+// waitSignal wraps a Store and closes Ready once n distinct requests
 // (tokens) have been told that the key is in progress: n copies are
 // waiting.
 type waitSignal struct {
 	Store
-	n     int
-	mu    sync.Mutex
-	seen  map[string]bool
-	ready chan struct{}
+	*idemtest.Waiting
 }
 
-func newWaitSignal(s Store, n int) *waitSignal {
-	return &waitSignal{Store: s, n: n, seen: map[string]bool{}, ready: make(chan struct{})}
-}
+func newWaitSignal(s Store, n int) *waitSignal { return &waitSignal{s, idemtest.NewWaiting(n)} }
 
 func (s *waitSignal) Begin(ctx context.Context, key string, lock Lock) (Claim, error) {
 	c, err := s.Store.Begin(ctx, key, lock)
 	if err == nil && c.State == ClaimInProgress {
-		s.mu.Lock()
-		if !s.seen[lock.Token] {
-			s.seen[lock.Token] = true
-			if len(s.seen) == s.n {
-				close(s.ready)
-			}
-		}
-		s.mu.Unlock()
+		s.Saw(lock.Token)
 	}
 	return c, err
 }
 
-// answer is a response as a client saw it.
-type answer struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func post(t *testing.T, c *http.Client, ctx context.Context, url, key, body string) answer {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Error(err)
-		return answer{}
+// The tests' client (idemtest.Send) keys its requests with the header the
+// middleware reads.
+func TestIdemtestKeyHeader(t *testing.T) {
+	if idemtest.KeyHeader != IdempotencyKeyHeader {
+		t.Fatalf("idemtest.KeyHeader = %q, want %q", idemtest.KeyHeader, IdempotencyKeyHeader)
 	}
-	req.Header.Set(IdempotencyKeyHeader, key)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Errorf("POST %s: %v", url, err)
-		return answer{}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Errorf("POST %s: reading body: %v", url, err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b)}
 }
 
 // 100 concurrent copies of one keyed POST, over real sockets: the handler
@@ -82,7 +51,7 @@ func TestIdempotentLoopback100Copies(t *testing.T) {
 			var counter atomic.Int64
 			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				select { // answer once every other copy is waiting
-				case <-ws.ready:
+				case <-ws.Ready:
 				case <-r.Context().Done():
 					return
 				case <-time.After(20 * time.Second): // a broken test still ends
@@ -96,20 +65,15 @@ func TestIdempotentLoopback100Copies(t *testing.T) {
 			})
 			srv, tr := startServer(t, proto.h2, newIdem(t, next, ws, IdempotencyOptions{}))
 			c := &http.Client{Transport: tr}
-			answers := make([]answer, copies)
-			var wg sync.WaitGroup
-			for i := range copies {
-				wg.Go(func() { answers[i] = post(t, c, t.Context(), srv.URL+"/orders", "order-42", `{"item":"book"}`) })
-			}
-			wg.Wait()
+			answers := idemtest.SendCopies(t, c, t.Context(), copies, http.MethodPost, srv.URL+"/orders", "order-42", `{"item":"book"}`)
 			if n := counter.Load(); n != 1 {
 				t.Fatalf("counter = %d, want 1", n)
 			}
-			var first *answer
+			var first *idemtest.Answer
 			replayed := 0
 			for i := range answers {
 				a := &answers[i]
-				if a.header.Get(ReplayedHeader) == "true" {
+				if a.Header.Get(ReplayedHeader) == "true" {
 					replayed++
 				} else {
 					first = a
@@ -118,14 +82,12 @@ func TestIdempotentLoopback100Copies(t *testing.T) {
 			if replayed != copies-1 || first == nil {
 				t.Fatalf("%d answers replayed, want %d", replayed, copies-1)
 			}
-			if first.status != 201 || first.body != `{"order":42,"counter":1}` || first.header.Get("Location") != "/orders/42" {
-				t.Fatalf("first answer %d %q %v", first.status, first.body, first.header)
+			if first.Status != 201 || first.Body != `{"order":42,"counter":1}` || first.Header.Get("Location") != "/orders/42" {
+				t.Fatalf("first answer %d %q %v", first.Status, first.Body, first.Header)
 			}
 			for i, a := range answers {
-				h := a.header.Clone()
-				h.Del(ReplayedHeader)
-				if a.status != first.status || a.body != first.body || !maps.EqualFunc(h, first.header, func(x, y []string) bool { return strings.Join(x, "\x00") == strings.Join(y, "\x00") }) {
-					t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.status, h, a.body, first.status, first.header, first.body)
+				if a := a.Without(ReplayedHeader); !a.Equal(*first) {
+					t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.Status, a.Header, a.Body, first.Status, first.Header, first.Body)
 				}
 			}
 		})
@@ -191,9 +153,9 @@ func TestIdempotentLoopbackLifecycle(t *testing.T) {
 	}
 	for _, s := range steps {
 		clk.advance(s.advance)
-		a := post(t, c, ctx, srv.URL+s.path, "key-1", s.body)
-		if a.status != s.status || (s.answer != "" && a.body != s.answer) || (a.header.Get(ReplayedHeader) == "true") != s.replayed {
-			t.Errorf("%s: %d %q replayed=%q; want %d %q replayed=%v", s.name, a.status, a.body, a.header.Get(ReplayedHeader), s.status, s.answer, s.replayed)
+		a := idemtest.Send(t, c, ctx, http.MethodPost, srv.URL+s.path, "key-1", s.body)
+		if a.Status != s.status || (s.answer != "" && a.Body != s.answer) || (a.Header.Get(ReplayedHeader) == "true") != s.replayed {
+			t.Errorf("%s: %d %q replayed=%q; want %d %q replayed=%v", s.name, a.Status, a.Body, a.Header.Get(ReplayedHeader), s.status, s.answer, s.replayed)
 		}
 	}
 	if runs.Load() != 4 {
@@ -219,23 +181,23 @@ func TestIdempotentLoopbackLockTimeout(t *testing.T) {
 	c := &http.Client{Transport: tr}
 	// Two copies; whichever reaches the store second waits, and gets 409
 	// at the lock timeout while the other is still held at the gate.
-	results := make(chan answer, 2)
+	results := make(chan idemtest.Answer, 2)
 	var wg sync.WaitGroup
 	for range 2 {
-		wg.Go(func() { results <- post(t, c, t.Context(), srv.URL, "k", "") })
+		wg.Go(func() { results <- idemtest.Send(t, c, t.Context(), http.MethodPost, srv.URL, "k", "") })
 	}
 	conflict := <-results
 	close(gate)
 	wg.Wait()
 	done := <-results
-	if conflict.status != 409 || done.status != 200 || done.body != "done" {
-		t.Fatalf("answers %d then %d %q, want 409 then 200 \"done\"", conflict.status, done.status, done.body)
+	if conflict.Status != 409 || done.Status != 200 || done.Body != "done" {
+		t.Fatalf("answers %d then %d %q, want 409 then 200 \"done\"", conflict.Status, done.Status, done.Body)
 	}
-	if conflict.header.Get("Retry-After") != "1" || !strings.Contains(conflict.body, "still in progress") {
-		t.Errorf("409 answer: Retry-After %q, body %q", conflict.header.Get("Retry-After"), conflict.body)
+	if conflict.Header.Get("Retry-After") != "1" || !strings.Contains(conflict.Body, "still in progress") {
+		t.Errorf("409 answer: Retry-After %q, body %q", conflict.Header.Get("Retry-After"), conflict.Body)
 	}
 	select {
-	case <-ws.ready:
+	case <-ws.Ready:
 	default:
 		t.Error("no copy waited")
 	}
@@ -254,7 +216,7 @@ func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
 			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs.Add(1)
 				select { // slow: answers once the hedge is waiting for it
-				case <-ws.ready:
+				case <-ws.Ready:
 				case <-r.Context().Done():
 					return
 				case <-time.After(20 * time.Second): // a broken test still ends
@@ -269,9 +231,9 @@ func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
 				idem.ServeHTTP(w, r)
 			}))
 			c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, 10*time.Millisecond))}
-			a := post(t, c, t.Context(), srv.URL+"/charge", "charge-7", "amount=10")
-			if a.status != 201 || a.body != "charged once" {
-				t.Errorf("client got %d %q", a.status, a.body)
+			a := idemtest.Send(t, c, t.Context(), http.MethodPost, srv.URL+"/charge", "charge-7", "amount=10")
+			if a.Status != 201 || a.Body != "charged once" {
+				t.Errorf("client got %d %q", a.Status, a.Body)
 			}
 			srv.Close() // waits for the hedge's handler to return
 			if runs.Load() != 1 {

@@ -4,46 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/internal/redistest"
 )
 
 // TestRealRedisCluster runs the store on a three-node Redis Cluster started
 // by the test: idempotency keys land in slots on every node, each key's
 // scripts run on the node of its slot, and the slot is the hash tag's.
 func TestRealRedisCluster(t *testing.T) {
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-cli not found: .ci/run installs redis-server (with redis-tools) for it")
-		}
-		t.Skip("redis-cli not found on PATH (Debian's redis-tools, installed with redis-server)")
-	}
-	dir := t.TempDir()
-	var addrs []string
-	var nodes []*redisServer
-	for i := range 3 {
-		conf := filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i))
-		srv := startRedis(t, 0, "--cluster-enabled", "yes", "--cluster-config-file", conf, "--dir", dir)
-		addrs = append(addrs, srv.addr())
-		nodes = append(nodes, srv)
-	}
-	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
-	if out, err := create.CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	for i, n := range nodes {
-		select {
-		case <-n.clusterOK:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("cluster node %d: state not ok 20s after creation", i)
-		}
-	}
+	addrs := redistest.StartCluster(t)
 	s, err := Config{Addrs: addrs, Cluster: true, Timeout: 2 * time.Second}.Open()
 	if err != nil {
 		t.Fatal(err)

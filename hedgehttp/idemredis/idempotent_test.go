@@ -3,77 +3,37 @@ package idemredis
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/internal/idemtest"
+	"github.com/tailcut/tailcut/internal/redistest"
 )
 
-// waitSignal wraps a Store and closes ready once n distinct requests
+// waitSignal wraps a Store and closes Ready once n distinct requests
 // (tokens) have been told that the key is in progress: n copies wait.
 type waitSignal struct {
 	hedgehttp.Store
-	n     int
-	mu    sync.Mutex
-	seen  map[string]bool
-	ready chan struct{}
+	*idemtest.Waiting
 }
 
 func newWaitSignal(s hedgehttp.Store, n int) *waitSignal {
-	return &waitSignal{Store: s, n: n, seen: map[string]bool{}, ready: make(chan struct{})}
+	return &waitSignal{s, idemtest.NewWaiting(n)}
 }
 
 func (s *waitSignal) Begin(ctx context.Context, key string, lock hedgehttp.Lock) (hedgehttp.Claim, error) {
 	c, err := s.Store.Begin(ctx, key, lock)
 	if err == nil && c.State == hedgehttp.ClaimInProgress {
-		s.mu.Lock()
-		if !s.seen[lock.Token] {
-			s.seen[lock.Token] = true
-			if len(s.seen) == s.n {
-				close(s.ready)
-			}
-		}
-		s.mu.Unlock()
+		s.Saw(lock.Token)
 	}
 	return c, err
-}
-
-// answer is a response as a client saw it.
-type answer struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func send(t *testing.T, c *http.Client, method, url, key, body string) answer {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set(hedgehttp.IdempotencyKeyHeader, key)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Errorf("%s %s: %v", method, url, err)
-		return answer{}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Errorf("%s %s: reading body: %v", method, url, err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b)}
 }
 
 // serve starts a loopback server running next behind the idempotency
@@ -110,7 +70,7 @@ func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 		var counter atomic.Int64
 		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			select { // answer once every other copy waits
-			case <-ws.ready:
+			case <-ws.Ready:
 			case <-r.Context().Done():
 				return
 			}
@@ -121,30 +81,21 @@ func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 			fmt.Fprintf(w, `{"order":42,"run":%d}`, n)
 		})
 		srv, c := serve(t, next, ws, hedgehttp.IdempotencyOptions{})
-		answers := make([]answer, copies)
-		var wg sync.WaitGroup
-		for i := range copies {
-			wg.Go(func() { answers[i] = send(t, c, http.MethodPost, srv.URL+"/orders", "order-42", `{"item":"book"}`) })
-		}
-		wg.Wait()
+		answers := idemtest.SendCopies(t, c, t.Context(), copies, http.MethodPost, srv.URL+"/orders", "order-42", `{"item":"book"}`)
 		if n := counter.Load(); n != 1 {
 			t.Fatalf("handler ran %d times, want 1", n)
 		}
-		first := answers[0]
-		first.header = first.header.Clone()
-		first.header.Del(hedgehttp.ReplayedHeader)
-		if first.status != http.StatusCreated || first.body != `{"order":42,"run":1}` || first.header.Get("Location") != "/orders/42" {
-			t.Fatalf("answer %d %q %v", first.status, first.body, first.header)
+		first := answers[0].Without(hedgehttp.ReplayedHeader)
+		if first.Status != http.StatusCreated || first.Body != `{"order":42,"run":1}` || first.Header.Get("Location") != "/orders/42" {
+			t.Fatalf("answer %d %q %v", first.Status, first.Body, first.Header)
 		}
 		replayed := 0
 		for i, a := range answers {
-			if a.header.Get(hedgehttp.ReplayedHeader) == "true" {
+			if a.Header.Get(hedgehttp.ReplayedHeader) == "true" {
 				replayed++
 			}
-			h := a.header.Clone()
-			h.Del(hedgehttp.ReplayedHeader)
-			if a.status != first.status || a.body != first.body || !maps.EqualFunc(h, first.header, func(x, y []string) bool { return strings.Join(x, "\x00") == strings.Join(y, "\x00") }) {
-				t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.status, h, a.body, first.status, first.header, first.body)
+			if a := a.Without(hedgehttp.ReplayedHeader); !a.Equal(first) {
+				t.Errorf("answer %d = %d %v %q, want %d %v %q", i, a.Status, a.Header, a.Body, first.Status, first.Header, first.Body)
 			}
 		}
 		if replayed != copies-1 {
@@ -167,18 +118,18 @@ func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 		})
 		srv, c := serve(t, next, &Store{Client: be.client}, hedgehttp.IdempotencyOptions{TTL: time.Hour})
 		url := srv.URL + "/pay"
-		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusInternalServerError {
-			t.Fatalf("first run answered %d, want 500", a.status)
+		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, url, "k1", "100 EUR"); a.Status != http.StatusInternalServerError {
+			t.Fatalf("first run answered %d, want 500", a.Status)
 		}
 		fail.Store(false)
-		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusOK || a.body != "run 2" {
-			t.Fatalf("copy after a failed run = %d %q, want 200 \"run 2\" (the failure must not poison the key)", a.status, a.body)
+		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, url, "k1", "100 EUR"); a.Status != http.StatusOK || a.Body != "run 2" {
+			t.Fatalf("copy after a failed run = %d %q, want 200 \"run 2\" (the failure must not poison the key)", a.Status, a.Body)
 		}
-		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusOK || a.body != "run 2" || a.header.Get(hedgehttp.ReplayedHeader) != "true" {
-			t.Fatalf("copy after a success = %d %q, want the replay of run 2", a.status, a.body)
+		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, url, "k1", "100 EUR"); a.Status != http.StatusOK || a.Body != "run 2" || a.Header.Get(hedgehttp.ReplayedHeader) != "true" {
+			t.Fatalf("copy after a success = %d %q, want the replay of run 2", a.Status, a.Body)
 		}
-		if a := send(t, c, http.MethodPost, url, "k1", "999 EUR"); a.status != http.StatusUnprocessableEntity {
-			t.Fatalf("same key, another body = %d %q, want 422", a.status, a.body)
+		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, url, "k1", "999 EUR"); a.Status != http.StatusUnprocessableEntity {
+			t.Fatalf("same key, another body = %d %q, want 422", a.Status, a.Body)
 		}
 		if n := runs.Load(); n != 2 {
 			t.Fatalf("handler ran %d times, want 2", n)
@@ -187,37 +138,10 @@ func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 			return // the record's PTTL is checked by testStore; its end on miniredis's clock
 		}
 		be.forward(time.Hour + time.Millisecond)
-		if a := send(t, c, http.MethodPost, url, "k1", "100 EUR"); a.status != http.StatusOK || a.body != "run 3" {
-			t.Fatalf("copy after the TTL = %d %q, want a new run", a.status, a.body)
+		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, url, "k1", "100 EUR"); a.Status != http.StatusOK || a.Body != "run 3" {
+			t.Fatalf("copy after the TTL = %d %q, want a new run", a.Status, a.Body)
 		}
 	})
-}
-
-// logCounter counts the log records whose message contains a string.
-type logCounter struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	l.lines = append(l.lines, r.Message)
-	l.mu.Unlock()
-	return nil
-}
-func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logCounter) WithGroup(string) slog.Handler      { return l }
-func (l *logCounter) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, m := range l.lines {
-		if strings.Contains(m, s) {
-			n++
-		}
-	}
-	return n
 }
 
 // TestRedisKilledMidTest kills redis-server (SIGKILL) between keyed
@@ -228,8 +152,8 @@ func (l *logCounter) count(s string) int {
 // crash is replayed, not run, and new writes run once.
 func TestRedisKilledMidTest(t *testing.T) {
 	dir := t.TempDir()
-	srv := startRedis(t, 0, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
-	store, err := Config{Addrs: []string{srv.addr()}, Timeout: 2 * time.Second}.Open()
+	srv := redistest.Start(t, 0, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
+	store, err := Config{Addrs: []string{srv.Addr()}, Timeout: 2 * time.Second}.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +167,7 @@ func TestRedisKilledMidTest(t *testing.T) {
 		mu.Unlock()
 		fmt.Fprintf(w, "%s run %d", r.URL.Path, n)
 	})
-	logs := &logCounter{}
+	logs := &idemtest.Log{}
 	h, c := serve(t, next, store, hedgehttp.IdempotencyOptions{Logger: slog.New(logs)})
 	ran := func(path string) int {
 		mu.Lock()
@@ -251,29 +175,29 @@ func TestRedisKilledMidTest(t *testing.T) {
 		return runs[path]
 	}
 
-	if a := send(t, c, http.MethodPost, h.URL+"/a", "ka", "x"); a.status != http.StatusOK || a.body != "/a run 1" {
-		t.Fatalf("POST /a with Redis up = %d %q", a.status, a.body)
+	if a := idemtest.Send(t, c, t.Context(), http.MethodPost, h.URL+"/a", "ka", "x"); a.Status != http.StatusOK || a.Body != "/a run 1" {
+		t.Fatalf("POST /a with Redis up = %d %q", a.Status, a.Body)
 	}
-	srv.kill()
+	srv.Kill()
 	for i := range 5 {
 		for _, path := range []string{"/a", "/b"} {
-			a := send(t, c, http.MethodPost, h.URL+path, "k"+path[1:], "x")
-			if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
-				t.Fatalf("keyed POST %s #%d with Redis down = %d %q (Retry-After %q), want 503 with Retry-After", path, i, a.status, a.body, a.header.Get("Retry-After"))
+			a := idemtest.Send(t, c, t.Context(), http.MethodPost, h.URL+path, "k"+path[1:], "x")
+			if a.Status != http.StatusServiceUnavailable || a.Header.Get("Retry-After") == "" {
+				t.Fatalf("keyed POST %s #%d with Redis down = %d %q (Retry-After %q), want 503 with Retry-After", path, i, a.Status, a.Body, a.Header.Get("Retry-After"))
 			}
 		}
 	}
-	if a := send(t, c, http.MethodPost, h.URL+"/c", "", "x"); a.status != http.StatusOK {
-		t.Errorf("unkeyed POST with Redis down = %d, want 200 (only keyed writes need the store)", a.status)
+	if a := idemtest.Send(t, c, t.Context(), http.MethodPost, h.URL+"/c", "", "x"); a.Status != http.StatusOK {
+		t.Errorf("unkeyed POST with Redis down = %d, want 200 (only keyed writes need the store)", a.Status)
 	}
 	if n := ran("/a") + ran("/b"); n != 1 {
 		t.Fatalf("keyed writes ran %d times in all with Redis down, want only the first one before it", n)
 	}
-	if n := logs.count("store failing"); n != 1 {
+	if n := logs.Count("store failing"); n != 1 {
 		t.Errorf("%d log lines about the store failing, want 1 for the episode", n)
 	}
 
-	startRedis(t, srv.port, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
+	redistest.Start(t, srv.Port, "--dir", dir, "--appendonly", "yes", "--appendfsync", "always")
 	// go-redis, after failed dials, dials again only from a prober that
 	// tries once a second: wait (polling, 10 s at most) until the client
 	// reaches the new server. A keyed write sent meanwhile gets 503 and
@@ -288,22 +212,22 @@ func TestRedisKilledMidTest(t *testing.T) {
 		<-tick.C
 	}
 	// A connection pooled before the crash may still be met once.
-	var a answer
+	var a idemtest.Answer
 	for i := 0; i < 5; i++ {
-		if a = send(t, c, http.MethodPost, h.URL+"/b", "kb", "x"); a.status != http.StatusServiceUnavailable {
+		if a = idemtest.Send(t, c, t.Context(), http.MethodPost, h.URL+"/b", "kb", "x"); a.Status != http.StatusServiceUnavailable {
 			break
 		}
 	}
-	if a.status != http.StatusOK || a.body != "/b run 1" {
-		t.Fatalf("POST /b after Redis returned = %d %q, want its first run", a.status, a.body)
+	if a.Status != http.StatusOK || a.Body != "/b run 1" {
+		t.Fatalf("POST /b after Redis returned = %d %q, want its first run", a.Status, a.Body)
 	}
-	if a := send(t, c, http.MethodPost, h.URL+"/a", "ka", "x"); a.status != http.StatusOK || a.body != "/a run 1" || a.header.Get(hedgehttp.ReplayedHeader) != "true" {
-		t.Fatalf("copy of POST /a after Redis returned = %d %q, want the replay of its run before the crash", a.status, a.body)
+	if a := idemtest.Send(t, c, t.Context(), http.MethodPost, h.URL+"/a", "ka", "x"); a.Status != http.StatusOK || a.Body != "/a run 1" || a.Header.Get(hedgehttp.ReplayedHeader) != "true" {
+		t.Fatalf("copy of POST /a after Redis returned = %d %q, want the replay of its run before the crash", a.Status, a.Body)
 	}
 	if ran("/a") != 1 || ran("/b") != 1 {
 		t.Errorf("runs %v, want each write once", runs)
 	}
-	if n := logs.count("store answers again"); n != 1 {
+	if n := logs.Count("store answers again"); n != 1 {
 		t.Errorf("%d log lines about the store's recovery, want 1", n)
 	}
 	if _, err := os.Stat(dir); err != nil {

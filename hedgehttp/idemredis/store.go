@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/internal/redisconn"
 )
 
 // DefaultPrefix starts every key a [Store] writes when its Prefix is empty.
@@ -205,26 +206,20 @@ type Config struct {
 
 // Validate reports the first invalid field of c, naming it.
 func (c Config) Validate() error {
+	if err := c.conn().Validate("idemredis", ""); err != nil {
+		return err
+	}
 	switch {
-	case len(c.Addrs) == 0:
-		return errors.New("idemredis: Addrs is empty")
-	case len(c.Addrs) > 1 && !c.Cluster:
-		return fmt.Errorf("idemredis: Addrs has %d addresses; several need Cluster", len(c.Addrs))
-	case c.DB < 0:
-		return fmt.Errorf("idemredis: DB must not be negative, got %d", c.DB)
-	case c.Cluster && c.DB != 0:
-		return fmt.Errorf("idemredis: DB must be 0 with Cluster, got %d", c.DB)
 	case strings.ContainsAny(c.Prefix, "{}"):
 		return fmt.Errorf("idemredis: Prefix %q must not contain '{' or '}'", c.Prefix)
 	case c.Timeout < 0:
 		return fmt.Errorf("idemredis: Timeout must not be negative, got %v", c.Timeout)
 	}
-	for _, a := range c.Addrs {
-		if a == "" {
-			return errors.New("idemredis: Addrs has an empty address")
-		}
-	}
 	return nil
+}
+
+func (c Config) conn() redisconn.Conn {
+	return redisconn.Conn{Addrs: c.Addrs, Cluster: c.Cluster, Username: c.Username, Password: c.Password, DB: c.DB}
 }
 
 // Open validates c and returns a [Store] over a new client, which
@@ -242,32 +237,6 @@ func (c Config) Open() (*Store, error) {
 	if to == 0 {
 		to = time.Second
 	}
-	var client redis.UniversalClient
-	if c.Cluster {
-		client = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 c.Addrs,
-			Username:              c.Username,
-			Password:              c.Password,
-			ContextTimeoutEnabled: true,
-			DialTimeout:           to,
-			ReadTimeout:           to,
-			WriteTimeout:          to,
-			MaxRetries:            1,
-			DialerRetries:         1,
-		})
-	} else {
-		client = redis.NewClient(&redis.Options{
-			Addr:                  c.Addrs[0],
-			Username:              c.Username,
-			Password:              c.Password,
-			DB:                    c.DB,
-			ContextTimeoutEnabled: true,
-			DialTimeout:           to,
-			ReadTimeout:           to,
-			WriteTimeout:          to,
-			MaxRetries:            1,
-			DialerRetries:         1,
-		})
-	}
+	client := c.conn().Client(redisconn.Tuning{Timeout: to})
 	return &Store{Client: client, Prefix: c.Prefix, owned: true}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/internal/redistest"
 )
 
 // BenchmarkStoreRealRedis measures what the store adds to a keyed write
@@ -16,8 +17,8 @@ import (
 // a small record, two round trips; and Begin on a stored key (a replay),
 // one round trip.
 func BenchmarkStoreRealRedis(b *testing.B) {
-	srv := startRedis(b, 0)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	srv := redistest.Start(b, 0)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	s := &Store{Client: c}
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/internal/redistest"
 )
 
 // testKey returns a key as the middleware makes them: 64 hex digits.
@@ -50,8 +51,8 @@ func miniBackend(t *testing.T) backend {
 }
 
 func realBackend(t *testing.T) backend {
-	srv := startRedis(t, 0)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	srv := redistest.Start(t, 0)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { c.Close() })
 	return backend{client: c}
 }
