@@ -23,10 +23,13 @@ type Distribution struct {
 
 // Distribution returns the distribution of the windows holding at least
 // MinSamples observations at now; ok is false while neither does. When both
-// do, they are blended as Quantile blends them — the current window weighs
-// Weight (0.7), the previous 1 − Weight, whatever their counts — so that
-// after a shift the distribution follows the current window instead of the
-// larger, older one. The total count stays the sum of both.
+// do, they are blended much as Quantile blends them — the current window
+// weighs Weight (0.7), the previous 1 − Weight — so that after a shift the
+// distribution follows the current window instead of the larger, older
+// one; but while the current window holds fewer observations than the
+// previous, its weight is Weight × their ratio: a window just begun, of a
+// few hundred observations, would otherwise carry 0.7 of a tail it has
+// barely sampled. The total count stays the sum of both.
 func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -35,7 +38,8 @@ func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 	if len(sk) == 2 { // trusted returns the current window first
 		c, p := sk[0].GetCount(), sk[1].GetCount()
 		n := c + p
-		scales = []float64{e.cfg.Weight * n / c, (1 - e.cfg.Weight) * n / p}
+		w := e.cfg.Weight * min(1, c/p)
+		scales = []float64{w * n / c, (1 - w) * n / p}
 	}
 	bins, total := collectCensored(sk, cens, scales)
 	return Distribution{bins, total}, total > 0
