@@ -334,10 +334,12 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 	// near the Target (a slow mode whose last requests the budget denies),
 	// the Target alone jumps from one side of the step to the other with
 	// the sampling noise of the tail, and so would the choice.
-	band := autoBand * (1 - target)
-	score := func(at []time.Duration, gs []float64) time.Duration {
-		return (dist.HedgedGranted(target-band, at, gs) + dist.HedgedGranted(target, at, gs) +
-			dist.HedgedGranted(target+band, at, gs)) / 3
+	// band returns the mean of the predictions at the band's edges and
+	// at the Target (hedged).
+	band := func(d time.Duration, g float64, hedged time.Duration) time.Duration {
+		at, gs := []time.Duration{d}, []float64{g}
+		w := autoBand * (1 - target)
+		return (dist.HedgedGranted(target-w, at, gs) + hedged + dist.HedgedGranted(target+w, at, gs)) / 3
 	}
 	same := func(a, b time.Duration) bool { return absDuration(a-b) <= b/200 }
 	// candidate is the one-hedge schedule at d, its trigger rate, its
@@ -354,7 +356,7 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		}
 		at, gs := []time.Duration{d}, []float64{g}
 		return cand{AutoChoice: AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate * g, Grant: g, LaterGrant: room, Cap: cap,
-			Hedged: dist.HedgedGranted(target, at, gs)}, rate: rate, room: room, score: score(at, gs)}
+			Hedged: dist.HedgedGranted(target, at, gs)}, rate: rate, room: room}
 	}
 
 	var cands [len(autoModelledSteps)]cand
@@ -380,8 +382,20 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		// wide bins): hedge only past the cap's quantile, once.
 		return candidate(p.clamp(upperEdge(dist.Quantile(1 - cap)))).AutoChoice
 	}
-	top := time.Duration(math.MaxInt64)
+	// The band is scored only where it can matter: for the candidates
+	// whose Target prediction is within an eighth of the best one's (a
+	// recomputation stays at a few dozen tail predictions).
+	best1 := time.Duration(math.MaxInt64)
 	for _, c := range cands[:n] {
+		best1 = min(best1, c.Hedged)
+	}
+	top := time.Duration(math.MaxInt64)
+	for i := range cands[:n] {
+		c := &cands[i]
+		c.score = c.Hedged
+		if c.Hedged <= best1+best1/8 {
+			c.score = band(c.Delay, c.Grant, c.Hedged)
+		}
 		top = min(top, c.score)
 	}
 	// Those that score within a sketch bin of the best (2 %: predictions
@@ -443,9 +457,12 @@ func (p *Policy) withLater(dist latency.Distribution, ch AutoChoice, rate, deep 
 	}
 	grants[0] = g1
 	d2 := dist.HedgedGranted(deep, at, grants[:len(at)])
-	hedged := dist.HedgedGranted(ch.Target, at, grants[:len(at)])
-	if absDuration(d2-one) <= one/200 || d2 > one || hedged > ch.Hedged {
+	if absDuration(d2-one) <= one/200 || d2 > one {
 		return ch, one // the later hedges would not pay for themselves
+	}
+	hedged := dist.HedgedGranted(ch.Target, at, grants[:len(at)])
+	if hedged > ch.Hedged {
+		return ch, one // nor if they raise the Target's prediction
 	}
 	ch.Gap, ch.Hedges, ch.Grant, ch.LaterGrant = g, p.cfg.MaxHedges, g1, room
 	ch.HedgeRate = rate*g1 + later*g1*room

@@ -155,12 +155,16 @@ func hedgedTail(bins []bin, total, q float64, offs []float64, grants []float64) 
 	}
 	best := math.Inf(1)
 	for _, o := range offs {
-		i, _ := slices.BinarySearchFunc(bins, o, func(b bin, o float64) int {
-			if ok(b.v + o) {
-				return 1
+		// The first bin i at which ok(bins[i].v + o) holds.
+		i, hi := 0, len(bins)
+		for i < hi {
+			mid := int(uint(i+hi) >> 1)
+			if ok(bins[mid].v + o) {
+				hi = mid
+			} else {
+				i = mid + 1
 			}
-			return -1
-		})
+		}
 		if i < len(bins) {
 			best = min(best, bins[i].v+o)
 		}
