@@ -2,6 +2,7 @@ package tailcut
 
 import (
 	"math"
+	"sync"
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
@@ -167,12 +168,19 @@ func budgetModel(r, later, ratio, burst float64) (grant, room float64) {
 	}
 	m := max(math.Round(1/ratio), 1)
 	if n := math.Round(burst * m); n <= grantChainStates {
-		var buf [2 * (grantChainStates + 1)]float64
+		// A pooled buffer: a fresh one would be zeroed, 16 KiB, on
+		// every call, which costs more than the chain.
+		buf := chainBufs.Get().(*[2 * (grantChainStates + 1)]float64)
 		k := int(n) + 1
-		return grantChain(r/ratio/m, later/ratio/m, int(m), int(n), buf[:k], buf[k:2*k])
+		grant, room = grantChain(r/ratio/m, later/ratio/m, int(m), int(n), buf[:k], buf[k:2*k])
+		chainBufs.Put(buf)
+		return grant, room
 	}
 	return grantRateFluid(r+later, ratio, burst)
 }
+
+// chainBufs pools grantChain's buffers.
+var chainBufs = sync.Pool{New: func() any { return new([2 * (grantChainStates + 1)]float64) }}
 
 // grantChainStates bounds the states of the budget's chain solved exactly:
 // a bucket of up to that many deposits (burst ÷ ratio; 100 at the default
@@ -198,29 +206,33 @@ func grantChain(q1, q2 float64, m, n int, suf, sufW []float64) (grant, room floa
 	if m > n {
 		return 0, 0 // the bucket never holds a whole hedge
 	}
-	w := func(y int) float64 {
-		p := 0.0
-		if y >= m {
-			p = q1
-			if 2*y > n {
-				p += q2
-			}
+	q1, q2 = min(q1, 1-1e-9), min(q1+q2, 1-1e-9)-q1
+	// w(y), the chance of a withdrawal from y: 0 below m, q1 up to n/2,
+	// q1 + q2 above; inv the matching 1/(1 − w).
+	w := func(y int) (w, inv float64) {
+		switch {
+		case y < m:
+			return 0, 1
+		case 2*y > n:
+			return q1 + q2, 1 / (1 - q1 - q2)
 		}
-		return min(p, 1-1e-9)
+		return q1, 1 / (1 - q1)
 	}
 	top := 1.0 // π(n), unnormalised
 	suf[n], sufW[n] = 0, 0
+	wn, _ := w(n)
 	for k := n - 1; k >= 0; k-- {
 		var s float64
 		if a, b := max(k+1, m-1), min(k+m-1, n-1); a <= b {
 			s = sufW[a] - sufW[b+1]
 		}
 		if n-m <= k {
-			s += top * w(n) // the full bucket withdraws to n − m
+			s += top * wn // the full bucket withdraws to n − m
 		}
-		pk := s / (1 - w(k+1))
+		wk, inv := w(k + 1) // k+1 ≤ n
+		pk := s * inv
 		suf[k] = suf[k+1] + pk
-		sufW[k] = sufW[k+1] + pk*w(min(k+1, n))
+		sufW[k] = sufW[k+1] + pk*wk
 		if suf[k] > 1e200 {
 			// Above the ratio π grows towards the empty bucket: rescale
 			// what is known (rarely: every few hundred states at most).
