@@ -27,6 +27,7 @@ const MaxLabels = 4
 type Features struct {
 	labels [MaxLabels]string
 	n      uint8
+	where  bool // a label names where the primary goes (Features.Where)
 }
 
 // With returns f with label added after its labels. An empty label, or one
@@ -38,6 +39,20 @@ func (f Features) With(label string) Features {
 	f.labels[f.n] = label
 	f.n++
 	return f
+}
+
+// Where returns f with label added as a label that names where the
+// request's primary goes — a replica, a zone — rather than what the
+// request is. The request's hedges go elsewhere: the model then predicts
+// their latency from the key's distribution instead of from the bucket's
+// (a request to a slow replica is worth hedging early, because its hedge
+// is not slow). Features with and without Where are different buckets.
+func (f Features) Where(label string) Features {
+	if label == "" || int(f.n) >= MaxLabels {
+		return f
+	}
+	f.where = true
+	return f.With(label)
 }
 
 // Labels returns the labels of f, in order.
@@ -52,6 +67,7 @@ func (f Features) Join(g Features) Features {
 	for _, l := range g.labels[:g.n] {
 		f = f.With(l)
 	}
+	f.where = f.where || g.where
 	return f
 }
 
@@ -60,6 +76,9 @@ func (f Features) Join(g Features) Features {
 // differ). Zero is reserved for "no bucket".
 func (f *Features) hash(seed maphash.Seed) uint64 {
 	v := uint64(f.n)
+	if f.where {
+		v |= 1 << 8
+	}
 	for _, l := range f.labels[:f.n] {
 		// Each label's hash, mixed with what came before (splitmix64's
 		// finaliser): the order and the boundaries count.

@@ -3,7 +3,6 @@ package tailcut
 import (
 	"hash/maphash"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,23 +17,29 @@ import (
 // windowed estimator of its own (the key's windows, 256 sketch bins each:
 // at most about 9 KiB) fed with the primaries of its requests, as the
 // key's is. Its distribution is blended with the key's by sample count —
-// shrinkage: weight n/(n + predictPrior) on the bucket's n observations —
-// and the auto delay's chooser (auto.go), applied to that blend, gives the
-// bucket's schedule under the policy's budget. A request begun with
-// features takes its bucket's schedule in place of the key's.
+// shrinkage: weight n/(n + predictPrior) on the bucket's n observations.
 //
 // A bucket whose distribution is not significantly different from its
 // key's (the features carry no signal there, or it has too few samples)
-// falls back to the key's schedule: two tests, either of which must
-// reject "same distribution" — a Kolmogorov–Smirnov test at about the
-// 0.1 % level, for a bucket whose whole distribution has moved, and a
-// test of its share beyond the key's p90, p95 and p99 at four standard
-// errors, for one whose tail alone differs.
+// keeps the key's schedule: two tests, either of which must reject "same
+// distribution" — a Kolmogorov–Smirnov test at about the 0.1 % level, for
+// a bucket whose whole distribution has moved, and a test of its share
+// beyond the key's p90, p95 and p99 at four standard errors, for one whose
+// tail alone differs.
 //
-// A bucket's schedule is cached and recomputed on the key's cadence (as
-// its observations double, up to every autoRecomputeEvery, and on window
-// rotation): never per request. When the key's latency shifts (shift.go),
-// its buckets restart too.
+// The buckets that differ share the budget the key's own schedule would
+// spend on their traffic: their schedules (a delay, one hedge or two at
+// twice it) are chosen together to minimise the Target percentile of their
+// requests mixed by traffic share (allocate) — hedging early where
+// requests are often slow and their hedges are not, not at all where a
+// hedge would share the slowness. They are used only when that promises a
+// Target at least allocGain lower than the key's schedule on the same
+// requests; otherwise every bucket keeps the key's.
+//
+// The schedules are cached and recomputed together at a quarter of the
+// key's pace (when a bucket's observations grow fourfold, or by
+// 4 × autoRecomputeEvery, and on window rotation): never per request. When the key's latency shifts
+// (shift.go), its buckets restart too.
 
 // predictPrior is the shrinkage strength: a bucket of n observations weighs
 // n/(n + predictPrior) against its key's distribution.
@@ -60,6 +65,7 @@ var featureSeed = maphash.MakeSeed()
 type bucket struct {
 	hash     uint64
 	labels   []string // a copy of the labels, for reports
+	where    bool     // Features.Where: hedges are predicted from the key's distribution
 	est      *latency.Estimator
 	lastUsed atomic.Int64 // UnixNano of the last BeginWith
 
@@ -69,8 +75,6 @@ type bucket struct {
 	keyShifts    atomic.Int64 // the key's shift count at the last computation
 	sched        atomic.Pointer[bucketSchedule]
 	begun        atomic.Int64 // requests begun on the bucket's own schedule
-
-	mu sync.Mutex // serialises recomputation
 }
 
 // bucketSchedule is a bucket's computed schedule; use is false while it
@@ -106,21 +110,23 @@ func (t *bucketTable) find(h uint64) *bucket {
 
 // BeginWith is [Policy.Begin] for a request described by f: with
 // Config.Predictive set and f carrying labels, the request takes the hedge
-// schedule of its feature bucket — chosen by the auto delay (or the pinned
-// Quantile) from the latencies of earlier requests with the same labels,
-// blended with the key's — and its primary's latency is learned by the
-// bucket as well as by the key. Without labels, without Config.Predictive,
+// schedule of its feature bucket — chosen from the latencies of earlier
+// requests with the same labels, blended with the key's, the buckets of
+// the key sharing its budget (or, with a pinned Quantile, that quantile
+// of the bucket's latencies) — and its primary's latency is learned by
+// the bucket as well as by the key. Without labels, without Config.Predictive,
 // or while the bucket's latencies are not significantly different from the
-// key's, it is Begin. A nil f is no features.
+// key's (or its schedule is not predicted to beat the key's), the request
+// takes the key's schedule, as with Begin. A nil f is no features.
 //
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
 // Config.FeatureBuckets). With two labels, on the request path of Begin,
-// Observe and End it costs about 110–130 ns more than Begin: hashing the
-// labels, finding the bucket, and the bucket's own estimator learning the
-// primary (BenchmarkDecisionPathFeatures against BenchmarkDecisionPath,
-// run side by side on a shared 2-core machine: 280–344 ns against
-// 147–223 ns).
+// Observe and End, it cost about 80–250 ns more than Begin on a shared
+// 2-core machine (BenchmarkDecisionPathFeatures against
+// BenchmarkDecisionPath, 4 runs each side by side: 362–558 ns against
+// 281–310 ns): hashing the labels, finding the bucket, the bucket's own
+// estimator learning the primary, and the model's recomputation amortised.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
 	r := p.Begin(key, now)
 	if f == nil || f.n == 0 || !p.cfg.Predictive {
@@ -144,11 +150,13 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	}
 	every := int32(recomputeEvery)
 	if p.auto {
-		every = autoEvery(b.basis.Load())
+		// A recomputation of the model (every bucket's distribution and
+		// the allocation, some 100 µs) at a quarter of the key's pace.
+		every = modelEvery * autoEvery(b.basis.Load())
 	}
-	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && b.mu.TryLock() {
-		p.computeBucket(ks, b, now)
-		b.mu.Unlock()
+	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
+		p.computeModel(ks, now)
+		ks.modelMu.Unlock()
 	}
 	r.b = b
 	s := b.sched.Load()
@@ -176,7 +184,7 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		return b
 	}
 	est, _ := latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins}) // validated in New
-	b := &bucket{hash: h, est: est, labels: append([]string(nil), f.Labels()...)}
+	b := &bucket{hash: h, est: est, labels: append([]string(nil), f.Labels()...), where: f.where}
 	b.lastUsed.Store(now.UnixNano())
 	b.keyShifts.Store(ks.shifts.Load())
 	t := &bucketTable{}
@@ -201,49 +209,302 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 	return b
 }
 
-// computeBucket recomputes the schedule of b, a bucket of ks, at now.
-// b.mu is held.
-func (p *Policy) computeBucket(ks *keyState, b *bucket, now time.Time) {
-	if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
-		// The key's latency shifted: so did the bucket's, most likely.
-		b.est.Restart(now)
-		b.keyShifts.Store(sh)
+// computeModel recomputes the schedules of every bucket of ks at now,
+// together: ks.modelMu is held.
+//
+// The buckets whose latencies differ significantly from the key's share
+// the budget of their part of the traffic, autoCapShare × the ratio of
+// it, and their delays are chosen together to minimise the Target
+// percentile of their requests' latency, all buckets mixed by their share
+// of the traffic (allocate). Spending the budget where it cuts that most —
+// early on a bucket whose requests are often slow, never on one whose
+// slowness a hedge would share — is what a single delay for the key
+// cannot do.
+func (p *Policy) computeModel(ks *keyState, now time.Time) {
+	t := ks.model.Load()
+	if t == nil {
+		return
 	}
-	s := &bucketSchedule{}
-	dist, ok := b.est.Distribution(now)
 	kd, kok := ks.est.Distribution(now)
-	var basis float64
-	if ok && kok {
-		basis = min(dist.Count(), math.MaxInt32)
-		s.distance = latency.Distance(dist, kd)
-		if differs(dist, kd, s.distance) {
-			nb := dist.Count()
-			mixed := latency.Mix(dist, kd, nb/(nb+predictPrior))
-			s.use = true
-			s.limit = p.cfg.MaxHedges
-			if p.auto {
-				ch := p.chooseSchedule(mixed)
-				s.delay, s.gap, s.limit, s.choice = ch.Delay, ch.Gap, ch.Hedges, ch
-				// The share the key's shift test expects of these
-				// requests is the bucket's own, not the blend's: the
-				// key's mass blended in is a prior for the choice, and
-				// at few samples it would put the expected share far
-				// from the bucket's true one (and the test would fire).
-				s.share = float32(smoothedShare(dist.Survival(ch.Delay), basis))
-			} else {
-				s.delay = p.clamp(time.Duration(float64(mixed.Quantile(p.cfg.Quantile)) * p.cfg.Multiplier))
+	var groups []allocGroup
+	var scheds []*bucketSchedule
+	for _, b := range t.buckets {
+		if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
+			// The key's latency shifted: so did the bucket's, most likely.
+			b.est.Restart(now)
+			b.keyShifts.Store(sh)
+		}
+		s := &bucketSchedule{}
+		scheds = append(scheds, s)
+		dist, ok := b.est.Distribution(now)
+		var basis float64
+		if ok && kok {
+			basis = min(dist.Count(), math.MaxInt32)
+			s.distance = latency.Distance(dist, kd)
+			if differs(dist, kd, s.distance) {
+				nb := dist.Count()
+				mixed := latency.Mix(dist, kd, nb/(nb+predictPrior))
+				s.use, s.limit = true, 1
+				hedge := mixed
+				if b.where {
+					hedge = kd
+				}
+				groups = append(groups, allocGroup{i: len(scheds) - 1, own: dist, dist: mixed, hedge: hedge, share: nb / kd.Count()})
 			}
 		}
+		b.basis.Store(int32(basis))
+		b.sinceCompute.Store(0)
+		if end := b.est.WindowEnd(); end.IsZero() {
+			b.validUntil.Store(now.UnixNano() + int64(p.cfg.Window))
+		} else {
+			b.validUntil.Store(end.UnixNano())
+		}
 	}
-	b.sched.Store(s)
-	b.basis.Store(int32(basis))
-	b.sinceCompute.Store(0)
-	if end := b.est.WindowEnd(); end.IsZero() {
-		b.validUntil.Store(now.UnixNano() + int64(p.cfg.Window))
-	} else {
-		b.validUntil.Store(end.UnixNano())
+	if len(groups) > 0 {
+		if p.auto {
+			// The groups spend what the key's own schedule would on them
+			// (its predicted hedge rate), or 0.8 × the budget's ratio.
+			ch := ks.auto.Load()
+			if ch == nil || !p.allocate(groups, ch) {
+				// Not predicted to beat the key's own schedule by
+				// allocGain: the buckets keep the key's.
+				for _, g := range groups {
+					scheds[g.i].use = false
+				}
+				groups = nil
+			}
+		} else {
+			for i := range groups {
+				g := &groups[i]
+				g.delay = p.clamp(time.Duration(float64(g.dist.Quantile(p.cfg.Quantile)) * p.cfg.Multiplier))
+			}
+		}
+		for _, g := range groups {
+			s := scheds[g.i]
+			s.delay, s.limit = g.delay, g.limit
+			if !p.auto {
+				s.limit = p.cfg.MaxHedges
+			}
+			// The share the key's shift test expects of these requests is
+			// the bucket's own, not the blend's: the key's mass blended in
+			// is a prior for the choice, and at few samples it would put
+			// the expected share far from the bucket's true one (and the
+			// test would fire).
+			s.share = float32(smoothedShare(g.own.Survival(g.delay), min(g.own.Count(), math.MaxInt32)))
+		}
+	}
+	for i, b := range t.buckets {
+		b.sched.Store(scheds[i])
 	}
 }
+
+// allocGroup is one predicted bucket in the allocation of the budget.
+type allocGroup struct {
+	i     int                  // index of its schedule
+	own   latency.Distribution // the bucket's latencies
+	dist  latency.Distribution // blended with the key's: what the choice is made on
+	hedge latency.Distribution // its hedges' latency: dist, or the key's (Features.Where)
+	share float64              // its share of the key's traffic
+	delay time.Duration        // the result: hedges at delay, 2 × delay, …
+	limit int                  // and how many
+
+	cand [2 * len(allocRates)]allocCand
+	n    int
+}
+
+// allocCand is a candidate delay of a group, its trigger rate, and its
+// hedged survival at the t under test.
+type allocCand struct {
+	d          time.Duration
+	k          int // hedges, at d, 2d, …
+	cost, surv float64
+}
+
+// allocRates are the candidate trigger rates of a bucket's first hedge,
+// none (0) included: a bucket whose slowness its hedges would share, or
+// whose tail is not the Target, is better left alone.
+var allocRates = [...]float64{0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.12, 0.15, 0.18, 0.22, 0.26, 0.3, 0.35, 0.42, 0.5, 0.6, 0.7, 0.8, 0.9}
+
+// allocate chooses the first-hedge delay of every group: the schedule
+// that minimises the Target percentile of the groups' mixed latency, each
+// request hedged once after its group's delay (independent attempts from
+// its group's distribution), at a total trigger rate within autoCapShare ×
+// the budget's ratio of their traffic — and of those within 1 % of that
+// minimum, the cheapest.
+//
+// For a given latency t the best spending of the budget is a
+// multiple-choice knapsack, solved by its Lagrangian relaxation: each
+// group takes the candidate minimising its share of requests slower than t
+// plus λ × its cost, and λ is bisected until the cost fits. t is bisected
+// until the share of requests slower than t is 1 − Target. About 18 × 20
+// sweeps of the groups' 50 candidates, on the key's recomputation
+// cadence.
+//
+// It reports whether the allocation is predicted to give a Target
+// percentile at least allocGain lower than the key's own schedule ch
+// applied to every group: if not, the groups had better keep the key's
+// schedule, whose prediction rests on more observations.
+func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
+	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1)
+	var at [MaxHedgesLimit]time.Duration
+	for k := range ch.Hedges {
+		at[k] = ch.Delay + time.Duration(k)*ch.Gap
+	}
+	var total float64
+	for _, g := range gs {
+		total += g.share
+	}
+	// slow is the share of the groups' requests slower than t on the
+	// key's schedule, its grants as predicted.
+	slow := func(t time.Duration) float64 {
+		var s float64
+		for _, g := range gs {
+			v := g.dist.Survival(t)
+			for k, a := range at[:ch.Hedges] {
+				gr := 1.0
+				if k == 0 {
+					gr = ch.Grant
+				}
+				v *= gr*g.hedge.Survival(t-a) + 1 - gr
+			}
+			s += g.share * v
+		}
+		return s
+	}
+	lo, hi := 0.0, t*4
+	for range 30 {
+		mid := (lo + hi) / 2
+		if slow(secondsDur(mid)) <= (1-p.cfg.Target)*total {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return t <= (1-allocGain)*hi
+}
+
+// modelEvery is how many times the observations a bucket waits for,
+// against its key's cadence, before the model is recomputed.
+const modelEvery = 4
+
+// allocGain is how much lower a Target percentile the buckets' own
+// schedules must promise than the key's, to be used.
+const allocGain = 0.03
+
+// allocateAt is allocate with the groups' trigger rates within rate of
+// their traffic, each hedge granted with probability grant; it returns the
+// predicted Target percentile, in seconds.
+func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
+	var total, top float64
+	hedges := 1
+	if p.cfg.MaxHedges >= 2 {
+		hedges = 2
+	}
+	for i := range gs {
+		g := &gs[i]
+		total += g.share
+		g.n = 0
+		for _, r := range allocRates {
+			d := p.clamp(upperEdge(g.dist.Quantile(1)))
+			if r > 0 {
+				d = p.clamp(upperEdge(g.dist.Quantile(1 - r)))
+			}
+			if g.n > 0 && g.cand[g.n-1].d == d {
+				continue
+			}
+			for k := 1; k <= hedges; k++ {
+				// Hedge j goes at j × d while every earlier attempt is out.
+				var cost float64
+				for j := 1; j <= k; j++ {
+					c := g.dist.Survival(time.Duration(j) * d)
+					for i := 1; i < j; i++ {
+						c *= g.hedge.Survival(time.Duration(j-i) * d)
+					}
+					cost += c
+				}
+				g.cand[g.n] = allocCand{d: d, k: k, cost: cost}
+				g.n++
+			}
+		}
+		top = max(top, g.dist.Quantile(1).Seconds()*2)
+	}
+	budget := rate * total
+	allowed := (1 - p.cfg.Target) * total
+	// pick sets each group's choice at λ and returns the cost and the
+	// share of requests slower than t.
+	pick := func(lambda float64, choice []int) (cost, slow float64) {
+		for i := range gs {
+			g := &gs[i]
+			best, bv := 0, math.Inf(1)
+			for j, c := range g.cand[:g.n] {
+				if v := c.surv + lambda*c.cost; v < bv-1e-15 {
+					best, bv = j, v
+				}
+			}
+			choice[i] = best
+			cost += g.share * g.cand[best].cost
+			slow += g.share * g.cand[best].surv
+		}
+		return cost, slow
+	}
+	choice := make([]int, len(gs))
+	// feasible reports whether some schedule within the budget has at most
+	// the allowed share slower than t, and leaves the cheapest such (as
+	// far as the relaxation finds) in choice.
+	feasible := func(t float64) bool {
+		for i := range gs {
+			g := &gs[i]
+			for j := range g.cand[:g.n] {
+				c := &g.cand[j]
+				tt := secondsDur(t)
+				c.surv = g.dist.Survival(tt)
+				for j := 1; j <= c.k; j++ {
+					c.surv *= grant*g.hedge.Survival(tt-time.Duration(j)*c.d) + 1 - grant
+				}
+			}
+		}
+		// The largest λ whose choice still fits the budget is the best
+		// spending of it; a larger λ spends less.
+		lo, hi := 0.0, 1.0
+		for {
+			if c, _ := pick(hi, choice); c <= budget || hi > 1e9 {
+				break
+			}
+			lo, hi = hi, hi*4
+		}
+		if c, _ := pick(lo, choice); c > budget {
+			for range 16 {
+				mid := (lo + hi) / 2
+				if c, _ := pick(mid, choice); c <= budget {
+					hi = mid
+				} else {
+					lo = mid
+				}
+			}
+			lo = hi
+		}
+		_, slow := pick(lo, choice)
+		return slow <= allowed+1e-12
+	}
+	lo, hi := 0.0, top
+	for range 18 {
+		mid := (lo + hi) / 2
+		if feasible(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	feasible(hi) // the choice at the best t
+	for i := range gs {
+		gs[i].delay, gs[i].limit = gs[i].cand[choice[i]].d, gs[i].cand[choice[i]].k
+	}
+	return hi
+}
+
+func secondsDur(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+func slicesClone(s []int) []int { return append([]int(nil), s...) }
 
 // differs reports whether a bucket's distribution b is significantly
 // different from its key's k, whose Kolmogorov–Smirnov distance is d.

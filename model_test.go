@@ -56,13 +56,9 @@ func TestModelConverges(t *testing.T) {
 		now = now.Add(250 * time.Microsecond)
 	}
 	kd, _ := p.key("k", now).est.Distribution(now)
-	var prev time.Duration
 	for _, c := range names {
 		f := Features{}.With("class:" + c)
 		req := p.BeginWith("k", &f, now)
-		if !req.Predicted() {
-			t.Fatalf("%s: not predicted after 10,000 samples", c)
-		}
 		b := bucketOf(t, p, "k", f)
 		bd, _ := b.est.Distribution(now)
 		w := bd.Count() / (bd.Count() + predictPrior)
@@ -82,13 +78,55 @@ func TestModelConverges(t *testing.T) {
 				t.Errorf("%s: blended q%g = %v, want within [%v, %v]", c, q, got, lo, hi)
 			}
 		}
-		sched := b.sched.Load()
-		if req.Delay() != sched.delay || req.Delay() <= prev {
-			t.Errorf("%s: delay %v (bucket's %v), previous class %v", c, req.Delay(), sched.delay, prev)
+		if sched := b.sched.Load(); sched.use != req.Predicted() || sched.use && req.Delay() != sched.delay {
+			t.Errorf("%s: request predicted %v at %v, bucket's schedule %+v", c, req.Predicted(), req.Delay(), sched)
 		}
-		prev = req.Delay()
 	}
 }
+
+// Where features pay: one replica of four is 4× slower, the label names
+// the replica the primary goes to, and its hedges go elsewhere. The
+// buckets' joint schedule is predicted to beat the key's, and hedges the
+// slow replica's requests earlier (at a higher share) than the others.
+func TestModelReplicaSkew(t *testing.T) {
+	p, err := New(Config{Predictive: true, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(7, 8))
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 40_000 {
+		rep := i % 4
+		f := Features{}.Where(replicaName(rep))
+		req := p.BeginWith("k", &f, now)
+		d := gen(r)
+		if rep == 0 {
+			d *= 4
+		}
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(250 * time.Microsecond)
+	}
+	rate := map[string]float64{}
+	for rep := range 4 {
+		f := Features{}.Where(replicaName(rep))
+		req := p.BeginWith("k", &f, now)
+		if !req.Predicted() {
+			t.Fatalf("replica %d: not predicted", rep)
+		}
+		b := bucketOf(t, p, "k", f)
+		own, _ := b.est.Distribution(now)
+		rate[replicaName(rep)] = own.Survival(req.Delay())
+	}
+	for rep := 1; rep < 4; rep++ {
+		if rate["r0"] <= rate[replicaName(rep)] {
+			t.Errorf("the slow replica is hedged for %.1f %% of its requests, replica %d for %.1f %%", rate["r0"]*100, rep, rate[replicaName(rep)]*100)
+		}
+	}
+}
+
+func replicaName(i int) string { return "r" + strconv.Itoa(i) }
 
 // Features that carry no signal fall back to the key's schedule.
 func TestModelFallsBack(t *testing.T) {

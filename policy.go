@@ -205,7 +205,8 @@ type keyState struct {
 	breaker breaker
 	diag    diagnosis
 
-	model atomic.Pointer[bucketTable] // predictive hedging's feature buckets (model.go); written under mu
+	model   atomic.Pointer[bucketTable] // predictive hedging's feature buckets (model.go); written under mu
+	modelMu sync.Mutex                  // serialises their recomputation
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
