@@ -2,6 +2,7 @@ package tailcut
 
 import (
 	"math"
+	"sync"
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
@@ -11,33 +12,39 @@ import (
 // The auto delay (Config.Quantile unset) picks the hedge schedule from the
 // measured distribution instead of from a fixed quantile.
 //
-// For a dozen candidate first-hedge delays — the quantiles at which the
-// trigger rate P(X > d) is up to 1.1 × the budget's ratio, and fractions
-// of that — it predicts the Target percentile of the hedged latency
+// For fifteen candidate first-hedge delays — the quantiles at which the
+// trigger rate P(X > d) is from 0.15 to 1.5 × the budget's ratio, dense
+// near the ratio — it predicts the Target percentile of the hedged latency
 // (independent attempts: P(T > t) = P(X > t) · Π_j (g_j·P(X > t − at_j) +
 // 1 − g_j)), where g is the share of hedges the budget is predicted to
-// grant at that trigger rate (grantRate). It keeps the schedule with the
-// lowest prediction; two that predict the same are told apart by the
-// deeper tail (a tenth of the way from Target to 1: the p99.9 for the
-// p99), then by cost.
+// grant at that trigger rate: the exact stationary law of the budget's
+// token chain (budgetModel), within a point of the real budget's grants.
+// The candidates are ranked by that prediction averaged over a narrow band
+// of percentiles around the Target (autoBand), so that a step in the
+// predicted tail does not flip the choice with the sampling noise; those
+// within a sketch bin (2 %) of the best are given their later hedges and
+// told apart by the deeper tail (a tenth of the way from Target to 1: the
+// p99.9 for the p99), then by cost.
 //
 // Modelling the denials is what makes a delay near the budget safe or
 // not: a fixed quantile that hedges about as often as the budget allows is
 // a trap, because denials then fall at random and a denied straggler is
 // the p99 (DESIGN.md, Delay versus budget); but when a slow mode holds the
 // budget's share of requests, hedging all of it with a few denials beats
-// leaving a fifth of it unhedged. A trigger rate above 0.8 × the ratio is
-// chosen only when it promises a Target at least 5 % lower than the best
-// within it (autoAboveCapGain). A budget that does not state its ratio
-// and burst (a token bucket) cannot be modelled: the first hedge's rate
-// then stays within 0.8 × an assumed ratio, every hedge taken as granted.
+// leaving a fifth of it unhedged. No fixed share of the budget bounds the
+// choice: the model's prediction, denials included, decides. Whatever the
+// choice, the budget keeps the extra load within its ratio. A budget that
+// does not state its ratio and burst (a token bucket) cannot be modelled:
+// the first hedge's rate then stays within 0.8 × an assumed ratio, every
+// hedge taken as granted.
 //
-// With MaxHedges ≥ 2 the winner then gets its later hedges, evenly spaced
+// With MaxHedges ≥ 2 each finalist gets its later hedges, evenly spaced
 // after d at the smallest gap whose hedges cost at most autoLaterShare ×
 // the ratio between them (P(X > t) · P(X > t − d) for a second hedge at
 // t): the earliest affordable second hedge is the one that cuts the deep
-// tail most. At run time later hedges go only while the
-// budget holds more than half its burst (Policy.Hedge).
+// tail most. At run time later hedges go only while the budget holds more
+// than half its burst (Policy.Hedge); the budget model predicts how often
+// that is (AutoChoice.LaterGrant), with the later hedges' own draw on it.
 //
 // The distribution is the key's blended windows, with the primaries that a
 // winning hedge cut short spread over the longer ones (Kaplan–Meier): the
@@ -46,7 +53,7 @@ import (
 // The schedule is recomputed on window rotation, as often as the
 // observations double after a start, every autoRecomputeEvery
 // observations after that, and at once when the latency shifts (shift.go)
-// — a recomputation walks the sketch, some 10–50 µs — never per request.
+// — a recomputation walks the sketch, some tens of µs — never per request.
 
 // autoRecomputeEvery is how many observations a key takes before its auto
 // schedule is recomputed (besides on every window rotation).
@@ -59,8 +66,9 @@ func autoEvery(basis int32) int32 {
 	return min(autoRecomputeEvery, max(recomputeEvery, basis))
 }
 
-// autoCapShare is the share of the budget's ratio the auto schedule may
-// plan to use: the rest absorbs bursts of stragglers.
+// autoCapShare is the share of the assumed ratio the auto schedule may
+// plan to use when the budget's denials cannot be modelled (a token
+// bucket): the rest absorbs bursts of stragglers.
 const autoCapShare = 0.8
 
 // unknownBudgetRatio is the ratio assumed for a Budget that does not state
@@ -69,26 +77,20 @@ const unknownBudgetRatio = 0.05
 
 // autoModelledCap is the most the auto delay lets the first hedge's trigger
 // rate be, as a multiple of the budget's ratio, when it models the budget's
-// denials: a little above the ratio, so that a delay in a gap of the
-// distribution whose rate is the ratio give or take sampling noise (a slow
-// mode of exactly the budget's share) is a candidate, predicted with the
-// denials it will meet.
-const autoModelledCap = 1.1
-
-// autoAboveCapGain is how much lower a Target prediction a first-hedge
-// trigger rate above autoCapShare × the ratio must promise, against the
-// best one within it, to be chosen: a few percent of p99 are not worth the
-// extra load and the denials (which also leave the later hedges less room);
-// hedging a whole slow mode that holds the budget's share is.
-const autoAboveCapGain = 0.05
+// denials. Above the ratio the budget grants about ratio ÷ rate of the
+// hedges asked for, at random, and the prediction says what that costs;
+// half again the ratio leaves a third of the hedges denied, past which no
+// distribution seen in the lab gains.
+const autoModelledCap = 1.5
 
 // autoRateSteps are the candidate first-hedge rates, as fractions of the cap
 // (0.8 × the ratio) when the budget's denials are not modelled, and
-// autoModelledSteps as fractions of autoModelledCap × the ratio when they
-// are.
+// autoModelledSteps as multiples of the ratio when they are: dense near
+// the ratio, where the grant rate falls fastest and a gap between two
+// modes of the distribution often lies.
 var (
 	autoRateSteps     = [...]float64{1, 0.85, 0.7, 0.55, 0.4, 0.3, 0.2, 0.1}
-	autoModelledSteps = [...]float64{1, 0.95, 0.9, 0.85, 0.8, autoCapShare / autoModelledCap, 0.62, 0.5, 0.4, 0.3, 0.2, 0.1}
+	autoModelledSteps = [...]float64{autoModelledCap, 1.35, 1.2, 1.1, 1.05, 1, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.45, 0.3, 0.15}
 )
 
 // autoLaterShare is the share of the budget's ratio the second and later
@@ -115,6 +117,10 @@ type AutoChoice struct {
 	// Grant the share of first hedges asked for that the budget is
 	// predicted to grant (1 when its denials are not modelled).
 	HedgeRate, Grant float64
+	// LaterGrant is the share of second and later hedges predicted to go:
+	// the share of the time the budget is predicted to hold more than half
+	// its burst, which they need (1 when its denials are not modelled).
+	LaterGrant float64
 	// Cap is the most the first hedge's trigger rate P(X > Delay) could
 	// have been: 1.1 × the budget's ratio, or 0.8 × it for a budget whose
 	// denials are not modelled (one that does not state its ratio and
@@ -137,22 +143,132 @@ func budgetRatio(b budget.Budget) (ratio, burst float64, modelled bool) {
 }
 
 // grantRate predicts the share of first hedges a ratio budget grants when a
-// share r of requests asks for one: each request deposits ratio tokens, each
-// hedge withdraws one, and the bucket holds at most burst. Below the ratio
-// the token deficit is a random walk drifting back to zero, whose
+// share r of requests asks for one, each independently: each request
+// deposits ratio tokens, each hedge withdraws one, and the bucket holds at
+// most burst. See budgetModel.
+func grantRate(r, ratio, burst float64) float64 {
+	g, _ := budgetModel(r, 0, ratio, burst)
+	return g
+}
+
+// budgetModel predicts, for a ratio budget whose first hedges are asked for
+// by a share r of requests and its later hedges by a share later, the share
+// of first hedges it grants and the share of the time it holds more than
+// half its burst — the room a later hedge needs (Policy.Hedge), and the
+// share of them predicted to go. It is the exact stationary law of the
+// budget's Markov chain, the balance counted in deposits (grantChain), when
+// the bucket holds at most grantChainStates of them, and a continuous
+// approximation (grantRateFluid) otherwise.
+func budgetModel(r, later, ratio, burst float64) (grant, room float64) {
+	switch {
+	case r <= 0 && later <= 0:
+		return 1, 1
+	case ratio <= 0 || burst <= 0:
+		return 0, 0
+	}
+	m := max(math.Round(1/ratio), 1)
+	if n := math.Round(burst * m); n <= grantChainStates {
+		// A pooled buffer: a fresh one would be zeroed, 16 KiB, on
+		// every call, which costs more than the chain.
+		buf := chainBufs.Get().(*[2 * (grantChainStates + 1)]float64)
+		k := int(n) + 1
+		grant, room = grantChain(r/ratio/m, later/ratio/m, int(m), int(n), buf[:k], buf[k:2*k])
+		chainBufs.Put(buf)
+		return grant, room
+	}
+	return grantRateFluid(r+later, ratio, burst)
+}
+
+// chainBufs pools grantChain's buffers.
+var chainBufs = sync.Pool{New: func() any { return new([2 * (grantChainStates + 1)]float64) }}
+
+// grantChainStates bounds the states of the budget's chain solved exactly:
+// a bucket of up to that many deposits (burst ÷ ratio; 100 at the default
+// ratio 10 % and burst 10).
+const grantChainStates = 1024
+
+// grantChain returns the share of first hedges granted by a bucket counted
+// in deposits, and the share of the time it holds more than half: each
+// request adds one deposit (up to n), then asks with probability q1 for a
+// first hedge, granted when the bucket holds at least m, or with
+// probability q2 for a later one, granted only when it holds more than
+// n/2 (one of the two at most: a later hedge is rare). A granted hedge
+// takes m. The chain moves up one state at a time, so its stationary law
+// π follows from the top down by balancing the flow across each cut (from
+// k to k+1, against the hedges that take a state above k to k or below),
+// with w(y) the chance of a withdrawal from y = min(x+1, n):
+//
+//	π(k) · (1 − w(k+1)) = Σ π(x) · w(y), over x > k with y − m ≤ k.
+//
+// suf and sufW must have n+1 entries; they are overwritten with the sums
+// of π and of π·w from each state to n−1.
+func grantChain(q1, q2 float64, m, n int, suf, sufW []float64) (grant, room float64) {
+	if m > n {
+		return 0, 0 // the bucket never holds a whole hedge
+	}
+	q1, q2 = min(q1, 1-1e-9), min(q1+q2, 1-1e-9)-q1
+	// w(y), the chance of a withdrawal from y: 0 below m, q1 up to n/2,
+	// q1 + q2 above; inv the matching 1/(1 − w).
+	w := func(y int) (w, inv float64) {
+		switch {
+		case y < m:
+			return 0, 1
+		case 2*y > n:
+			return q1 + q2, 1 / (1 - q1 - q2)
+		}
+		return q1, 1 / (1 - q1)
+	}
+	top := 1.0 // π(n), unnormalised
+	suf[n], sufW[n] = 0, 0
+	wn, _ := w(n)
+	for k := n - 1; k >= 0; k-- {
+		var s float64
+		if a, b := max(k+1, m-1), min(k+m-1, n-1); a <= b {
+			s = sufW[a] - sufW[b+1]
+		}
+		if n-m <= k {
+			s += top * wn // the full bucket withdraws to n − m
+		}
+		wk, inv := w(k + 1) // k+1 ≤ n
+		pk := s * inv
+		suf[k] = suf[k+1] + pk
+		sufW[k] = sufW[k+1] + pk*wk
+		if suf[k] > 1e200 {
+			// Above the ratio π grows towards the empty bucket: rescale
+			// what is known (rarely: every few hundred states at most).
+			for j := k; j <= n; j++ {
+				suf[j] *= 1e-200
+				sufW[j] *= 1e-200
+			}
+			top *= 1e-200
+		}
+	}
+	total := suf[0] + top
+	// A first hedge is denied in the states x with min(x+1, n) < m,
+	// x < m − 1. A later hedge belongs to a request whose first hedge
+	// was granted, which left the bucket m lower: it finds room when the
+	// bucket held more than n/2 + m then, x ≥ ⌊n/2⌋ + m, among the
+	// states that granted the first.
+	denied := suf[0] - suf[max(m-1, 0)]
+	granted := total - denied
+	roomy := top
+	if j := n/2 + m; j < n {
+		roomy += suf[j]
+	}
+	return min(max(0, granted/total), 1), min(max(0, roomy/granted), 1)
+}
+
+// grantRateFluid is the continuous approximation of grantRate: below the
+// ratio the token deficit is a random walk drifting back to zero, whose
 // stationary law is close to exponential with the rate θ > 0 solving
 // r·e^{θ(1−ratio)} + (1 − r)·e^{−θ·ratio} = 1; a hedge is denied when the
 // deficit reaches the burst, with probability about θ / (e^{θ·burst} − 1).
 // At the ratio that is 1/burst, and above it the budget grants at most
-// ratio per request.
-func grantRate(r, ratio, burst float64) float64 {
-	switch {
-	case r <= 0:
-		return 1
-	case ratio <= 0 || burst <= 0:
-		return 0
-	case r >= ratio:
-		return 1 - max(1-ratio/r, 1/burst)
+// ratio per request. The deficit is below half the burst with probability
+// 1 − e^{−θ·burst/2}: the room of a later hedge.
+func grantRateFluid(r, ratio, burst float64) (grant, room float64) {
+	if r >= ratio {
+		return 1 - max(1-ratio/r, 1/burst), 0
 	}
 	f := func(th float64) float64 { return r*math.Exp(th*(1-ratio)) + (1-r)*math.Exp(-th*ratio) - 1 }
 	hi := 1.0
@@ -170,9 +286,9 @@ func grantRate(r, ratio, burst float64) float64 {
 	}
 	th := (lo + hi) / 2
 	if th*burst < 1e-9 {
-		return 1 - 1/burst
+		return 1 - 1/burst, 0.5
 	}
-	return 1 - min(th/math.Expm1(th*burst), 1)
+	return 1 - min(th/math.Expm1(th*burst), 1), -math.Expm1(-th * burst / 2)
 }
 
 // autoDelay recomputes the auto schedule of ks at now, stores it and
@@ -212,115 +328,158 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 // tail. Only the winner gets them, which keeps a recomputation at a dozen
 // tail predictions.
 func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
-	within := autoCapShare * p.budgetRatio // trigger rates that need no justification
-	cap, steps := within, autoRateSteps[:]
+	cap, steps := autoCapShare*p.budgetRatio, autoRateSteps[:]
+	scale := cap
 	if p.budgetModelled {
-		// The grants are modelled: trigger rates up to a little above the
+		// The grants are modelled: trigger rates up to half again the
 		// ratio compete, each predicted with the share of its hedges the
-		// budget would deny. Below 0.8 × the ratio hardly any are.
-		cap, steps = autoModelledCap*p.budgetRatio, autoModelledSteps[:]
+		// budget would deny.
+		cap, steps, scale = autoModelledCap*p.budgetRatio, autoModelledSteps[:], p.budgetRatio
 	}
 	target := p.cfg.Target
 	unhedged := dist.Hedged(target)
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
 	deep := 1 - (1-target)/10
+	// The candidates are ranked by their Target prediction averaged over
+	// a band around it (autoBand): where the predicted tail has a step
+	// near the Target (a slow mode whose last requests the budget denies),
+	// the Target alone jumps from one side of the step to the other with
+	// the sampling noise of the tail, and so would the choice.
+	// band returns the mean of the predictions at the band's edges and
+	// at the Target (hedged).
+	band := func(d time.Duration, g float64, hedged time.Duration) time.Duration {
+		at, gs := []time.Duration{d}, []float64{g}
+		w := autoBand * (1 - target)
+		return (dist.HedgedGranted(target-w, at, gs) + hedged + dist.HedgedGranted(target+w, at, gs)) / 3
+	}
 	same := func(a, b time.Duration) bool { return absDuration(a-b) <= b/200 }
-	// candidate is the one-hedge schedule at d, and its trigger rate.
-	candidate := func(d time.Duration) (AutoChoice, float64) {
-		rate, g := dist.Survival(d), 1.0
+	// candidate is the one-hedge schedule at d, its trigger rate, its
+	// score and the room a later hedge would find.
+	type cand struct {
+		AutoChoice
+		rate, room float64
+		score      time.Duration
+	}
+	candidate := func(d time.Duration) cand {
+		rate, g, room := dist.Survival(d), 1.0, 1.0
 		if p.budgetModelled {
-			g = grantRate(rate, p.budgetRatio, p.budgetBurst)
+			g, room = budgetModel(rate, 0, p.budgetRatio, p.budgetBurst)
 		}
-		return AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate * g, Grant: g, Cap: cap,
-			Hedged: dist.HedgedGranted(target, []time.Duration{d}, []float64{g})}, rate
+		at, gs := []time.Duration{d}, []float64{g}
+		return cand{AutoChoice: AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate * g, Grant: g, LaterGrant: room, Cap: cap,
+			Hedged: dist.HedgedGranted(target, at, gs)}, rate: rate, room: room}
 	}
 
-	var cands [len(autoModelledSteps)]AutoChoice
-	var trig [len(autoModelledSteps)]float64
+	var cands [len(autoModelledSteps)]cand
 	n := 0
 	for _, step := range steps {
 		// A quantile is its bin's middle, and up to half the bin lies
 		// above it: hedge past the bin's top edge (1 % relative accuracy:
 		// the bin spans about 2 %), or the true rate can overshoot the
 		// cap by half a bin's mass on a dense distribution.
-		d := p.clamp(upperEdge(dist.Quantile(1 - step*cap)))
+		d := p.clamp(upperEdge(dist.Quantile(1 - step*scale)))
 		if n > 0 && cands[n-1].Delay == d {
 			continue // two steps on one bin
 		}
-		c, rate := candidate(d)
-		if rate > cap {
+		c := candidate(d)
+		if c.rate > cap {
 			continue // the quantile landed on a bin wider than the step
 		}
-		cands[n], trig[n] = c, rate
+		cands[n] = c
 		n++
 	}
 	if n == 0 {
 		// Every candidate's rate exceeds the cap (a distribution of a few
 		// wide bins): hedge only past the cap's quantile, once.
-		c, _ := candidate(p.clamp(upperEdge(dist.Quantile(1 - cap))))
-		return c
+		return candidate(p.clamp(upperEdge(dist.Quantile(1 - cap)))).AutoChoice
 	}
-	// A trigger rate above autoCapShare × the ratio must earn its extra
-	// load and denials: it competes only if it predicts a Target at least
-	// autoAboveCapGain lower than the best candidate within that share.
-	bestWithin := time.Duration(math.MaxInt64)
-	for i, c := range cands[:n] {
-		if trig[i] <= within {
-			bestWithin = min(bestWithin, c.Hedged)
-		}
-	}
-	eligible := func(i int) bool {
-		return trig[i] <= within || float64(cands[i].Hedged) < (1-autoAboveCapGain)*float64(bestWithin)
+	// The band is scored only where it can matter: for the candidates
+	// whose Target prediction is within an eighth of the best one's (a
+	// recomputation stays at a few dozen tail predictions).
+	best1 := time.Duration(math.MaxInt64)
+	for _, c := range cands[:n] {
+		best1 = min(best1, c.Hedged)
 	}
 	top := time.Duration(math.MaxInt64)
-	for i, c := range cands[:n] {
-		if eligible(i) {
-			top = min(top, c.Hedged)
+	for i := range cands[:n] {
+		c := &cands[i]
+		c.score = c.Hedged
+		if c.Hedged <= best1+best1/8 {
+			c.score = band(c.Delay, c.Grant, c.Hedged)
 		}
+		top = min(top, c.score)
 	}
-	best, bestDeep := -1, time.Duration(0)
-	for i, c := range cands[:n] {
-		if !eligible(i) || !same(c.Hedged, top) && c.Hedged > top {
+	// Those that score within a sketch bin of the best (2 %: predictions
+	// land on bin values, and closer ones are not told apart by the
+	// sketch) are given their later hedges and told apart by the deeper
+	// tail, then by cost.
+	best, bestDeep := AutoChoice{}, time.Duration(-1)
+	for _, c := range cands[:n] {
+		if c.score > top+top/50 {
 			continue
 		}
-		cd := dist.HedgedGranted(deep, []time.Duration{c.Delay}, []float64{c.Grant})
+		ch, cd := p.withLater(dist, c.AutoChoice, c.rate, deep)
 		switch {
-		case best < 0, !same(cd, bestDeep) && cd < bestDeep:
-		case same(cd, bestDeep) && c.HedgeRate < cands[best].HedgeRate:
+		case bestDeep < 0, !same(cd, bestDeep) && cd < bestDeep:
+		case same(cd, bestDeep) && ch.HedgeRate < best.HedgeRate:
 		default:
 			continue
 		}
-		best, bestDeep = i, cd
+		best, bestDeep = ch, cd
 	}
-	ch := cands[best]
+	return best
+}
+
+// autoBand is the half-width of the band of percentiles around the Target
+// over which the auto delay averages its predictions, as a share of
+// 1 − Target: the p98.8 to the p99.2 for the p99 — about the sampling
+// error of a p99 read from a few thousand observations.
+const autoBand = 0.2
+
+// withLater returns ch, whose trigger rate is rate, with its later hedges
+// when they pay for themselves, and its prediction of the deep percentile.
+//
+// The later hedges are the earliest evenly spaced schedule after the
+// delay whose hedges cost at most autoLaterShare of the ratio between
+// them. The earlier they go, the more of the tail they cut, so the
+// earliest that fits is the best of its kind. They go only while the
+// budget holds more than half its burst, and take from it what the first
+// hedges then lack: both are modelled (budgetModel). They are kept when
+// they lower the deep prediction without raising the Target's.
+func (p *Policy) withLater(dist latency.Distribution, ch AutoChoice, rate, deep float64) (AutoChoice, time.Duration) {
+	one := dist.HedgedGranted(deep, []time.Duration{ch.Delay}, []float64{ch.Grant})
 	if p.cfg.MaxHedges < 2 {
-		return ch
+		return ch, one
 	}
-	// The later hedges: the earliest evenly spaced schedule after the
-	// delay whose hedges cost at most autoLaterShare of the ratio between
-	// them. The earlier they go, the more of the tail they cut, so the
-	// earliest that fits is the best of its kind. They go only while the
-	// budget has room to spare, which the prediction does not model: it
-	// is their best case.
 	g, ok := laterGap(dist, ch.Delay, p.cfg.MaxHedges, autoLaterShare*p.budgetRatio, p.cfg.MaxDelay)
 	if !ok {
-		return ch
+		return ch, one
 	}
 	var buf [MaxHedgesLimit]time.Duration
 	at := evenSchedule(buf[:0], ch.Delay, g, p.cfg.MaxHedges)
+	later := sendRate(dist, at) - rate
+	g1, room := 1.0, 1.0
+	if p.budgetModelled {
+		g1, room = budgetModel(rate, later*ch.Grant, p.budgetRatio, p.budgetBurst)
+	}
 	var grants [MaxHedgesLimit]float64
 	for k := range at {
-		grants[k] = 1
+		grants[k] = room
 	}
-	grants[0] = ch.Grant
-	if d2 := dist.HedgedGranted(deep, at, grants[:len(at)]); same(d2, bestDeep) || d2 > bestDeep {
-		return ch // the later hedges would not pay for themselves
+	grants[0] = g1
+	d2 := dist.HedgedGranted(deep, at, grants[:len(at)])
+	if absDuration(d2-one) <= one/200 || d2 > one {
+		return ch, one // the later hedges would not pay for themselves
 	}
-	ch.Gap, ch.Hedges = g, p.cfg.MaxHedges
-	ch.HedgeRate += sendRate(dist, at) - dist.Survival(ch.Delay)
-	ch.Hedged = dist.HedgedGranted(target, at, grants[:len(at)])
-	return ch
+	hedged := dist.HedgedGranted(ch.Target, at, grants[:len(at)])
+	if hedged > ch.Hedged {
+		return ch, one // nor if they raise the Target's prediction
+	}
+	ch.Gap, ch.Hedges, ch.Grant, ch.LaterGrant = g, p.cfg.MaxHedges, g1, room
+	ch.HedgeRate = rate*g1 + later*g1*room
+	ch.Hedged = hedged
+	return ch, d2
 }
 
 // laterGap returns the smallest gap g such that hedges 2..n, due at

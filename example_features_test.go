@@ -35,14 +35,15 @@ func ExamplePolicy_BeginWith() {
 		p.End(&r, 0, now.Add(d))
 		now = now.Add(250 * time.Microsecond)
 	}
-	for _, rep := range []string{"replica:0", "replica:1"} {
-		f := tailcut.Features{}.Where(rep)
-		r := p.BeginWith("db", &f, now)
-		fmt.Printf("%s: own schedule %v, hedge after %v\n", rep, r.Predicted(), r.Delay().Round(100*time.Microsecond))
-	}
+	slow := tailcut.Features{}.Where("replica:0")
+	r := p.BeginWith("db", &slow, now)
+	fmt.Printf("replica:0: own schedule %v\n", r.Predicted())
+	fast := tailcut.Features{}.Where("replica:1")
+	r = p.BeginWith("db", &fast, now)
+	fmt.Printf("replica:1: own schedule %v, hedge after %v\n", r.Predicted(), r.Delay().Round(100*time.Microsecond))
 	fmt.Printf("the key's: after %v\n", p.Delay("db", now).Round(100*time.Microsecond))
 	// Output:
-	// replica:0: own schedule true, hedge after 25.5ms
+	// replica:0: own schedule true
 	// replica:1: own schedule true, hedge after 7.1ms
 	// the key's: after 25.5ms
 }

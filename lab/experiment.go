@@ -732,7 +732,7 @@ func expDelay(o Options) (*Outcome, error) {
 		Holds:  adRes[1].P99 < base.P99,
 		Verdict: fmt.Sprintf("No single quantile is right: on this distribution the best static delay reaches p99 %s ms at %.1f %% extra load, a delay in the gap just above the 100 ms mode. "+
 			"A delay at or below the p90 hedges ≥ 10 %% of requests, exhausts the budget and the denied stragglers become the p99 (DESIGN.md, 'Delay versus budget'); the p99 rule hedges too late to cut the p99. "+
-			"The auto delay, which predicts the p99 of candidate delays with the budget's denials modelled, reaches %s ms at %.1f %%: on this distribution its choice flips between the gap (about 121 ms, a 10 %% trigger rate) and the slow mode (about 290 ms), two predictions apart by a sampling wobble at the knife edge.", Millis(best), bestAt*100, Millis(autoRes.P99), autoRes.ExtraLoad*100),
+			"The auto delay, which predicts the p99 of candidate delays with the budget's denials modelled, reaches %s ms at %.1f %%: it hedges from the gap (about 121 ms, a 10 %% trigger rate, the budget's whole share), its choice ranked by the p99 averaged over p98.8–p99.2 so that the knife edge of the slow mode's last requests does not flip it to the slow mode (about 290 ms, p99 about 400 ms).", Millis(best), bestAt*100, Millis(autoRes.P99), autoRes.ExtraLoad*100),
 	}, nil
 }
 

@@ -23,10 +23,13 @@ type Distribution struct {
 
 // Distribution returns the distribution of the windows holding at least
 // MinSamples observations at now; ok is false while neither does. When both
-// do, they are blended as Quantile blends them — the current window weighs
-// Weight (0.7), the previous 1 − Weight, whatever their counts — so that
-// after a shift the distribution follows the current window instead of the
-// larger, older one. The total count stays the sum of both.
+// do, they are blended much as Quantile blends them — the current window
+// weighs Weight (0.7), the previous 1 − Weight — so that after a shift the
+// distribution follows the current window instead of the larger, older
+// one; but while the current window holds fewer observations than the
+// previous, its weight is Weight × their ratio: a window just begun, of a
+// few hundred observations, would otherwise carry 0.7 of a tail it has
+// barely sampled. The total count stays the sum of both.
 func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -35,7 +38,8 @@ func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 	if len(sk) == 2 { // trusted returns the current window first
 		c, p := sk[0].GetCount(), sk[1].GetCount()
 		n := c + p
-		scales = []float64{e.cfg.Weight * n / c, (1 - e.cfg.Weight) * n / p}
+		w := e.cfg.Weight * min(1, c/p)
+		scales = []float64{w * n / c, (1 - w) * n / p}
 	}
 	bins, total := collectCensored(sk, cens, scales)
 	return Distribution{bins, total}, total > 0
@@ -151,12 +155,16 @@ func hedgedTail(bins []bin, total, q float64, offs []float64, grants []float64) 
 	}
 	best := math.Inf(1)
 	for _, o := range offs {
-		i, _ := slices.BinarySearchFunc(bins, o, func(b bin, o float64) int {
-			if ok(b.v + o) {
-				return 1
+		// The first bin i at which ok(bins[i].v + o) holds.
+		i, hi := 0, len(bins)
+		for i < hi {
+			mid := int(uint(i+hi) >> 1)
+			if ok(bins[mid].v + o) {
+				hi = mid
+			} else {
+				i = mid + 1
 			}
-			return -1
-		})
+		}
 		if i < len(bins) {
 			best = min(best, bins[i].v+o)
 		}

@@ -227,12 +227,17 @@ func survival(bins []bin, total, t float64) float64 {
 	// t = v + j·d may round just below v: compare with a picosecond of
 	// slack.
 	t += 1e-12
-	i, _ := slices.BinarySearchFunc(bins, t, func(b bin, t float64) int {
-		if b.v <= t {
-			return -1
+	// A hand-written search: the tail predictions of the auto delay make
+	// hundreds of these per recomputation.
+	i, hi := 0, len(bins)
+	for i < hi {
+		mid := int(uint(i+hi) >> 1)
+		if bins[mid].v <= t {
+			i = mid + 1
+		} else {
+			hi = mid
 		}
-		return 1
-	})
+	}
 	if i == 0 {
 		return 1
 	}

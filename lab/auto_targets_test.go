@@ -1,0 +1,99 @@
+package lab
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// heldOut are distributions the auto delay was not tuned on (issue 17):
+// a rare slow mode, a heavy power-law tail and a wide lognormal, each
+// with a 1 ms body, at bhope's load and setup.
+func heldOut() []*Scenario {
+	def := Defaults{Requests: 20000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 32}
+	return []*Scenario{
+		{Name: "bimodal 2 % at 40×", Defaults: def, Draw: func(r *rand.Rand, _ Call) Service {
+			d := ms(0.8 + 0.4*r.Float64())
+			if r.Float64() < 0.02 {
+				d *= 40
+			}
+			return Service{Work: d}
+		}},
+		{Name: "pareto α 1.5", Defaults: def, Draw: func(r *rand.Rand, _ Call) Service {
+			return Service{Work: ms(1 / math.Pow(1-r.Float64(), 1/1.5))}
+		}},
+		{Name: "lognormal σ 1.2", Defaults: def, Draw: func(r *rand.Rand, _ Call) Service {
+			return Service{Work: ms(math.Exp(1.2 * r.NormFloat64()))}
+		}},
+	}
+}
+
+// TestHeldOutWithinLimit: on distributions it was not tuned for, the
+// auto delay's p99 is within 5 % of the idealised limit of fixed delays
+// at its own extra load (lab/limit.go), on seeds 1–5.
+func TestHeldOutWithinLimit(t *testing.T) {
+	for _, sc := range heldOut() {
+		for seed := uint64(1); seed <= 5; seed++ {
+			cfg := Config{Scenario: sc, Seed: seed}
+			base := mustRun(t, cfg, "none")
+			ad := mustRun(t, cfg, "adaptive")
+			cfg, _ = cfg.Resolve()
+			l, ok := LimitOf(base, ad.ExtraLoad, cfg.MaxHedges)
+			if !ok {
+				t.Fatalf("%s: no limit", sc.Name)
+			}
+			t.Logf("%s seed %d: adaptive p99 %v p99.9 %v at %.2f %%, limit p99 %v", sc.Name, seed, ad.P99.Round(time.Microsecond), ad.P999.Round(time.Microsecond), 100*ad.ExtraLoad, l.P99.Round(time.Microsecond))
+			if float64(ad.P99) > 1.05*float64(l.P99) {
+				t.Errorf("%s, seed %d: adaptive p99 %v at %.2f %% extra load, the limit there %v: more than 5 %% above", sc.Name, seed, ad.P99, 100*ad.ExtraLoad, l.P99)
+			}
+		}
+	}
+}
+
+// TestDemoAutoHedgesTheGap: on the trimodal demo, where the slow modes
+// hold the budget's whole share, the auto delay hedges from the gap
+// above the main mode with the budget's denials modelled. Over seeds 1–5
+// (default flags, two hedges) its p99 stays within the budget and below
+// 420 ms on every seed (it was 409–422 ms under the old 0.8 × budget
+// rule), and on at least four it is at most 335 ms and no higher than
+// static 125 ms's, the best static delay, which needs more extra load.
+// Seed 3, whose slow share is above the budget, is the exception.
+func TestDemoAutoHedgesTheGap(t *testing.T) {
+	good := 0
+	for seed := uint64(1); seed <= 5; seed++ {
+		cfg := Config{Scenario: mustLookup(t, "demo"), Seed: seed}
+		ad := mustRun(t, cfg, "adaptive")
+		st := mustRun(t, cfg, "static:125ms")
+		t.Logf("seed %d: adaptive p99 %v at %.2f %%, static 125ms %v at %.2f %%", seed, ad.P99, 100*ad.ExtraLoad, st.P99, 100*st.ExtraLoad)
+		if ad.P99 > 420*time.Millisecond || ad.ExtraLoad > 0.10 {
+			t.Errorf("seed %d: adaptive p99 %v at %.2f %%, want ≤ 420 ms within the 10 %% budget", seed, ad.P99, 100*ad.ExtraLoad)
+		}
+		if ad.P99 <= 335*time.Millisecond && ad.P99 <= st.P99 && ad.ExtraLoad <= st.ExtraLoad {
+			good++
+		}
+	}
+	if good < 4 {
+		t.Errorf("adaptive at or below 335 ms and static 125 ms on %d of 5 seeds, want 4", good)
+	}
+}
+
+// TestBhopeAutoTargets: on bhope (default flags) the auto delay's p99 is
+// at most 16.55 ms at no more than 8.7 % extra load on seeds 1–5, and its
+// p99.9 at most 27.5 ms on at least three of them.
+func TestBhopeAutoTargets(t *testing.T) {
+	deep := 0
+	for seed := uint64(1); seed <= 5; seed++ {
+		ad := mustRun(t, Config{Scenario: mustLookup(t, "bhope"), Seed: seed}, "adaptive")
+		t.Logf("seed %d: p99 %v p99.9 %v at %.2f %%", seed, ad.P99, ad.P999, 100*ad.ExtraLoad)
+		if ad.P99 > 16550*time.Microsecond || ad.ExtraLoad > 0.087 {
+			t.Errorf("seed %d: p99 %v at %.2f %%, want ≤ 16.55 ms at ≤ 8.7 %%", seed, ad.P99, 100*ad.ExtraLoad)
+		}
+		if ad.P999 <= 27500*time.Microsecond {
+			deep++
+		}
+	}
+	if deep < 3 {
+		t.Errorf("p99.9 ≤ 27.5 ms on %d of 5 seeds, want 3", deep)
+	}
+}
