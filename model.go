@@ -347,8 +347,12 @@ var allocRates = [...]float64{0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.
 func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
 	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1)
 	var at [MaxHedgesLimit]time.Duration
-	for k := range ch.Hedges {
-		at[k] = ch.Delay + time.Duration(k)*ch.Gap
+	gap := ch.Gap
+	if gap == 0 {
+		gap = ch.Delay // Request.HedgeAt: no gap means the delay
+	}
+	for k := range min(ch.Hedges, MaxHedgesLimit) {
+		at[k] = ch.Delay + time.Duration(k)*gap
 	}
 	var total float64
 	for _, g := range gs {
@@ -360,10 +364,10 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
 		var s float64
 		for _, g := range gs {
 			v := g.dist.Survival(t)
-			for k, a := range at[:ch.Hedges] {
-				gr := 1.0
-				if k == 0 {
-					gr = ch.Grant
+			for k, a := range at[:min(ch.Hedges, MaxHedgesLimit)] {
+				gr := ch.Grant
+				if k > 0 {
+					gr = ch.LaterGrant
 				}
 				v *= gr*g.hedge.Survival(t-a) + 1 - gr
 			}
