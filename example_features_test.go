@@ -44,7 +44,7 @@ func ExamplePolicy_BeginWith() {
 	fmt.Printf("the key's: after %v\n", p.Delay("db", now).Round(100*time.Microsecond))
 	// Output:
 	// replica:0: own schedule true
-	// replica:1: own schedule true, hedge after 7.1ms
+	// replica:1: own schedule true, hedge after 7ms
 	// the key's: after 25.5ms
 }
 

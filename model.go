@@ -1,8 +1,11 @@
 package tailcut
 
 import (
+	"cmp"
 	"hash/maphash"
 	"math"
+	"slices"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -310,7 +313,7 @@ type allocGroup struct {
 	delay time.Duration        // the result: hedges at delay, 2 × delay, …
 	limit int                  // and how many
 
-	cand [2 * len(allocRates)]allocCand
+	cand [2 * (len(allocRates) + allocSpaced)]allocCand
 	n    int
 }
 
@@ -335,12 +338,17 @@ var allocRates = [...]float64{0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.
 // minimum, the cheapest.
 //
 // For a given latency t the best spending of the budget is a
-// multiple-choice knapsack, solved by its Lagrangian relaxation: each
-// group takes the candidate minimising its share of requests slower than t
-// plus λ × its cost, and λ is bisected until the cost fits. t is bisected
-// until the share of requests slower than t is 1 − Target. About 18 × 20
-// sweeps of the groups' 50 candidates, on the key's recomputation
-// cadence.
+// multiple-choice knapsack over each group's candidates (a delay from its
+// quantiles or a geometric grid over its body and tail, one hedge or two).
+// With up to three groups or so it is solved exactly (the last group's
+// best candidate within what is left looked up by cost); past that by its
+// Lagrangian relaxation: each group takes the candidate minimising its
+// share of requests slower than t plus λ × its cost, and λ is bisected
+// until the cost fits. With few groups the relaxation's gap is what lost
+// the labels their worth: on the lab's predictable scenario it left the
+// cold requests' early hedge out of reach. t is bisected until the share
+// of requests slower than t is 1 − Target; all on the key's
+// recomputation cadence.
 //
 // It reports whether the allocation is predicted to give a Target
 // percentile at least allocGain lower than the key's own schedule ch
@@ -393,6 +401,15 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
 // against its key's cadence, before the model is recomputed.
 const modelEvery = 4
 
+// allocSpaced is the number of geometrically spaced candidate delays of a group,
+// beside its quantiles at allocRates.
+const allocSpaced = 24
+
+// allocExact is the most combinations of the groups' candidates (the last
+// group's aside) that allocateAt searches exhaustively — three groups
+// about; past it, the Lagrangian relaxation.
+const allocExact = 4096
+
 // allocGain is how much lower a Target percentile the buckets' own
 // schedules must promise than the key's, to be used.
 const allocGain = 0.03
@@ -410,11 +427,24 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 		g := &gs[i]
 		total += g.share
 		g.n = 0
+		// The candidate delays: the quantiles at the trigger rates, and
+		// geometrically spaced delays from its p30 to its p99 — a
+		// bimodal group (half its requests fast, half slow) has a gap
+		// between two quantiles where its best delay lies.
+		var ds [len(allocRates) + allocSpaced]time.Duration
+		nd := 0
 		for _, r := range allocRates {
-			d := p.clamp(upperEdge(g.dist.Quantile(1)))
-			if r > 0 {
-				d = p.clamp(upperEdge(g.dist.Quantile(1 - r)))
-			}
+			ds[nd] = p.clamp(upperEdge(g.dist.Quantile(1 - r)))
+			nd++
+		}
+		lo, hi := g.dist.Quantile(0.3), g.dist.Quantile(0.99)
+		step := math.Pow(float64(hi)/float64(max(lo, 1)), 1.0/(allocSpaced+1))
+		for j := range allocSpaced {
+			ds[nd] = p.clamp(time.Duration(float64(lo) * math.Pow(step, float64(j+1))))
+			nd++
+		}
+		slices.Sort(ds[:nd])
+		for _, d := range ds[:nd] {
 			if g.n > 0 && g.cand[g.n-1].d == d {
 				continue
 			}
@@ -454,6 +484,75 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 		return cost, slow
 	}
 	choice := make([]int, len(gs))
+	// With few groups the relaxation's duality gap is large — each
+	// group's choice is a jump in cost, and with two groups the best
+	// schedule within the budget is often no choice at any λ (it spends
+	// more on one group and less on the other than any λ would) — so
+	// up to allocExact combinations are searched exhaustively.
+	// The last group's candidates are looked up (by cost, the best share
+	// within what is left), the others' combinations enumerated.
+	combos := 1
+	for i := range gs[:len(gs)-1] {
+		combos *= gs[i].n
+		if combos > allocExact {
+			break
+		}
+	}
+	exact := combos <= allocExact
+	cur := make([]int, len(gs))
+	var byCost []int // the last group's candidates by cost
+	var bestUpTo []int
+	if exact {
+		g := &gs[len(gs)-1]
+		for j := range g.cand[:g.n] {
+			byCost = append(byCost, j)
+		}
+		slices.SortFunc(byCost, func(a, b int) int { return cmp.Compare(g.cand[a].cost, g.cand[b].cost) })
+		bestUpTo = make([]int, len(byCost))
+	}
+	// exhaust leaves in choice the combination of least slow share
+	// within the budget (of two within 1e-12, the cheaper) and returns
+	// that share.
+	exhaust := func(choice []int) float64 {
+		last := &gs[len(gs)-1]
+		// bestUpTo[i]: the candidate of least share among byCost[:i+1].
+		for i, j := range byCost {
+			bestUpTo[i] = j
+			if i > 0 && last.cand[bestUpTo[i-1]].surv <= last.cand[j].surv {
+				bestUpTo[i] = bestUpTo[i-1]
+			}
+		}
+		best, bestCost := math.Inf(1), math.Inf(1)
+		var rec func(i int, cost, slow float64)
+		rec = func(i int, cost, slow float64) {
+			if cost > budget+1e-15 {
+				return
+			}
+			if i == len(gs)-1 {
+				// The most the last group may cost.
+				left := (budget + 1e-15 - cost) / last.share
+				k := sort.Search(len(byCost), func(x int) bool { return last.cand[byCost[x]].cost > left }) - 1
+				if k < 0 {
+					return
+				}
+				c := last.cand[bestUpTo[k]]
+				v, w := slow+last.share*c.surv, cost+last.share*c.cost
+				if v < best-1e-12 || (v <= best+1e-12 && w < bestCost) {
+					best, bestCost = v, w
+					copy(choice, cur)
+					choice[i] = bestUpTo[k]
+				}
+				return
+			}
+			g := &gs[i]
+			for j, c := range g.cand[:g.n] {
+				cur[i] = j
+				rec(i+1, cost+g.share*c.cost, slow+g.share*c.surv)
+			}
+		}
+		rec(0, 0, 0)
+		return best
+	}
 	// feasible reports whether some schedule within the budget has at most
 	// the allowed share slower than t, and leaves the cheapest such (as
 	// far as the relaxation finds) in choice.
@@ -468,6 +567,9 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 					c.surv *= grant*g.hedge.Survival(tt-time.Duration(j)*c.d) + 1 - grant
 				}
 			}
+		}
+		if exact {
+			return exhaust(choice) <= allowed+1e-12
 		}
 		// The largest λ whose choice still fits the budget is the best
 		// spending of it; a larger λ spends less.
@@ -509,8 +611,6 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 }
 
 func secondsDur(s float64) time.Duration { return time.Duration(s * 1e9) }
-
-func slicesClone(s []int) []int { return append([]int(nil), s...) }
 
 // differs reports whether a bucket's distribution b is significantly
 // different from its key's k, whose Kolmogorov–Smirnov distance is d.
