@@ -125,10 +125,11 @@ func (t *bucketTable) find(h uint64) *bucket {
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
 // Config.FeatureBuckets). With two labels, on the request path of Begin,
-// Observe and End, it cost about 85–130 ns more than Begin in the steady
-// state on a shared 2-core machine (BenchmarkDecisionPathFeatures against
-// BenchmarkDecisionPath, -benchtime 3s, 3 runs each side by side: 258–288
-// ns against 159–174 ns): hashing the labels, finding the bucket, the
+// Observe and End, it cost about 115–140 ns more than Begin in the steady
+// state with four buckets on a shared 2-core machine
+// (BenchmarkDecisionPathFeatures against BenchmarkDecisionPath, -benchtime
+// 3s, 3 runs each side by side: 283–294 ns against 156–168 ns; 252–268 ns
+// with two buckets): hashing the labels, finding the bucket, the
 // bucket's own estimator learning the primary, and the model's
 // recomputation amortised. Short runs weigh the first recomputations
 // (made as the observations double) more.
