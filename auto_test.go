@@ -248,3 +248,69 @@ func TestAutoSeesTheTailWhileHedging(t *testing.T) {
 		t.Errorf("unhedged p99 seen while hedging: %v, want about 64ms", u)
 	}
 }
+
+// TestBudgetModelLaterRoom pins the room the budget model predicts for
+// the later hedges — the share that find the budget above its reserve —
+// against the real budget.Ratio, at both reserves the auto delay chooses
+// from: within two points, and a quarter leaves them more room than a
+// half.
+func TestBudgetModelLaterRoom(t *testing.T) {
+	const burst, pl = 10.0, 0.05 // a later hedge for 5 % of granted first hedges
+	for _, r := range []float64{0.06, 0.08, 0.09} {
+		var rooms [len(laterReserves)]float64
+		for i, reserve := range laterReserves {
+			b, _ := budget.NewRatio(0.1, burst, -1)
+			rng := rand.New(rand.NewPCG(2, 2))
+			now := time.Unix(0, 0)
+			asked, granted, later, room := 0, 0, 0, 0
+			for range 400_000 {
+				b.Deposit(now)
+				if rng.Float64() < r {
+					asked++
+					if b.Withdraw(now) {
+						granted++
+						if rng.Float64() < pl {
+							later++
+							if b.Tokens(now) > reserve*burst && b.Withdraw(now) {
+								room++
+							}
+						}
+					}
+				}
+				now = now.Add(time.Millisecond)
+			}
+			g, mroom := budgetModel(r, r*pl*float64(granted)/float64(asked), 0.1, burst, reserve)
+			sim, simG := float64(room)/float64(later), float64(granted)/float64(asked)
+			if math.Abs(mroom-sim) > 0.02 || math.Abs(g-simG) > 0.01 {
+				t.Errorf("trigger rate %v, reserve %v: model grants %.3f, room %.3f; the budget %.3f, %.3f", r, reserve, g, mroom, simG, sim)
+			}
+			rooms[i] = mroom
+		}
+		if rooms[1] <= rooms[0] {
+			t.Errorf("trigger rate %v: room %.3f at a quarter, %.3f at a half: want more", r, rooms[1], rooms[0])
+		}
+	}
+}
+
+// TestLaterHedgesKeepTheChosenReserve: a key whose auto schedule chose a
+// quarter of the burst as the reserve sends its second hedge while the
+// budget holds more than that, where the default half denies it.
+func TestLaterHedgesKeepTheChosenReserve(t *testing.T) {
+	for _, tc := range []struct {
+		reserve float64
+		want    Decision
+	}{{0, DenyBudget}, {0.5, DenyBudget}, {0.25, Send}} {
+		b, _ := budget.NewRatio(0.1, 4, -1)
+		p, _ := New(Config{Budget: b, MaxHedges: 2, WarmupDelay: time.Millisecond, Quantile: 0.95})
+		now := time.Unix(0, 0)
+		r := p.Begin("k", now) // 4 tokens
+		p.Hedge(&r, now)       // 3
+		p.Hedge(&r, now)       // 2
+		r2 := p.Begin("k", now)
+		p.Hedge(&r2, now) // 1.1 tokens: below half the burst, above a quarter
+		r2.ks.reserve.Store(math.Float64bits(tc.reserve))
+		if d := p.Hedge(&r2, now); d != tc.want {
+			t.Errorf("reserve %v: second hedge at 1.1 of 4 tokens: %v, want %v", tc.reserve, d, tc.want)
+		}
+	}
+}

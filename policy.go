@@ -189,6 +189,7 @@ type keyState struct {
 	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 	gap     atomic.Int64  // auto.go: ns from one hedge to the next; 0: the delay
 	limit   atomic.Int32  // auto.go: hedges per request; 0: MaxHedges
+	reserve atomic.Uint64 // auto.go: float64 bits, the burst share later hedges leave; 0: a half
 	basis   atomic.Int32  // observations the last recomputation was made from (capped)
 	warm    atomic.Bool   // cached comes from the estimator, not WarmupDelay
 	counters
@@ -325,7 +326,8 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 //
 // The fuses are checked in this order, cheapest first, and the first that
 // refuses names the denial: MaxHedges, room in the budget for a second or
-// later hedge (more than half its burst left, else [DenyBudget]),
+// later hedge (more than half its burst left, or the auto delay's chosen
+// reserve, else [DenyBudget]),
 // pushback, breaker, sampling, load signal, in-flight cap, budget. The
 // budget comes last because asking it is paying.
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
@@ -339,7 +341,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	switch {
 	case r.hedges+int(r.would) >= r.limit:
 		d = DenyMaxHedges
-	case r.hedges+int(r.would) >= 1 && !p.roomForLater(now):
+	case r.hedges+int(r.would) >= 1 && !p.roomForLater(ks, now):
 		d = DenyBudget
 	case n < ks.pausedUntil.Load():
 		d = DenyPushback

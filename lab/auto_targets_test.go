@@ -78,22 +78,25 @@ func TestDemoAutoHedgesTheGap(t *testing.T) {
 	}
 }
 
-// TestBhopeAutoTargets: on bhope (default flags) the auto delay's p99 is
-// at most 16.55 ms at no more than 8.7 % extra load on seeds 1–5, and its
-// p99.9 at most 27.5 ms on at least three of them.
+// TestBhopeAutoTargets: on bhope (default flags) the auto delay's p99.9
+// is at most 27 ms and its extra load at most 8.7 % on every seed 1–5 (the
+// p99.9 was 28–37 ms on two seeds before the later hedges could keep a
+// quarter of the burst as their reserve), and its p99 at most 16.5 ms on
+// four seeds and 16.6 ms on all (16.2–16.6 ms measured; the idealised
+// limit is 16.0–16.3 ms).
 func TestBhopeAutoTargets(t *testing.T) {
-	deep := 0
+	within := 0
 	for seed := uint64(1); seed <= 5; seed++ {
 		ad := mustRun(t, Config{Scenario: mustLookup(t, "bhope"), Seed: seed}, "adaptive")
 		t.Logf("seed %d: p99 %v p99.9 %v at %.2f %%", seed, ad.P99, ad.P999, 100*ad.ExtraLoad)
-		if ad.P99 > 16550*time.Microsecond || ad.ExtraLoad > 0.087 {
-			t.Errorf("seed %d: p99 %v at %.2f %%, want ≤ 16.55 ms at ≤ 8.7 %%", seed, ad.P99, 100*ad.ExtraLoad)
+		if ad.P99 > 16600*time.Microsecond || ad.P999 > 27*time.Millisecond || ad.ExtraLoad > 0.087 {
+			t.Errorf("seed %d: p99 %v p99.9 %v at %.2f %%, want ≤ 16.6 ms, ≤ 27 ms at ≤ 8.7 %%", seed, ad.P99, ad.P999, 100*ad.ExtraLoad)
 		}
-		if ad.P999 <= 27500*time.Microsecond {
-			deep++
+		if ad.P99 <= 16500*time.Microsecond {
+			within++
 		}
 	}
-	if deep < 3 {
-		t.Errorf("p99.9 ≤ 27.5 ms on %d of 5 seeds, want 3", deep)
+	if within < 4 {
+		t.Errorf("p99 ≤ 16.5 ms on %d of 5 seeds, want 4", within)
 	}
 }
