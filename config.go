@@ -21,6 +21,9 @@ const (
 	DefaultWarmupDelay = 10 * time.Millisecond
 	DefaultMaxHedges   = 2
 	DefaultMaxKeys     = 1024
+	// DefaultFeatureBuckets is the most feature buckets a key keeps for
+	// predictive hedging (Config.FeatureBuckets).
+	DefaultFeatureBuckets = 16
 
 	// MaxHedgesLimit is the largest MaxHedges accepted: beyond four backups
 	// a request is not slow by chance.
@@ -150,6 +153,21 @@ type Config struct {
 	// rate is judged (see [Diagnosis]). Zero means Window.
 	DiagnosisWindow time.Duration
 
+	// Predictive turns on predictive hedging: a request begun with
+	// [Features] ([WithFeatures], [Policy.BeginWith], or the labels the
+	// adapters derive) is hedged on the schedule predicted from the
+	// latencies of earlier requests with the same labels, blended with its
+	// key's, once they differ significantly from the key's (model.go).
+	// Off, features are ignored at no cost.
+	Predictive bool
+
+	// FeatureBuckets is the most feature buckets (label sequences) a key
+	// keeps with Predictive; past it the least recently used is forgotten.
+	// Zero means 16. Each bucket holds at most about 9 KiB of sketch, so a
+	// key holds at most FeatureBuckets × 9 KiB (144 KiB at 16) besides its
+	// own 16 KiB.
+	FeatureBuckets int
+
 	// Logger receives the diagnosis warning (one per episode and key) when
 	// a key's hedge trigger rate stays above 50 % for a DiagnosisWindow.
 	// Nil means slog.Default() at the time of logging; a logger over
@@ -225,6 +243,9 @@ func (c Config) normalize() (Config, error) {
 	if c.DiagnosisWindow == 0 {
 		c.DiagnosisWindow = c.Window
 	}
+	if c.FeatureBuckets == 0 {
+		c.FeatureBuckets = DefaultFeatureBuckets
+	}
 	b := &c.Breaker
 	if b.Threshold == 0 {
 		b.Threshold = DefaultBreakerThreshold
@@ -268,6 +289,8 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("tailcut: SampleRate must be in (0, 1], got %v", c.SampleRate)
 	case c.MaxInflightHedges < 0:
 		return c, fmt.Errorf("tailcut: MaxInflightHedges must not be negative, got %d", c.MaxInflightHedges)
+	case c.FeatureBuckets < 0 || c.FeatureBuckets > maxFeatureBuckets:
+		return c, fmt.Errorf("tailcut: FeatureBuckets must be in [1, %d], got %d", maxFeatureBuckets, c.FeatureBuckets)
 	case c.DiagnosisWindow < 0:
 		return c, fmt.Errorf("tailcut: DiagnosisWindow must not be negative, got %v", c.DiagnosisWindow)
 	case !(b.Threshold > 0 && b.Threshold <= 1):

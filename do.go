@@ -127,6 +127,7 @@ type ctxKey struct{}
 type requestOptions struct {
 	noHedge bool
 	delay   time.Duration // > 0: overrides the policy's delay
+	feat    *Features     // WithFeatures (features.go)
 }
 
 // WithoutHedging returns a context under which [Do] sends the primary only.
@@ -403,6 +404,14 @@ func (st *state[T]) at(k int) time.Duration {
 // timer operation, which over a network saves a wake-up of the network
 // poller.
 func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Context, a Attempt) (T, error)) (T, error) {
+	return h.DoWith(ctx, key, nil, fn)
+}
+
+// DoWith is [Hedger.Do] for a request described by f (nil: none), for an
+// adapter that derives features of its own: the request begins with
+// [Policy.BeginWith], with the labels of f followed by those
+// [WithFeatures] put in ctx.
+func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func(ctx context.Context, a Attempt) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -415,7 +424,7 @@ func (h *Hedger[T]) Do(ctx context.Context, key string, fn func(ctx context.Cont
 	start := time.Now()
 	st := h.getState(p, ctx, fn)
 	st.key, st.start, st.delay = key, start, opts.delay
-	st.req = p.Begin(key, start)
+	st.req = p.beginOpts(key, f, opts.feat, start)
 	st.maxAttempts = 1 + st.req.MaxHedges()
 	if opts.noHedge {
 		st.maxAttempts = 1

@@ -205,6 +205,9 @@ type keyState struct {
 
 	breaker breaker
 	diag    diagnosis
+
+	model   atomic.Pointer[bucketTable] // predictive hedging's feature buckets (model.go); written under mu
+	modelMu sync.Mutex                  // serialises their recomputation
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
@@ -249,6 +252,8 @@ type Request struct {
 	asked    bool    // a hedge was asked for
 	sampled  uint8   // 0 undecided, sampledIn, sampledOut
 	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (shift.go)
+	b        *bucket // the feature bucket that learns the primary (model.go); nil without features
+	pred     bool    // the schedule is the bucket's own
 }
 
 // Delay is the hedge delay chosen for this request when it began.
@@ -268,6 +273,10 @@ func (r *Request) HedgeAt(k int) time.Duration {
 	}
 	return r.delay + time.Duration(k-1)*r.gap
 }
+
+// Predicted reports whether the request's schedule was predicted from its
+// features ([Policy.BeginWith]) rather than taken from its key.
+func (r *Request) Predicted() bool { return r.pred }
 
 // Hedges returns how many hedges the policy has granted this request.
 func (r *Request) Hedges() int { return r.hedges }
@@ -435,6 +444,9 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 		ks.est.Add(latency, now)
 	}
 	ks.sinceCompute.Add(1)
+	if r.b != nil {
+		r.b.observe(latency, o == Canceled, now) // predictive hedging (model.go)
+	}
 }
 
 // End records that r finished at now. winner is the index of the attempt

@@ -50,6 +50,41 @@ func WithNonFatalCodes(cs ...codes.Code) Option {
 	return func(c *client) { c.nonFatal = codeSet(cs) }
 }
 
+// WithFeatures sets the function that describes a call to a policy with
+// tailcut.Config.Predictive set (predictive hedging): the labels of its
+// bucket, such as a tenant or a cache-miss hint read from the request
+// message. The default is [DefaultFeatures]. Labels put in the call's
+// context with tailcut.WithFeatures are added after these. It is not
+// called when the policy is not predictive; a nil f keeps the default.
+func WithFeatures(f func(fullMethod string, req any) tailcut.Features) Option {
+	return func(c *client) { c.custom = f }
+}
+
+// DefaultFeatures describes a call by its full method name and the size
+// bucket of its request message (tailcut.SizeLabel of proto.Size, which
+// walks the message; "size:?" for a request that is not a proto message):
+// "/pkg.Service/Get", "size:<1KiB".
+func DefaultFeatures(fullMethod string, req any) tailcut.Features {
+	n := int64(-1)
+	if m, ok := req.(proto.Message); ok {
+		n = int64(proto.Size(m))
+	}
+	return tailcut.Features{}.With(fullMethod).With(tailcut.SizeLabel(n))
+}
+
+// begin begins a call to method at start under c's policy, with its
+// features when the policy is predictive.
+func (c *client) begin(ctx context.Context, key, method string, req any, start time.Time) tailcut.Request {
+	if c.features == nil {
+		return c.p.Begin(key, start)
+	}
+	f := c.features(method, req)
+	if g, ok := tailcut.FeaturesFrom(ctx); ok {
+		f = f.Join(g)
+	}
+	return c.p.BeginWith(key, &f, start)
+}
+
 // WithKey sets how a call's policy key is derived from its full method
 // name ("/pkg.Service/Method"). The default is the full method name itself,
 // so each method learns its own latency.
@@ -89,6 +124,10 @@ type client struct {
 	nonFatal  uint32 // bit c set: code c is non-fatal
 	key       func(string) string
 	throttles *throttles
+	// features describes calls to a predictive policy; nil when the
+	// policy is not predictive.
+	features func(fullMethod string, req any) tailcut.Features
+	custom   func(fullMethod string, req any) tailcut.Features // WithFeatures
 }
 
 func codeSet(cs []codes.Code) uint32 {
@@ -165,6 +204,12 @@ func UnaryClientInterceptor(p *tailcut.Policy, opts ...Option) grpc.UnaryClientI
 		}
 	}
 	c.maxHedges = c.p.Config().MaxHedges
+	if c.p.Config().Predictive {
+		c.features = c.custom
+		if c.features == nil {
+			c.features = DefaultFeatures
+		}
+	}
 	if c.sc != nil && c.sc.Throttling != nil {
 		c.throttles = &throttles{cfg: c.sc.Throttling}
 	}
@@ -269,7 +314,7 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 	copy(o, opts)
 	o = append(o, grpc.Trailer(&trailer)) // grpc fills every Trailer option: the caller's too
 	start := time.Now()
-	r := c.p.Begin(key, start)
+	r := c.begin(ctx, key, method, req, start)
 	err := invoker(metadata.AppendToOutgoingContext(ctx, AttemptKey, "0"), method, req, reply, cc, o...)
 	end := time.Now()
 	pb, hasPB := pushback(trailer)

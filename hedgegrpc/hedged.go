@@ -98,10 +98,9 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	}
 	h.wantHdr, h.wantPr = headerAddr != nil, peerAddr != nil
 
-	p := c.p
 	start := time.Now()
 	h.mu.Lock()
-	h.r = p.Begin(h.key, start)
+	h.r = c.begin(ctx, h.key, method, req, start)
 	h.delay = h.r.Delay()
 	if pl.fixed {
 		h.delay = pl.delay

@@ -40,7 +40,8 @@ type config struct {
 	timeout     time.Duration
 	timeoutQ    float64
 	timeoutMult float64
-	err         error // the first invalid option
+	features    func(*http.Request) tailcut.Features // nil: DefaultFeatures
+	err         error                                // the first invalid option
 }
 
 func (c *config) fail(format string, args ...any) {
@@ -62,6 +63,36 @@ func WithKey(key func(*http.Request) string) Option {
 		}
 		c.key = key
 	}
+}
+
+// WithFeatures sets the function that describes a request to a policy
+// with tailcut.Config.Predictive set (predictive hedging): the labels of
+// its bucket, such as a route template from the application's router
+// ("GET /users/{id}"), a tenant or a cache-miss hint. The default is
+// [DefaultFeatures]. Labels put in the request's context with
+// tailcut.WithFeatures are added after these. It is not called when the
+// policy is not predictive.
+func WithFeatures(f func(*http.Request) tailcut.Features) Option {
+	return func(c *config) {
+		if f == nil {
+			c.fail("WithFeatures(nil)")
+			return
+		}
+		c.features = f
+	}
+}
+
+// DefaultFeatures describes a request by its method and its body's size
+// bucket (tailcut.SizeLabel of ContentLength: "size:0", "size:<1KiB", …;
+// "size:?" when unknown): "GET", "size:0". It allocates nothing. A route
+// template is a better label than the path, whose IDs would make a bucket
+// per request: pass one with [WithFeatures].
+func DefaultFeatures(r *http.Request) tailcut.Features {
+	n := r.ContentLength
+	if n == 0 && r.Body != nil && r.Body != http.NoBody {
+		n = -1
+	}
+	return tailcut.Features{}.With(methodOf(r)).With(tailcut.SizeLabel(n))
 }
 
 // HostKey is the default key: the request's URL host (host:port as given).

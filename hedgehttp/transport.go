@@ -78,6 +78,9 @@ type Transport struct {
 	eps    *endpoints // nil without WithEndpoints
 	tos    *timeouts  // nil without WithQuantileTimeout
 	h      tailcut.Hedger[*http.Response]
+	// features describes requests to a predictive policy; nil when the
+	// policy is not predictive.
+	features func(*http.Request) tailcut.Features
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -115,6 +118,12 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 	}
 	if cfg.timeoutQ > 0 {
 		t.tos = newTimeouts(p.Config(), cfg.timeoutQ, cfg.timeoutMult, cfg.timeout)
+	}
+	if p.Config().Predictive {
+		t.features = cfg.features
+		if t.features == nil {
+			t.features = DefaultFeatures
+		}
 	}
 	t.h = tailcut.Hedger[*http.Response]{
 		Policy:   p,
@@ -205,7 +214,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// new goroutine starts on a small stack, and building a map there can
 	// cost a stack copy.
 	rt.header0 = withAttempt(req.Header, 0)
-	resp, err := t.h.Do(ctx, key, rt.call)
+	var resp *http.Response
+	var err error
+	if t.features != nil {
+		f := t.features(req)
+		resp, err = t.h.DoWith(ctx, key, &f, rt.call)
+	} else {
+		resp, err = t.h.Do(ctx, key, rt.call)
+	}
 
 	// Take the responses set aside by attempts that failed with a
 	// 502/503/504; attempts that finish from now on discard their own.

@@ -29,7 +29,8 @@ type Options struct {
 	// Progress, if set, is told which step runs now.
 	Progress func(step string)
 	// Real also runs the experiment for real, over loopback HTTP against
-	// an in-process server (see [RunReal]); only lock supports it.
+	// an in-process server (see [RunReal]); only lock and predictive
+	// support it.
 	Real bool
 }
 
@@ -88,6 +89,7 @@ func Experiments() []*Experiment {
 		{Name: "budget", Title: "The cost table: hedging with and without a budget", Summary: "before / hedging without budget / hedging with budget: p99, mean, volume, utilisation", run: expBudget},
 		{Name: "drift", Title: "Drift: adaptive against every static delay", Summary: "the latency triples halfway; adaptive against a sweep of static delays", run: expDrift},
 		{Name: "delay", Title: "Where to put the delay", Summary: "p90 / p95 / p99 and the SLA-capped min(p90, SLA) × 0.8 on the p99–extra-load frontier", run: expDelay},
+		{Name: "predictive", Title: "Predictive hedging: how much of the gap to the oracle features close", Summary: "adaptive / predictive / oracle on predictable, replica-skew, size, noise and bhope, 5 seeds", run: expPredictive},
 		{Name: "bigtable", Title: "The Tail at Scale: 1,000 keys over 100 servers", Summary: "hedge after 10 ms: p99.9 of a 1,000-key read, and the extra requests", run: expBigtable},
 	}
 }
@@ -112,8 +114,8 @@ func (e *Experiment) Run(o Options) (*Outcome, error) {
 	if o.Scale < 0 || math.IsNaN(o.Scale) {
 		return nil, fmt.Errorf("lab: experiment scale must be positive, got %v", o.Scale)
 	}
-	if o.Real && e.Name != "lock" {
-		return nil, fmt.Errorf("lab: experiment %s has no real mode (only lock)", e.Name)
+	if o.Real && e.Name != "lock" && e.Name != "predictive" {
+		return nil, fmt.Errorf("lab: experiment %s has no real mode (only lock and predictive)", e.Name)
 	}
 	out, err := e.run(o)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 
 // RealSupported reports whether [RunReal] can run strategy st.
 func RealSupported(st Strategy) bool {
-	return st.Kind == None || st.Kind == Static || st.Kind == Adaptive
+	return st.Kind == None || st.Kind == Static || st.Kind == Adaptive || st.Kind == Predictive
 }
 
 // RunReal runs cfg under strategy st for real, in wall-clock time: the
@@ -40,14 +40,16 @@ func RealSupported(st Strategy) bool {
 // The server runs one goroutine per request (Workers only scales the
 // reported utilisation), honours cancellation unless cfg says otherwise,
 // and does not model GC pauses. Only none, static and adaptive can run for
-// real. A run takes Requests ÷ Rate seconds.
+// real. A run takes Requests ÷ Rate seconds. The predictive strategy
+// attaches the scenario's label to each request with tailcut.WithFeatures,
+// and the server draws with the label and replica the simulation would.
 func RunReal(cfg Config, st Strategy) (*Result, error) {
 	cfg, err := cfg.Resolve()
 	if err != nil {
 		return nil, err
 	}
 	if !RealSupported(st) {
-		return nil, fmt.Errorf("lab: strategy %s cannot run for real (only none, static and adaptive)", st)
+		return nil, fmt.Errorf("lab: strategy %s cannot run for real (only none, static, adaptive and predictive)", st)
 	}
 	if cfg.Scenario.GC != nil {
 		return nil, fmt.Errorf("lab: scenario %s: GC pauses are not modelled for real", cfg.Scenario.Name)
@@ -73,6 +75,7 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 		if pc.Logger == nil {
 			pc.Logger = slog.New(slog.DiscardHandler)
 		}
+		pc.Predictive = pc.Predictive || st.Kind == Predictive
 		var b budget.Budget
 		if cfg.Budget > 0 && !st.Unbudgeted {
 			b, err = budget.NewRatio(cfg.Budget, cfg.Burst, 0)
@@ -121,7 +124,11 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := srv.get(ctx, client, i, leg); err != nil {
+				lctx := ctx
+				if st.Kind == Predictive && cfg.Scenario.Label != nil {
+					lctx = tailcut.WithFeatures(ctx, realFeatures(cfg, i, leg))
+				}
+				if err := srv.get(lctx, client, i, leg); err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
 				}
@@ -324,7 +331,14 @@ func (s *realServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	k := hedgehttp.ParseAttempt(r.Header)
 	rng := rand.New(rand.NewPCG(mix(s.cfg.Seed, streamService, i, leg, k), streamService))
-	svc := s.cfg.Scenario.Draw(rng, Call{Request: i, Requests: s.cfg.Requests, Leg: leg, Attempt: k})
+	c := Call{Request: i, Requests: s.cfg.Requests, Leg: leg, Attempt: k}
+	if sc := s.cfg.Scenario; sc.Label != nil {
+		// The replica and label the simulation would give this attempt.
+		r0 := int(mix(s.cfg.Seed, streamReplica, i, leg, 0) % uint64(s.cfg.Replicas))
+		c.Replica = (r0 + k) % s.cfg.Replicas
+		c.Label = sc.Label(s.cfg.Seed, Call{Request: i, Requests: s.cfg.Requests, Leg: leg, Replica: r0})
+	}
+	svc := s.cfg.Scenario.Draw(rng, c)
 	honour := s.cfg.Cancel == CancelHonoured
 	defer func() { s.busy.Add(int64(time.Since(t0))) }()
 	if !sleepCtx(r.Context(), svc.Work, honour) {
@@ -362,4 +376,15 @@ func sleepCtx(ctx context.Context, d time.Duration, honour bool) bool {
 // CompareReal is [Compare] with every strategy run by [RunReal].
 func CompareReal(cfg Config, strategies []Strategy) ([]*Result, error) {
 	return compareWith(cfg, strategies, RunReal)
+}
+
+// realFeatures returns the features the predictive strategy attaches to
+// leg of request i: the scenario's label, as the simulation does.
+func realFeatures(cfg Config, i, leg int) tailcut.Features {
+	r0 := int(mix(cfg.Seed, streamReplica, i, leg, 0) % uint64(cfg.Replicas))
+	l := cfg.Scenario.Label(cfg.Seed, Call{Request: i, Requests: cfg.Requests, Leg: leg, Replica: r0})
+	if cfg.Scenario.LabelWhere {
+		return tailcut.Features{}.Where(l)
+	}
+	return tailcut.Features{}.With(l)
 }

@@ -160,7 +160,7 @@ func compareWith(cfg Config, strategies []Strategy, run func(Config, Strategy) (
 	}
 	for i, r := range results {
 		r.Verdict, r.Warning = verdict(cfg, strategies[i], r, base)
-		if strategies[i].Kind == Adaptive && cfg.Fanout == 1 && r.ExtraLoad > 0 {
+		if strategies[i].Kind.policy() && cfg.Fanout == 1 && r.ExtraLoad > 0 {
 			if l, ok := LimitOf(base, r.ExtraLoad, cfg.MaxHedges); ok {
 				r.Limit = &l
 			}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,6 +16,10 @@ type Call struct {
 	Requests int // number of requests in the run
 	Leg      int // index of the leg within a fan-out request
 	Attempt  int // 0 for the primary, k for the k-th extra attempt
+	Replica  int // the replica the attempt goes to
+	// Label is the request's feature label (Scenario.Label), the same for
+	// every attempt of a call; empty for a scenario without labels.
+	Label string
 }
 
 // Service is the work one attempt costs a server: Work on a worker, then,
@@ -70,6 +75,16 @@ type Scenario struct {
 	// Draw returns the service of one attempt, using only r for
 	// randomness. It must not keep r.
 	Draw func(r *rand.Rand, c Call) Service
+	// Label, if set, returns the feature label of a call — what a client
+	// may know of it in advance (its size, the replica its primary goes
+	// to) — from the run's seed and the call's request, leg and primary
+	// replica (c.Attempt is 0, c.Label empty). The predictive strategy
+	// attaches it to the request; Draw sees it in Call.Label.
+	Label func(seed uint64, c Call) string
+	// LabelWhere says that the label names where the primary goes (a
+	// replica), not what the request is: the predictive strategy attaches
+	// it with tailcut.Features.Where.
+	LabelWhere bool
 }
 
 // Validate reports whether s can be simulated.
@@ -225,6 +240,34 @@ func builtins() []*Scenario {
 			Draw:          func(r *rand.Rand, _ Call) Service { return Service{Work: fanoutLeg(r)} },
 		},
 		{
+			Name: "predictable",
+			Summary: "bhope, but 10 % of requests carry a cache-miss hint (label cold): each of their attempts misses with probability 1/2 " +
+				"and is then 8× slower; 5 % stragglers ×10 at random",
+			Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 32},
+			Label:    coldLabel,
+			Draw: func(r *rand.Rand, c Call) Service {
+				d := drawBhope(r)
+				if c.Label == labelCold && r.Float64() < 0.5 {
+					d *= 8
+				}
+				return Service{Work: d}
+			},
+		},
+		{
+			Name:       "replica-skew",
+			Summary:    "bhope on 4 replicas, one of which is 4× slower (a noisy neighbour); the feature label is the replica the primary goes to",
+			Defaults:   Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 4, Workers: 32},
+			Label:      replicaLabel,
+			LabelWhere: true,
+			Draw: func(r *rand.Rand, c Call) Service {
+				d := drawBhope(r)
+				if c.Replica == 0 {
+					d *= 4
+				}
+				return Service{Work: d}
+			},
+		},
+		{
 			Name:     "mmc",
 			Summary:  "exponential service, mean 10 ms, one server of 4 workers at 75 % load (M/M/c check against Erlang C)",
 			Defaults: Defaults{Requests: 100000, Rate: 300, Fanout: 1, Replicas: 1, Workers: 4},
@@ -272,7 +315,15 @@ func (s *Scenario) Calibrate(seed uint64, n, at, total int) []time.Duration {
 	r := rand.New(src)
 	out := make([]time.Duration, n)
 	for i := range out {
-		out[i] = s.Draw(r, Call{Request: at, Requests: total}).Total()
+		c := Call{Request: at, Requests: total}
+		if s.Label != nil {
+			// Labels and replicas vary by request: draw over as many
+			// requests as samples.
+			c.Request = at + i
+			c.Replica = int(mix(seed, streamReplica, c.Request, 0, 0) % uint64(max(s.Defaults.Replicas, 1)))
+			c.Label = s.Label(seed, c)
+		}
+		out[i] = s.Draw(r, c).Total()
 	}
 	slices.Sort(out)
 	return out
@@ -286,4 +337,43 @@ func quantileOf(sorted []time.Duration, q float64) time.Duration {
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	i = min(max(i, 0), len(sorted)-1)
 	return sorted[i]
+}
+
+// streamLabel is the stream of the predictable scenario's request sizes.
+const streamLabel = 0x6c6162656c730000
+
+const (
+	labelLarge = "large"
+	labelSmall = "small"
+	labelCold  = "cold"
+	labelWarm  = "warm"
+)
+
+// sizeLabel labels one request in ten (drawn from the seed) large.
+func sizeLabel(seed uint64, c Call) string {
+	if mix(seed, streamLabel, c.Request, c.Leg, 0)%10 == 0 {
+		return labelLarge
+	}
+	return labelSmall
+}
+
+// coldLabel is the predictable scenario's label: one request in ten
+// (drawn from the seed) carries the cache-miss hint.
+func coldLabel(seed uint64, c Call) string {
+	if mix(seed, streamLabel, c.Request, c.Leg, 0)%10 == 0 {
+		return labelCold
+	}
+	return labelWarm
+}
+
+// replicaLabels are the replica-skew scenario's labels, by replica.
+var replicaLabels = [...]string{"replica:0", "replica:1", "replica:2", "replica:3", "replica:4", "replica:5", "replica:6", "replica:7"}
+
+// replicaLabel is the replica-skew scenario's label: the replica of the
+// primary.
+func replicaLabel(_ uint64, c Call) string {
+	if c.Replica < len(replicaLabels) {
+		return replicaLabels[c.Replica]
+	}
+	return "replica:" + strconv.Itoa(c.Replica)
 }

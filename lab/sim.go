@@ -230,7 +230,8 @@ type call struct {
 	n       uint8 // attempts sent
 	done    bool
 	start   int64
-	r0      int32 // replica of the primary
+	r0      int32  // replica of the primary
+	label   string // the scenario's feature label (Scenario.Label)
 	lock    int32
 	att     [tailcut.MaxHedgesLimit + 1]int32
 	pr      tailcut.Request
@@ -367,8 +368,9 @@ func (s *sim) setup() error {
 		s.delay = max(s.delay, 1)
 	case Oracle:
 		s.oracleThr = int64(quantileOf(trueQ, cfg.Threshold()))
-	case Adaptive:
+	case Adaptive, Predictive:
 		pc := cfg.Policy
+		pc.Predictive = pc.Predictive || s.st.Kind == Predictive
 		if pc.Quantile == 0 {
 			pc.Quantile = cfg.Quantile
 		}
@@ -506,10 +508,26 @@ func (s *sim) startCall(req int32, index, leg int) {
 	if len(s.locks) > 0 {
 		cl.lock = int32(mix(s.cfg.Seed, streamLock, index, leg, 0) % uint64(len(s.locks)))
 	}
+	if s.sc.Label != nil {
+		cl.label = s.sc.Label(s.cfg.Seed, Call{Request: index, Requests: s.cfg.Requests, Leg: leg, Replica: int(cl.r0)})
+	}
 	s.nCalls++
 
 	var delay int64
 	switch s.st.Kind {
+	case Predictive:
+		if cl.label != "" {
+			f := tailcut.Features{}.With(cl.label)
+			if s.sc.LabelWhere {
+				f = tailcut.Features{}.Where(cl.label)
+			}
+			cl.pr = s.policy.BeginWith(policyKey, &f, s.vnow())
+		} else {
+			cl.pr = s.policy.Begin(policyKey, s.vnow())
+		}
+		cl.hasPol = true
+		delay = int64(cl.pr.Delay())
+		s.lastDelay = delay
 	case Adaptive:
 		cl.pr = s.policy.Begin(policyKey, s.vnow())
 		cl.hasPol = true
@@ -521,7 +539,7 @@ func (s *sim) startCall(req int32, index, leg int) {
 		}
 		delay = s.delay
 	}
-	svc := s.draw(index, leg, 0)
+	svc := s.draw(c, index, leg, 0)
 	s.launch(c, svc)
 	switch s.st.Kind {
 	case Oracle:
@@ -531,9 +549,9 @@ func (s *sim) startCall(req int32, index, leg int) {
 		if s.oracleSlow(c, svc) && s.grant() {
 			s.nHedges++
 			s.extra[index]++
-			s.launch(c, s.draw(index, leg, 1))
+			s.launch(c, s.draw(c, index, leg, 1))
 		}
-	case Static, Adaptive, Retry, Speculative:
+	case Static, Adaptive, Predictive, Retry, Speculative:
 		s.schedule(s.now+max(delay, 0), evTimer, c, gen, 1)
 	}
 }
@@ -553,11 +571,13 @@ func (s *sim) oracleSlow(c int32, svc Service) bool {
 // grant asks the budget for one extra attempt.
 func (s *sim) grant() bool { return s.bud == nil || s.bud.Withdraw(s.vnow()) }
 
-// draw returns the service time of attempt k of leg of request index,
-// from a generator seeded by those three numbers alone.
-func (s *sim) draw(index, leg, k int) Service {
+// draw returns the service time of attempt k of leg of request index (call
+// c), from a generator seeded by those three numbers alone.
+func (s *sim) draw(c int32, index, leg, k int) Service {
+	cl := &s.calls[c]
 	s.svcSrc.Seed(mix(s.cfg.Seed, streamService, index, leg, k), streamService)
-	return s.sc.Draw(s.svcRng, Call{Request: index, Requests: s.cfg.Requests, Leg: leg, Attempt: k})
+	return s.sc.Draw(s.svcRng, Call{Request: index, Requests: s.cfg.Requests, Leg: leg, Attempt: k,
+		Replica: (int(cl.r0) + k) % s.cfg.Replicas, Label: cl.label})
 }
 
 // launch sends the next attempt of call c to its replica.
@@ -828,18 +848,18 @@ func (s *sim) onTimer(c int32, gen uint32, k int) {
 		s.nTriggered++ // still unanswered at its delay: it needs a hedge
 	}
 	switch s.st.Kind {
-	case Adaptive:
+	case Adaptive, Predictive:
 		if s.policy.Hedge(&cl.pr, s.vnow()) == tailcut.Send {
 			s.nHedges++
 			s.extra[index]++
-			s.launch(c, s.draw(index, leg, int(cl.n)))
+			s.launch(c, s.draw(c, index, leg, int(cl.n)))
 		}
 		next = cl.start + int64(cl.pr.HedgeAt(k+1))
 	case Static:
 		if s.grant() {
 			s.nHedges++
 			s.extra[index]++
-			s.launch(c, s.draw(index, leg, int(cl.n)))
+			s.launch(c, s.draw(c, index, leg, int(cl.n)))
 		}
 		next = cl.start + int64(k+1)*s.delay
 	case Retry, Speculative:
@@ -849,7 +869,7 @@ func (s *sim) onTimer(c int32, gen uint32, k int) {
 			}
 			s.nHedges++
 			s.extra[index]++
-			s.launch(c, s.draw(index, leg, int(cl.n)))
+			s.launch(c, s.draw(c, index, leg, int(cl.n)))
 		}
 		next = s.now + s.delay
 	}

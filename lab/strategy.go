@@ -28,9 +28,15 @@ const (
 	// time — the limit no strategy with that hedge rate can beat. It does
 	// not foresee queueing.
 	Oracle
+	// Predictive hedges under the real tailcut.Policy with
+	// Config.Predictive set: each request carries its scenario's feature
+	// label (Scenario.Label), and takes the schedule of its feature
+	// bucket once that differs from the key's. On a scenario without
+	// labels it is Adaptive.
+	Predictive
 )
 
-var kindNames = [...]string{None: "none", Retry: "retry", Static: "static", Adaptive: "adaptive", Speculative: "speculative", Oracle: "oracle"}
+var kindNames = [...]string{None: "none", Retry: "retry", Static: "static", Adaptive: "adaptive", Speculative: "speculative", Oracle: "oracle", Predictive: "predictive"}
 
 // String returns the kind's name as --strategies spells it.
 func (k Kind) String() string {
@@ -72,10 +78,10 @@ func (s Strategy) String() string {
 }
 
 // StrategyNames lists the strategy names ParseStrategy accepts.
-var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle"}
+var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle", "predictive"}
 
 // ParseStrategy parses one strategy: none, retry[:d], static[:d], adaptive,
-// speculative[:d] or oracle, where d is a Go duration ("10ms", "1.5s"). A
+// speculative[:d], oracle or predictive, where d is a Go duration ("10ms", "1.5s"). A
 // "!" after the name (static!:10ms) switches the budget off.
 func ParseStrategy(s string) (Strategy, error) {
 	name, arg, hasArg := strings.Cut(strings.TrimSpace(s), ":")
@@ -96,10 +102,12 @@ func ParseStrategy(s string) (Strategy, error) {
 		st.Kind = Speculative
 	case "oracle":
 		st.Kind = Oracle
+	case "predictive":
+		st.Kind = Predictive
 	default:
 		return st, fmt.Errorf("lab: unknown strategy %q (valid: %s)", s, strings.Join(StrategyNames, ", "))
 	}
-	if st.Unbudgeted && st.Kind == Adaptive {
+	if st.Unbudgeted && st.Kind.policy() {
 		return st, fmt.Errorf("lab: strategy %q: an adaptive policy always has a budget; use --budget", s)
 	}
 	if hasArg {
@@ -142,3 +150,6 @@ func ParseStrategies(list string) ([]Strategy, error) {
 func DefaultStrategies() []Strategy {
 	return []Strategy{{Kind: None}, {Kind: Static, Delay: 10 * time.Millisecond}, {Kind: Adaptive}, {Kind: Oracle}}
 }
+
+// policy reports whether the strategy runs the real tailcut.Policy.
+func (k Kind) policy() bool { return k == Adaptive || k == Predictive }

@@ -44,7 +44,7 @@ writes one self-contained report with every table and chart.`,
 	fl.BoolVar(&f.json, "json", false, "print JSON instead of tables")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report to `FILE`")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
-	fl.BoolVar(&f.real, "real", false, "lock only: also run A, B and C against a real in-process Go HTTP server with a real sync.Mutex, reading contention from the mutex profile")
+	fl.BoolVar(&f.real, "real", false, "lock and predictive only: also run for real against an in-process Go HTTP server over loopback (lock: A, B and C with a real sync.Mutex, reading contention from the mutex profile; predictive: adaptive and predictive on predictable, beside the simulation)")
 	return cmd
 }
 
@@ -60,8 +60,8 @@ func runExperiments(e *env, f *experimentFlags, args []string) error {
 		return usagef("name an experiment (or all); see tailcut lab experiment --list")
 	}
 	var todo []*lab.Experiment
-	if f.real && args[0] != "lock" {
-		return usagef("--real: only the lock experiment has a real mode")
+	if f.real && args[0] != "lock" && args[0] != "predictive" {
+		return usagef("--real: only the lock and predictive experiments have a real mode")
 	}
 	if args[0] == "all" {
 		todo = lab.Experiments()

@@ -1,0 +1,159 @@
+package lab
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+)
+
+// streamPerClass is the stream of the per-class limit's draws.
+const streamPerClass = 0x706572636c617373
+
+// classLimit is the per-class limit of fixed-delay hedging on a labelled
+// scenario: the lowest p99 that fixed delays reach when each label may
+// have its own schedule (Single: one schedule for all), attempts being
+// independent draws of the request's label, every hedge granted and no
+// queueing — the most a model of the labels can buy with delays.
+type classLimit struct {
+	Single, PerClass time.Duration
+	// Delays are the per-class schedule's first-hedge delays by label,
+	// Hedges how many hedges (at d, 2d) each sends.
+	Delays map[string]time.Duration
+	Hedges map[string]int
+}
+
+// classCand is one schedule of one class: hedges at d (and 2d when k is
+// 2), its hedges per request of the class, and its requests' latencies
+// under it, sorted.
+type classCand struct {
+	d    time.Duration
+	k    int
+	cost float64
+	lat  []time.Duration
+}
+
+// perClassLimit computes the limit on n requests of sc (seed) at extra
+// hedges per request, up to two hedges. ok is false for a scenario without
+// labels, whose label names the replica (the hedge escapes it), or with
+// more than three labels.
+func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit, bool) {
+	if sc.Label == nil || sc.LabelWhere {
+		return classLimit{}, false
+	}
+	r := rand.New(rand.NewPCG(seed, streamPerClass))
+	type req struct{ x [3]time.Duration }
+	byLabel := map[string][]req{}
+	var labels []string
+	var all []req
+	for i := range n {
+		c := Call{Request: i, Requests: n}
+		c.Label = sc.Label(seed, c)
+		var q req
+		for a := range q.x {
+			c.Attempt = a
+			q.x[a] = sc.Draw(r, c).Total()
+		}
+		if _, ok := byLabel[c.Label]; !ok {
+			labels = append(labels, c.Label)
+		}
+		byLabel[c.Label] = append(byLabel[c.Label], q)
+		all = append(all, q)
+	}
+	if len(labels) > 3 {
+		return classLimit{}, false
+	}
+	slices.Sort(labels)
+	cands := func(rs []req) []classCand {
+		p := make([]time.Duration, len(rs))
+		for i, q := range rs {
+			p[i] = q.x[0]
+		}
+		slices.Sort(p)
+		var ds []time.Duration
+		for q := 0.30; q < 0.999; q += 0.01 {
+			ds = append(ds, p[int(q*float64(len(p)))])
+		}
+		ds = append(ds, p[len(p)-1]+1) // no hedge
+		var out []classCand
+		for _, d := range ds {
+			for k := 1; k <= 2; k++ {
+				c := classCand{d: d, k: k, lat: make([]time.Duration, len(rs))}
+				sent := 0
+				for i, q := range rs {
+					l := q.x[0]
+					if l > d {
+						sent++
+						l = min(l, d+q.x[1])
+					}
+					if k == 2 && q.x[0] > 2*d && q.x[1] > d {
+						sent++
+						l = min(l, 2*d+q.x[2])
+					}
+					c.lat[i] = l
+				}
+				slices.Sort(c.lat)
+				c.cost = float64(sent)
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	// best returns the lowest p99 over the groups' combinations within
+	// the budget, and the combination.
+	best := func(groups [][]classCand) (time.Duration, []int) {
+		budget, allowed := extra*float64(n), 0.01*float64(n)
+		choice, cur := make([]int, len(groups)), make([]int, len(groups))
+		feasible := func(t time.Duration) bool {
+			found := false
+			var rec func(i int, cost, slow float64)
+			rec = func(i int, cost, slow float64) {
+				if cost > budget || slow > allowed || found {
+					return
+				}
+				if i == len(groups) {
+					found = true
+					copy(choice, cur)
+					return
+				}
+				for j, c := range groups[i] {
+					cur[i] = j
+					k := sort.Search(len(c.lat), func(x int) bool { return c.lat[x] > t })
+					rec(i+1, cost+c.cost, slow+float64(len(c.lat)-k))
+				}
+			}
+			rec(0, 0, 0)
+			return found
+		}
+		lo, hi := time.Duration(0), 10*time.Second
+		for hi-lo > 10*time.Microsecond {
+			mid := (lo + hi) / 2
+			if feasible(mid) {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		feasible(hi)
+		return hi, choice
+	}
+	var lim classLimit
+	lim.Single, _ = best([][]classCand{cands(all)})
+	var groups [][]classCand
+	for _, l := range labels {
+		groups = append(groups, cands(byLabel[l]))
+	}
+	var ch []int
+	lim.PerClass, ch = best(groups)
+	lim.Delays, lim.Hedges = map[string]time.Duration{}, map[string]int{}
+	for i, l := range labels {
+		c := groups[i][ch[i]]
+		lim.Delays[l], lim.Hedges[l] = c.d, c.k
+		if c.d > c.lat[len(c.lat)-1] {
+			lim.Hedges[l] = 0
+		}
+	}
+	_ = math.Inf
+	return lim, true
+}

@@ -1,0 +1,695 @@
+package tailcut
+
+import (
+	"cmp"
+	"hash/maphash"
+	"math"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/tailcut/tailcut/latency"
+)
+
+// Predictive hedging (Config.Predictive): the model that predicts a
+// request's latency distribution from its [Features].
+//
+// Each key keeps up to Config.FeatureBuckets buckets, one per label
+// sequence seen, the least recently used evicted past that. A bucket is a
+// windowed estimator of its own (the key's windows, 256 sketch bins each:
+// at most about 9 KiB) fed with the primaries of its requests, as the
+// key's is. Its distribution is blended with the key's by sample count —
+// shrinkage: weight n/(n + predictPrior) on the bucket's n observations.
+//
+// A bucket whose distribution is not significantly different from its
+// key's (the features carry no signal there, or it has too few samples)
+// keeps the key's schedule: two tests, either of which must reject "same
+// distribution" — a Kolmogorov–Smirnov test at about the 0.1 % level, for
+// a bucket whose whole distribution has moved, and a test of its share
+// beyond the key's p90, p95 and p99 at four standard errors, for one whose
+// tail alone differs.
+//
+// The buckets that differ share the budget the key's own schedule would
+// spend on their traffic: their schedules (a delay, one hedge or two at
+// twice it) are chosen together to minimise the Target percentile of their
+// requests mixed by traffic share (allocate) — hedging early where
+// requests are often slow and their hedges are not, not at all where a
+// hedge would share the slowness. They are used only when that promises a
+// Target at least allocGain lower than the key's schedule on the same
+// requests; otherwise every bucket keeps the key's.
+//
+// The schedules are cached and recomputed together at a quarter of the
+// key's pace (when a bucket's observations grow fourfold, or by
+// 4 × autoRecomputeEvery, and on window rotation): never per request. When the key's latency shifts
+// (shift.go), its buckets restart too.
+
+// predictPrior is the shrinkage strength: a bucket of n observations weighs
+// n/(n + predictPrior) against its key's distribution.
+const predictPrior = 50
+
+// bucketMaxBins bounds each window sketch of a bucket: the smallest size
+// the latency package accepts, 160× from the lowest to the highest latency
+// kept exact at 1 % accuracy.
+const bucketMaxBins = 256
+
+// predictKS and predictZ are the thresholds of the two tests that tell a
+// bucket from its key: the Kolmogorov–Smirnov coefficient c(α) at α ≈
+// 0.1 %, and the standard errors by which a tail share must differ.
+const (
+	predictKS = 1.95
+	predictZ  = 4.0
+)
+
+// featureSeed hashes label sequences into bucket keys.
+var featureSeed = maphash.MakeSeed()
+
+// bucket is what the model knows of one feature bucket of one key.
+type bucket struct {
+	hash     uint64
+	labels   []string // a copy of the labels, for reports
+	where    bool     // Features.Where: hedges are predicted from the key's distribution
+	est      *latency.Estimator
+	lastUsed atomic.Int64 // UnixNano of the last BeginWith
+
+	sinceCompute atomic.Int32 // observations since sched was computed
+	basis        atomic.Int32 // observations the last computation saw
+	validUntil   atomic.Int64 // UnixNano after which sched is recomputed
+	keyShifts    atomic.Int64 // the key's shift count at the last computation
+	sched        atomic.Pointer[bucketSchedule]
+	begun        atomic.Int64 // requests begun on the bucket's own schedule
+}
+
+// bucketSchedule is a bucket's computed schedule; use is false while it
+// falls back to the key's.
+type bucketSchedule struct {
+	use      bool
+	delay    time.Duration
+	gap      time.Duration
+	limit    int
+	share    float32 // smoothed predicted P(X > delay), for shift detection
+	distance float64 // Kolmogorov–Smirnov distance to the key's distribution
+	choice   AutoChoice
+}
+
+// bucketTable is a key's buckets, replaced whole (copy on write) when one
+// is added: BeginWith scans hashes without a lock.
+type bucketTable struct {
+	hashes  []uint64
+	buckets []*bucket
+}
+
+func (t *bucketTable) find(h uint64) *bucket {
+	if t == nil {
+		return nil
+	}
+	for i, x := range t.hashes {
+		if x == h {
+			return t.buckets[i]
+		}
+	}
+	return nil
+}
+
+// BeginWith is [Policy.Begin] for a request described by f: with
+// Config.Predictive set and f carrying labels, the request takes the hedge
+// schedule of its feature bucket — chosen from the latencies of earlier
+// requests with the same labels, blended with the key's, the buckets of
+// the key sharing its budget (or, with a pinned Quantile, that quantile
+// of the bucket's latencies) — and its primary's latency is learned by
+// the bucket as well as by the key. Without labels, without Config.Predictive,
+// or while the bucket's latencies are not significantly different from the
+// key's (or its schedule is not predicted to beat the key's), the request
+// takes the key's schedule, as with Begin. A nil f is no features.
+//
+// BeginWith allocates nothing, except when a label sequence is new to the
+// key (its bucket is made, the least recently used one evicted past
+// Config.FeatureBuckets). With two labels, on the request path of Begin,
+// Observe and End, it cost about 115–140 ns more than Begin in the steady
+// state with four buckets on a shared 2-core machine
+// (BenchmarkDecisionPathFeatures against BenchmarkDecisionPath, -benchtime
+// 3s, 3 runs each side by side: 283–294 ns against 156–168 ns; 252–268 ns
+// with two buckets): hashing the labels, finding the bucket, the
+// bucket's own estimator learning the primary, and the model's
+// recomputation amortised. Short runs weigh the first recomputations
+// (made as the observations double) more.
+func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
+	r := p.Begin(key, now)
+	if f == nil || f.n == 0 || !p.cfg.Predictive {
+		return r
+	}
+	p.predict1(&r, f, now)
+	return r
+}
+
+// predict1 sets r's schedule from the bucket of f.
+func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
+	ks := r.ks
+	h := f.hash(featureSeed)
+	b := ks.model.Load().find(h)
+	if b == nil {
+		b = p.addBucket(ks, h, f, now)
+	}
+	n := now.UnixNano()
+	if b.lastUsed.Load() != n {
+		b.lastUsed.Store(n)
+	}
+	every := int32(recomputeEvery)
+	if p.auto {
+		// A recomputation of the model (every bucket's distribution and
+		// the allocation, some 100 µs) at a quarter of the key's pace.
+		every = modelEvery * autoEvery(b.basis.Load())
+	}
+	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
+		p.computeModel(ks, now)
+		ks.modelMu.Unlock()
+	}
+	r.b = b
+	s := b.sched.Load()
+	if s == nil || !s.use {
+		return
+	}
+	r.pred = true
+	b.begun.Add(1)
+	r.delay, r.gap = s.delay, s.gap
+	if s.limit > 0 {
+		r.limit = s.limit
+	}
+	if r.share >= 0 {
+		r.share = s.share
+	}
+}
+
+// addBucket returns the bucket of hash h in ks, making it (and evicting
+// the least recently used one past Config.FeatureBuckets) if needed.
+func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *bucket {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	old := ks.model.Load()
+	if b := old.find(h); b != nil {
+		return b
+	}
+	est, _ := latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins}) // validated in New
+	b := &bucket{hash: h, est: est, labels: append([]string(nil), f.Labels()...), where: f.where}
+	b.lastUsed.Store(now.UnixNano())
+	b.keyShifts.Store(ks.shifts.Load())
+	t := &bucketTable{}
+	if old != nil {
+		t.hashes = append(make([]uint64, 0, len(old.hashes)+1), old.hashes...)
+		t.buckets = append(make([]*bucket, 0, len(old.buckets)+1), old.buckets...)
+	}
+	if len(t.hashes) >= p.cfg.FeatureBuckets {
+		// Evict the least recently used: requests in flight on it still
+		// observe into its estimator, which nothing reads any more.
+		v := 0
+		for i, x := range t.buckets {
+			if x.lastUsed.Load() < t.buckets[v].lastUsed.Load() {
+				v = i
+			}
+		}
+		t.hashes[v], t.buckets[v] = h, b
+	} else {
+		t.hashes, t.buckets = append(t.hashes, h), append(t.buckets, b)
+	}
+	ks.model.Store(t)
+	return b
+}
+
+// computeModel recomputes the schedules of every bucket of ks at now,
+// together: ks.modelMu is held.
+//
+// The buckets whose latencies differ significantly from the key's share
+// the budget of their part of the traffic, autoCapShare × the ratio of
+// it, and their delays are chosen together to minimise the Target
+// percentile of their requests' latency, all buckets mixed by their share
+// of the traffic (allocate). Spending the budget where it cuts that most —
+// early on a bucket whose requests are often slow, never on one whose
+// slowness a hedge would share — is what a single delay for the key
+// cannot do.
+func (p *Policy) computeModel(ks *keyState, now time.Time) {
+	t := ks.model.Load()
+	if t == nil {
+		return
+	}
+	kd, kok := ks.est.Distribution(now)
+	var groups []allocGroup
+	var scheds []*bucketSchedule
+	for _, b := range t.buckets {
+		if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
+			// The key's latency shifted: so did the bucket's, most likely.
+			b.est.Restart(now)
+			b.keyShifts.Store(sh)
+		}
+		s := &bucketSchedule{}
+		scheds = append(scheds, s)
+		dist, ok := b.est.Distribution(now)
+		var basis float64
+		if ok && kok {
+			basis = min(dist.Count(), math.MaxInt32)
+			s.distance = latency.Distance(dist, kd)
+			if differs(dist, kd, s.distance) {
+				nb := dist.Count()
+				mixed := latency.Mix(dist, kd, nb/(nb+predictPrior))
+				s.use, s.limit = true, 1
+				hedge := mixed
+				if b.where {
+					hedge = kd
+				}
+				groups = append(groups, allocGroup{i: len(scheds) - 1, own: dist, dist: mixed, hedge: hedge, share: nb / kd.Count()})
+			}
+		}
+		b.basis.Store(int32(basis))
+		b.sinceCompute.Store(0)
+		if end := b.est.WindowEnd(); end.IsZero() {
+			b.validUntil.Store(now.UnixNano() + int64(p.cfg.Window))
+		} else {
+			b.validUntil.Store(end.UnixNano())
+		}
+	}
+	if len(groups) > 0 {
+		if p.auto {
+			// The groups spend what the key's own schedule would on them
+			// (its predicted hedge rate), or 0.8 × the budget's ratio.
+			ch := ks.auto.Load()
+			if ch == nil || !p.allocate(groups, ch) {
+				// Not predicted to beat the key's own schedule by
+				// allocGain: the buckets keep the key's.
+				for _, g := range groups {
+					scheds[g.i].use = false
+				}
+				groups = nil
+			}
+		} else {
+			for i := range groups {
+				g := &groups[i]
+				g.delay = p.clamp(time.Duration(float64(g.dist.Quantile(p.cfg.Quantile)) * p.cfg.Multiplier))
+			}
+		}
+		for _, g := range groups {
+			s := scheds[g.i]
+			s.delay, s.limit = g.delay, g.limit
+			if !p.auto {
+				s.limit = p.cfg.MaxHedges
+			}
+			// The share the key's shift test expects of these requests is
+			// the bucket's own, not the blend's: the key's mass blended in
+			// is a prior for the choice, and at few samples it would put
+			// the expected share far from the bucket's true one (and the
+			// test would fire).
+			s.share = float32(smoothedShare(g.own.Survival(g.delay), min(g.own.Count(), math.MaxInt32)))
+		}
+	}
+	for i, b := range t.buckets {
+		b.sched.Store(scheds[i])
+	}
+}
+
+// allocGroup is one predicted bucket in the allocation of the budget.
+type allocGroup struct {
+	i     int                  // index of its schedule
+	own   latency.Distribution // the bucket's latencies
+	dist  latency.Distribution // blended with the key's: what the choice is made on
+	hedge latency.Distribution // its hedges' latency: dist, or the key's (Features.Where)
+	share float64              // its share of the key's traffic
+	delay time.Duration        // the result: hedges at delay, 2 × delay, …
+	limit int                  // and how many
+
+	cand [2 * (len(allocRates) + allocSpaced)]allocCand
+	n    int
+}
+
+// allocCand is a candidate delay of a group, its trigger rate, and its
+// hedged survival at the t under test.
+type allocCand struct {
+	d          time.Duration
+	k          int // hedges, at d, 2d, …
+	cost, surv float64
+}
+
+// allocRates are the candidate trigger rates of a bucket's first hedge,
+// none (0) included: a bucket whose slowness its hedges would share, or
+// whose tail is not the Target, is better left alone.
+var allocRates = [...]float64{0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.12, 0.15, 0.18, 0.22, 0.26, 0.3, 0.35, 0.42, 0.5, 0.6, 0.7, 0.8, 0.9}
+
+// allocate chooses the first-hedge delay of every group: the schedule
+// that minimises the Target percentile of the groups' mixed latency, each
+// request hedged once after its group's delay (independent attempts from
+// its group's distribution), at a total trigger rate within autoCapShare ×
+// the budget's ratio of their traffic — and of those within 1 % of that
+// minimum, the cheapest.
+//
+// For a given latency t the best spending of the budget is a
+// multiple-choice knapsack over each group's candidates (a delay from its
+// quantiles or a geometric grid over its body and tail, one hedge or two).
+// With up to three groups or so it is solved exactly (the last group's
+// best candidate within what is left looked up by cost); past that by its
+// Lagrangian relaxation: each group takes the candidate minimising its
+// share of requests slower than t plus λ × its cost, and λ is bisected
+// until the cost fits. With few groups the relaxation's gap is what lost
+// the labels their worth: on the lab's predictable scenario it left the
+// cold requests' early hedge out of reach. t is bisected until the share
+// of requests slower than t is 1 − Target; all on the key's
+// recomputation cadence.
+//
+// It reports whether the allocation is predicted to give a Target
+// percentile at least allocGain lower than the key's own schedule ch
+// applied to every group: if not, the groups had better keep the key's
+// schedule, whose prediction rests on more observations.
+func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
+	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1)
+	var at [MaxHedgesLimit]time.Duration
+	gap := ch.Gap
+	if gap == 0 {
+		gap = ch.Delay // Request.HedgeAt: no gap means the delay
+	}
+	for k := range min(ch.Hedges, MaxHedgesLimit) {
+		at[k] = ch.Delay + time.Duration(k)*gap
+	}
+	var total float64
+	for _, g := range gs {
+		total += g.share
+	}
+	// slow is the share of the groups' requests slower than t on the
+	// key's schedule, its grants as predicted.
+	slow := func(t time.Duration) float64 {
+		var s float64
+		for _, g := range gs {
+			v := g.dist.Survival(t)
+			for k, a := range at[:min(ch.Hedges, MaxHedgesLimit)] {
+				gr := ch.Grant
+				if k > 0 {
+					gr = ch.LaterGrant
+				}
+				v *= gr*g.hedge.Survival(t-a) + 1 - gr
+			}
+			s += g.share * v
+		}
+		return s
+	}
+	lo, hi := 0.0, t*4
+	for range 30 {
+		mid := (lo + hi) / 2
+		if slow(secondsDur(mid)) <= (1-p.cfg.Target)*total {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return t <= (1-allocGain)*hi
+}
+
+// modelEvery is how many times the observations a bucket waits for,
+// against its key's cadence, before the model is recomputed.
+const modelEvery = 4
+
+// allocSpaced is the number of geometrically spaced candidate delays of a group,
+// beside its quantiles at allocRates.
+const allocSpaced = 24
+
+// allocExact is the most combinations of the groups' candidates (the last
+// group's aside) that allocateAt searches exhaustively — three groups
+// about; past it, the Lagrangian relaxation.
+const allocExact = 4096
+
+// allocGain is how much lower a Target percentile the buckets' own
+// schedules must promise than the key's, to be used.
+const allocGain = 0.03
+
+// allocateAt is allocate with the groups' trigger rates within rate of
+// their traffic, each hedge granted with probability grant; it returns the
+// predicted Target percentile, in seconds.
+func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
+	var total, top float64
+	hedges := 1
+	if p.cfg.MaxHedges >= 2 {
+		hedges = 2
+	}
+	for i := range gs {
+		g := &gs[i]
+		total += g.share
+		g.n = 0
+		// The candidate delays: the quantiles at the trigger rates, and
+		// geometrically spaced delays from its p30 to its p99 — a
+		// bimodal group (half its requests fast, half slow) has a gap
+		// between two quantiles where its best delay lies.
+		var ds [len(allocRates) + allocSpaced]time.Duration
+		nd := 0
+		for _, r := range allocRates {
+			ds[nd] = p.clamp(upperEdge(g.dist.Quantile(1 - r)))
+			nd++
+		}
+		lo, hi := g.dist.Quantile(0.3), g.dist.Quantile(0.99)
+		step := math.Pow(float64(hi)/float64(max(lo, 1)), 1.0/(allocSpaced+1))
+		for j := range allocSpaced {
+			ds[nd] = p.clamp(time.Duration(float64(lo) * math.Pow(step, float64(j+1))))
+			nd++
+		}
+		slices.Sort(ds[:nd])
+		for _, d := range ds[:nd] {
+			if g.n > 0 && g.cand[g.n-1].d == d {
+				continue
+			}
+			for k := 1; k <= hedges; k++ {
+				// Hedge j goes at j × d while every earlier attempt is out.
+				var cost float64
+				for j := 1; j <= k; j++ {
+					c := g.dist.Survival(time.Duration(j) * d)
+					for i := 1; i < j; i++ {
+						c *= g.hedge.Survival(time.Duration(j-i) * d)
+					}
+					cost += c
+				}
+				g.cand[g.n] = allocCand{d: d, k: k, cost: cost}
+				g.n++
+			}
+		}
+		top = max(top, g.dist.Quantile(1).Seconds()*2)
+	}
+	budget := rate * total
+	allowed := (1 - p.cfg.Target) * total
+	// pick sets each group's choice at λ and returns the cost and the
+	// share of requests slower than t.
+	pick := func(lambda float64, choice []int) (cost, slow float64) {
+		for i := range gs {
+			g := &gs[i]
+			best, bv := 0, math.Inf(1)
+			for j, c := range g.cand[:g.n] {
+				if v := c.surv + lambda*c.cost; v < bv-1e-15 {
+					best, bv = j, v
+				}
+			}
+			choice[i] = best
+			cost += g.share * g.cand[best].cost
+			slow += g.share * g.cand[best].surv
+		}
+		return cost, slow
+	}
+	choice := make([]int, len(gs))
+	// With few groups the relaxation's duality gap is large — each
+	// group's choice is a jump in cost, and with two groups the best
+	// schedule within the budget is often no choice at any λ (it spends
+	// more on one group and less on the other than any λ would) — so
+	// up to allocExact combinations are searched exhaustively.
+	// The last group's candidates are looked up (by cost, the best share
+	// within what is left), the others' combinations enumerated.
+	combos := 1
+	for i := range gs[:len(gs)-1] {
+		combos *= gs[i].n
+		if combos > allocExact {
+			break
+		}
+	}
+	exact := combos <= allocExact
+	cur := make([]int, len(gs))
+	var byCost []int // the last group's candidates by cost
+	var bestUpTo []int
+	if exact {
+		g := &gs[len(gs)-1]
+		for j := range g.cand[:g.n] {
+			byCost = append(byCost, j)
+		}
+		slices.SortFunc(byCost, func(a, b int) int { return cmp.Compare(g.cand[a].cost, g.cand[b].cost) })
+		bestUpTo = make([]int, len(byCost))
+	}
+	// exhaust leaves in choice the combination of least slow share
+	// within the budget (of two within 1e-12, the cheaper) and returns
+	// that share.
+	exhaust := func(choice []int) float64 {
+		last := &gs[len(gs)-1]
+		// bestUpTo[i]: the candidate of least share among byCost[:i+1].
+		for i, j := range byCost {
+			bestUpTo[i] = j
+			if i > 0 && last.cand[bestUpTo[i-1]].surv <= last.cand[j].surv {
+				bestUpTo[i] = bestUpTo[i-1]
+			}
+		}
+		best, bestCost := math.Inf(1), math.Inf(1)
+		var rec func(i int, cost, slow float64)
+		rec = func(i int, cost, slow float64) {
+			if cost > budget+1e-15 {
+				return
+			}
+			if i == len(gs)-1 {
+				// The most the last group may cost.
+				left := (budget + 1e-15 - cost) / last.share
+				k := sort.Search(len(byCost), func(x int) bool { return last.cand[byCost[x]].cost > left }) - 1
+				if k < 0 {
+					return
+				}
+				c := last.cand[bestUpTo[k]]
+				v, w := slow+last.share*c.surv, cost+last.share*c.cost
+				if v < best-1e-12 || (v <= best+1e-12 && w < bestCost) {
+					best, bestCost = v, w
+					copy(choice, cur)
+					choice[i] = bestUpTo[k]
+				}
+				return
+			}
+			g := &gs[i]
+			for j, c := range g.cand[:g.n] {
+				cur[i] = j
+				rec(i+1, cost+g.share*c.cost, slow+g.share*c.surv)
+			}
+		}
+		rec(0, 0, 0)
+		return best
+	}
+	// feasible reports whether some schedule within the budget has at most
+	// the allowed share slower than t, and leaves the cheapest such (as
+	// far as the relaxation finds) in choice.
+	feasible := func(t float64) bool {
+		for i := range gs {
+			g := &gs[i]
+			for j := range g.cand[:g.n] {
+				c := &g.cand[j]
+				tt := secondsDur(t)
+				c.surv = g.dist.Survival(tt)
+				for j := 1; j <= c.k; j++ {
+					c.surv *= grant*g.hedge.Survival(tt-time.Duration(j)*c.d) + 1 - grant
+				}
+			}
+		}
+		if exact {
+			return exhaust(choice) <= allowed+1e-12
+		}
+		// The largest λ whose choice still fits the budget is the best
+		// spending of it; a larger λ spends less.
+		lo, hi := 0.0, 1.0
+		for {
+			if c, _ := pick(hi, choice); c <= budget || hi > 1e9 {
+				break
+			}
+			lo, hi = hi, hi*4
+		}
+		if c, _ := pick(lo, choice); c > budget {
+			for range 16 {
+				mid := (lo + hi) / 2
+				if c, _ := pick(mid, choice); c <= budget {
+					hi = mid
+				} else {
+					lo = mid
+				}
+			}
+			lo = hi
+		}
+		_, slow := pick(lo, choice)
+		return slow <= allowed+1e-12
+	}
+	lo, hi := 0.0, top
+	for range 18 {
+		mid := (lo + hi) / 2
+		if feasible(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	feasible(hi) // the choice at the best t
+	for i := range gs {
+		gs[i].delay, gs[i].limit = gs[i].cand[choice[i]].d, gs[i].cand[choice[i]].k
+	}
+	return hi
+}
+
+func secondsDur(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+// differs reports whether a bucket's distribution b is significantly
+// different from its key's k, whose Kolmogorov–Smirnov distance is d.
+func differs(b, k latency.Distribution, d float64) bool {
+	nb, nk := b.Count(), k.Count()
+	if d > predictKS*math.Sqrt((nb+nk)/(nb*nk)) {
+		return true
+	}
+	for _, q := range [...]float64{0.90, 0.95, 0.99} {
+		t := k.Quantile(q)
+		pk, pb := k.Survival(t), b.Survival(t)
+		// The binomial error of the bucket's share, and one count of
+		// slack for shares near 0 or 1.
+		se := math.Sqrt(pk*(1-pk)/nb) + 1/nb
+		if math.Abs(pb-pk) > predictZ*se {
+			return true
+		}
+	}
+	return false
+}
+
+// observe learns the latency of a primary of the bucket.
+func (b *bucket) observe(d time.Duration, censored bool, now time.Time) {
+	if censored {
+		b.est.AddCensored(d, now)
+	} else {
+		b.est.Add(d, now)
+	}
+	b.sinceCompute.Add(1)
+}
+
+// BucketStats describe one feature bucket of a key, from [Policy.Buckets].
+type BucketStats struct {
+	// Labels are the labels of the bucket's requests.
+	Labels []string
+	// Current and Previous are the observations in its two windows.
+	Current, Previous int
+	// Predicted is true when its requests take its own schedule: its
+	// latencies differ significantly from the key's. Delay, Gap and
+	// Hedges are that schedule, and Auto what the auto delay chose and
+	// predicted for it (nil when the delay is pinned or not predicted).
+	Predicted  bool
+	Delay, Gap time.Duration
+	Hedges     int
+	Auto       *AutoChoice
+	// Distance is the Kolmogorov–Smirnov distance between the bucket's
+	// distribution and the key's at its last computation.
+	Distance float64
+	// Begun counts the requests begun on the bucket's own schedule.
+	Begun int64
+}
+
+// Buckets returns the feature buckets of key at now (none without
+// Config.Predictive or before a request to key carried features), in no
+// particular order. It is meant for reports, not for the request path.
+func (p *Policy) Buckets(key string, now time.Time) []BucketStats {
+	p.mu.RLock()
+	ks := p.keys[key]
+	p.mu.RUnlock()
+	if ks == nil {
+		return nil
+	}
+	t := ks.model.Load()
+	if t == nil {
+		return nil
+	}
+	out := make([]BucketStats, 0, len(t.buckets))
+	for _, b := range t.buckets {
+		c, pr := b.est.Counts(now)
+		st := BucketStats{Labels: b.labels, Current: c, Previous: pr, Begun: b.begun.Load()}
+		if s := b.sched.Load(); s != nil {
+			st.Predicted, st.Delay, st.Gap, st.Hedges, st.Distance = s.use, s.delay, s.gap, s.limit, s.distance
+			if s.use && s.choice.Target > 0 {
+				ch := s.choice
+				st.Auto = &ch
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}

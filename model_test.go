@@ -1,0 +1,248 @@
+package tailcut
+
+import (
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/latency"
+)
+
+// lognormalMS draws a lognormal latency of mean m milliseconds and
+// standard deviation 0.4 m.
+func lognormalMS(r *rand.Rand, m float64) time.Duration {
+	s2 := math.Log(1 + 0.16)
+	return time.Duration(m * math.Exp(-s2/2+math.Sqrt(s2)*r.NormFloat64()) * 1e6)
+}
+
+// bucketOf returns the bucket of f in key.
+func bucketOf(t *testing.T, p *Policy, key string, f Features) *bucket {
+	t.Helper()
+	ks := p.key(key, time.Time{})
+	b := ks.model.Load().find(f.hash(featureSeed))
+	if b == nil {
+		t.Fatalf("no bucket for %v", f.Labels())
+	}
+	return b
+}
+
+// The model converges on a synthetic feature → latency map: each class's
+// blended distribution has its class's quantiles within the sketch's
+// accuracy (1 %, plus the rank error of the few percent of the key's mass
+// blended in), every request of a class takes its class's schedule, and
+// the delays rank as the classes do.
+func TestModelConverges(t *testing.T) {
+	p, err := New(Config{Predictive: true, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	means := map[string]float64{"tiny": 1, "small": 3, "medium": 9, "large": 27}
+	names := []string{"tiny", "small", "medium", "large"}
+	samples := map[string][]time.Duration{}
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 40_000 {
+		c := names[i%len(names)]
+		f := Features{}.With("class:" + c)
+		req := p.BeginWith("k", &f, now)
+		d := lognormalMS(r, means[c])
+		samples[c] = append(samples[c], d)
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(250 * time.Microsecond)
+	}
+	kd, _ := p.key("k", now).est.Distribution(now)
+	for _, c := range names {
+		f := Features{}.With("class:" + c)
+		req := p.BeginWith("k", &f, now)
+		b := bucketOf(t, p, "k", f)
+		bd, _ := b.est.Distribution(now)
+		w := bd.Count() / (bd.Count() + predictPrior)
+		mixed := latency.Mix(bd, kd, w)
+		s := slices.Clone(samples[c])
+		slices.Sort(s)
+		for _, q := range []float64{0.5, 0.9, 0.95, 0.99} {
+			// The bucket's own distribution: the sketch's accuracy.
+			want := s[int(q*float64(len(s)-1))]
+			if got, e := bd.Quantile(q), 0.015; math.Abs(float64(got-want)) > e*float64(want) {
+				t.Errorf("%s: bucket q%g = %v, want %v within %.1f %%", c, q, got, want, e*100)
+			}
+			// The blend: the key's share 1 − w moves a quantile by at
+			// most that much rank.
+			lo, hi := bd.Quantile(q-(1-w)), bd.Quantile(q+(1-w))
+			if got := mixed.Quantile(q); float64(got) < 0.985*float64(lo) || float64(got) > 1.015*float64(hi) {
+				t.Errorf("%s: blended q%g = %v, want within [%v, %v]", c, q, got, lo, hi)
+			}
+		}
+		if sched := b.sched.Load(); sched.use != req.Predicted() || sched.use && req.Delay() != sched.delay {
+			t.Errorf("%s: request predicted %v at %v, bucket's schedule %+v", c, req.Predicted(), req.Delay(), sched)
+		}
+	}
+}
+
+// Where features pay: one replica of four is 4× slower, the label names
+// the replica the primary goes to, and its hedges go elsewhere. The
+// buckets' joint schedule is predicted to beat the key's, and hedges the
+// slow replica's requests earlier (at a higher share) than the others.
+func TestModelReplicaSkew(t *testing.T) {
+	p, err := New(Config{Predictive: true, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(7, 8))
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 40_000 {
+		rep := i % 4
+		f := Features{}.Where(replicaName(rep))
+		req := p.BeginWith("k", &f, now)
+		d := gen(r)
+		if rep == 0 {
+			d *= 4
+		}
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(250 * time.Microsecond)
+	}
+	rate := map[string]float64{}
+	for rep := range 4 {
+		f := Features{}.Where(replicaName(rep))
+		req := p.BeginWith("k", &f, now)
+		if !req.Predicted() {
+			t.Fatalf("replica %d: not predicted", rep)
+		}
+		b := bucketOf(t, p, "k", f)
+		own, _ := b.est.Distribution(now)
+		rate[replicaName(rep)] = own.Survival(req.Delay())
+	}
+	for rep := 1; rep < 4; rep++ {
+		if rate["r0"] <= rate[replicaName(rep)] {
+			t.Errorf("the slow replica is hedged for %.1f %% of its requests, replica %d for %.1f %%", rate["r0"]*100, rep, rate[replicaName(rep)]*100)
+		}
+	}
+}
+
+func replicaName(i int) string { return "r" + strconv.Itoa(i) }
+
+// Features that carry no signal fall back to the key's schedule.
+func TestModelFallsBack(t *testing.T) {
+	p, err := New(Config{Predictive: true, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	now := time.Unix(1_700_000_000, 0)
+	predicted := 0
+	for range 40_000 {
+		f := Features{}.With("noise:" + strconv.Itoa(r.IntN(4)))
+		req := p.BeginWith("k", &f, now)
+		if req.Predicted() {
+			predicted++
+		}
+		d := autoDists["lognormal 5ms/2ms, 5% x10"](r)
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(250 * time.Microsecond)
+	}
+	if predicted > 0 {
+		t.Errorf("%d requests of 40,000 took a bucket's schedule on features without signal", predicted)
+	}
+	f := Features{}.With("noise:1")
+	if req := p.BeginWith("k", &f, now); req.Delay() != p.Delay("k", now) {
+		t.Errorf("delay %v, want the key's %v", req.Delay(), p.Delay("k", now))
+	}
+	for _, b := range p.Buckets("k", now) {
+		if b.Predicted || b.Distance > 0.05 {
+			t.Errorf("bucket %v: predicted %v, distance %v", b.Labels, b.Predicted, b.Distance)
+		}
+	}
+}
+
+// The memory bound holds with 10,000 distinct feature values: a key keeps
+// at most FeatureBuckets buckets, and the heap grows by no more than their
+// sketches (about 9 KiB each) and the key's own.
+func TestModelMemoryBound(t *testing.T) {
+	p, err := New(Config{Predictive: true, FeatureBuckets: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	now := time.Unix(1_700_000_000, 0)
+	var before, after runtime.MemStats
+	run := func(n, from int) {
+		for i := range n {
+			f := Features{}.With("user:" + strconv.Itoa(from+i))
+			req := p.BeginWith("k", &f, now)
+			d := lognormalMS(r, 5)
+			p.Observe(&req, 0, d, Completed, now.Add(d))
+			p.End(&req, 0, now.Add(d))
+			now = now.Add(time.Millisecond)
+		}
+	}
+	run(100, 0) // the key and its first buckets exist
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	run(10_000, 100)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if n := len(p.key("k", now).model.Load().buckets); n != 16 {
+		t.Errorf("%d buckets after 10,100 distinct values, want 16", n)
+	}
+	if n := len(p.Buckets("k", now)); n != 16 {
+		t.Errorf("Buckets: %d", n)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16*9<<10+256<<10 {
+		t.Errorf("heap grew %d KiB over 10,000 distinct values, want at most 16 buckets' worth", grew>>10)
+	}
+}
+
+// Requests in flight on an evicted bucket still observe into it, harmlessly.
+func TestModelEvictionInFlight(t *testing.T) {
+	p, _ := New(Config{Predictive: true, FeatureBuckets: 1})
+	now := time.Unix(1_700_000_000, 0)
+	a, b := Features{}.With("a"), Features{}.With("b")
+	ra := p.BeginWith("k", &a, now)
+	rb := p.BeginWith("k", &b, now.Add(time.Millisecond)) // evicts a
+	p.Observe(&ra, 0, time.Millisecond, Completed, now)
+	p.Observe(&rb, 0, time.Millisecond, Completed, now)
+	bs := p.Buckets("k", now)
+	if len(bs) != 1 || bs[0].Labels[0] != "b" || bs[0].Current != 1 {
+		t.Errorf("buckets %+v, want b alone with its one observation", bs)
+	}
+}
+
+// FuzzFeatures: any labels, in any number, hashed, bucketed and learned,
+// never panic, and a request takes a bucket's schedule only when it has
+// labels.
+func FuzzFeatures(f *testing.F) {
+	f.Add("GET", "/users/{id}", "size:<1KiB", uint8(3), int64(5_000_000))
+	f.Add("", "", "", uint8(0), int64(0))
+	f.Add("\x00", "a\x00b", "é", uint8(200), int64(-1))
+	p, _ := New(Config{Predictive: true, FeatureBuckets: 4, MinSamples: 1})
+	now := time.Unix(1_700_000_000, 0)
+	f.Fuzz(func(t *testing.T, a, b, c string, n uint8, lat int64) {
+		var ft Features
+		for i := range int(n % 8) {
+			ft = ft.With([]string{a, b, c}[i%3])
+		}
+		for range 3 {
+			now = now.Add(time.Millisecond)
+			req := p.BeginWith("k", &ft, now)
+			if req.Predicted() && ft.Len() == 0 {
+				t.Fatal("a request without labels took a bucket's schedule")
+			}
+			if req.Delay() < 0 {
+				t.Fatalf("negative delay %v", req.Delay())
+			}
+			p.Observe(&req, 0, time.Duration(lat), Completed, now)
+			p.End(&req, 0, now)
+		}
+		if len(p.Buckets("k", now)) > 4 {
+			t.Fatal("more buckets than FeatureBuckets")
+		}
+	})
+}
