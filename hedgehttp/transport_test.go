@@ -240,16 +240,25 @@ func TestUnsafeRequestsSentOnce(t *testing.T) {
 func TestAttemptHeaderAndRequestUntouched(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[int]http.Header{}
+	// The hedge answers once the primary has reached the server: on a
+	// busy machine a primary still dialling when its hedge won would
+	// never arrive.
+	primaryIn := make(chan struct{})
 	srv, tr := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := attemptOf(r)
 		mu.Lock()
 		seen[k] = r.Header.Clone()
 		mu.Unlock()
 		if k == 0 {
+			close(primaryIn)
 			stall(r)
 			return
 		}
-		io.WriteString(w, "ok")
+		select {
+		case <-primaryIn:
+			io.WriteString(w, "ok")
+		case <-r.Context().Done():
+		}
 	}))
 	c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, 5*time.Millisecond))}
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
@@ -604,17 +613,29 @@ func TestEndpoints(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var log []hit
+	// primaryIn is closed when the current request's primary reaches its
+	// server, and the hedge answers only then: on a busy machine a primary
+	// still dialling when its hedge won would never arrive.
+	var primaryIn chan struct{}
 	mk := func(name string) *httptest.Server {
 		srv, _ := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			k := attemptOf(r)
 			mu.Lock()
 			log = append(log, hit{name, k, r.URL.Path})
+			in := primaryIn
+			if k == 0 {
+				close(in)
+			}
 			mu.Unlock()
 			if k == 0 {
 				stall(r)
 				return
 			}
-			fmt.Fprint(w, name)
+			select {
+			case <-in:
+				fmt.Fprint(w, name)
+			case <-r.Context().Done():
+			}
 		}))
 		return srv
 	}
@@ -626,17 +647,19 @@ func TestEndpoints(t *testing.T) {
 	for i := range 6 {
 		mu.Lock()
 		log = log[:0]
+		primaryIn = make(chan struct{})
 		mu.Unlock()
 		_, body := get(t, c, t.Context(), "http://service.internal/v1/items")
 		mu.Lock()
-		if len(log) != 2 {
-			t.Fatalf("request %d: %d hits, want 2", i, len(log))
+		hits := append([]hit(nil), log...)
+		mu.Unlock() // not held across t.Fatalf: the servers' cleanup waits for handlers that take it
+		if len(hits) != 2 {
+			t.Fatalf("request %d: %d hits, want 2", i, len(hits))
 		}
 		byAttempt := map[int]hit{}
-		for _, h := range log {
+		for _, h := range hits {
 			byAttempt[h.k] = h
 		}
-		mu.Unlock()
 		if byAttempt[0].server == byAttempt[1].server {
 			t.Errorf("request %d: primary and hedge both went to %s", i, byAttempt[0].server)
 		}
