@@ -297,23 +297,38 @@ func TestHandlerLoopbackLoserCanceled(t *testing.T) {
 	for _, proto := range protocols {
 		t.Run(proto.name, func(t *testing.T) {
 			loserDone := make(chan time.Duration, 1)
+			// The hedge answers once the primary is in the handler: on a
+			// busy machine a primary still dialling when its hedge won
+			// would never arrive.
+			primaryIn := make(chan struct{})
 			h, err := NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				k, _ := AttemptFromContext(r.Context())
 				if k == 0 {
-					start := time.Now()
+					close(primaryIn)
 					select {
 					case <-r.Context().Done(): // freed as soon as the hedge wins
 					case <-time.After(20 * time.Second):
 					}
-					loserDone <- time.Since(start)
 					return
 				}
-				io.WriteString(w, "hedge")
+				select {
+				case <-primaryIn:
+					io.WriteString(w, "hedge")
+				case <-r.Context().Done():
+				}
 			}), HandlerOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, tr := startServer(t, proto.h2, h)
+			// loserDone is sent once the Handler has returned, and so
+			// counted the primary.
+			srv, tr := startServer(t, proto.h2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				start := time.Now()
+				h.ServeHTTP(w, r)
+				if ParseAttempt(r.Header) == 0 {
+					loserDone <- time.Since(start)
+				}
+			}))
 			c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, 5*time.Millisecond))}
 			code, body := get(t, c, t.Context(), srv.URL)
 			if code != 200 || body != "hedge" {

@@ -506,12 +506,29 @@ func recvN(t *testing.T, c <-chan int, n int, what string) {
 // WithoutHedging sends the primary only; WithDelay overrides the delay.
 func TestPerRequestOverrides(t *testing.T) {
 	var h hits
+	// The last request's primary stalls until its hedge wins, and the
+	// hedge answers once that primary has arrived: on a busy machine a
+	// primary still dialling when its hedge won would never arrive, and
+	// one with a deadline might beat a late hedge.
+	stalledIn := make(chan struct{})
 	srv, tr := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := h.add(r)
-		if k == 0 {
+		stalls := r.URL.Query().Get("stall") == "1"
+		switch {
+		case k == 0 && stalls:
+			close(stalledIn)
+			stall(r)
+			return
+		case k == 0:
 			// Slow, but answering: a primary left alone does finish.
 			select {
 			case <-time.After(300 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		case stalls:
+			select {
+			case <-stalledIn:
 			case <-r.Context().Done():
 				return
 			}
@@ -527,7 +544,7 @@ func TestPerRequestOverrides(t *testing.T) {
 	if _, body := get(t, c, WithDelay(t.Context(), time.Hour), srv.URL); body != "0" || h.total() != 2 {
 		t.Errorf("WithDelay(1h): answer from attempt %s, %d hits; want the primary alone", body, h.total())
 	}
-	if _, body := get(t, c, t.Context(), srv.URL); body != "1" || h.total() != 4 {
+	if _, body := get(t, c, t.Context(), srv.URL+"?stall=1"); body != "1" || h.total() != 4 {
 		t.Errorf("default: answer from attempt %s, %d hits; want the hedge to win", body, h.total())
 	}
 }
