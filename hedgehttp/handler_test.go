@@ -2,6 +2,7 @@ package hedgehttp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -297,23 +298,38 @@ func TestHandlerLoopbackLoserCanceled(t *testing.T) {
 	for _, proto := range protocols {
 		t.Run(proto.name, func(t *testing.T) {
 			loserDone := make(chan time.Duration, 1)
+			// The hedge answers once the primary is in the handler: on a
+			// busy machine a primary still dialling when its hedge won
+			// would never arrive.
+			primaryIn := make(chan struct{})
 			h, err := NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				k, _ := AttemptFromContext(r.Context())
 				if k == 0 {
-					start := time.Now()
+					close(primaryIn)
 					select {
 					case <-r.Context().Done(): // freed as soon as the hedge wins
 					case <-time.After(20 * time.Second):
 					}
-					loserDone <- time.Since(start)
 					return
 				}
-				io.WriteString(w, "hedge")
+				select {
+				case <-primaryIn:
+					io.WriteString(w, "hedge")
+				case <-r.Context().Done():
+				}
 			}), HandlerOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, tr := startServer(t, proto.h2, h)
+			// loserDone is sent once the Handler has returned, and so
+			// counted the primary.
+			srv, tr := startServer(t, proto.h2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				start := time.Now()
+				h.ServeHTTP(w, r)
+				if ParseAttempt(r.Header) == 0 {
+					loserDone <- time.Since(start)
+				}
+			}))
 			c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, 5*time.Millisecond))}
 			code, body := get(t, c, t.Context(), srv.URL)
 			if code != 200 || body != "hedge" {
@@ -339,11 +355,20 @@ func TestHandlerLoopbackLoserCanceled(t *testing.T) {
 // client: the shed hedge pauses the client's hedging (pushback), the primary
 // it backed up still answers, and later requests send no hedge at all.
 func TestHandlerShedPushesBackClient(t *testing.T) {
+	// Each primary answers when the test releases it, so no timing decides
+	// whether its hedge falls due first: the first once the client has
+	// received its hedge's 503, the later ones once the client has denied
+	// their hedge.
+	release := make(chan struct{})
+	firstIn := make(chan struct{})
+	var firstOnce sync.Once
 	h, err := NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if k, _ := AttemptFromContext(r.Context()); k == 0 {
+			firstOnce.Do(func() { close(firstIn) })
 			select {
 			case <-r.Context().Done():
-			case <-time.After(150 * time.Millisecond):
+				return
+			case <-release:
 			}
 		}
 		io.WriteString(w, "ok")
@@ -351,15 +376,52 @@ func TestHandlerShedPushesBackClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, tr := startServer(t, false, h)
-	// The hedge must find the primary in the handler: a delay far longer
-	// than a loopback request takes to arrive (2 ms failed about once in
-	// 100 runs under -race on a loaded machine).
-	p := fixedPolicy(t, 30*time.Millisecond)
-	c := &http.Client{Transport: NewTransport(tr, p)}
+	// A hedge reaches the Handler once the first primary is in it, so it
+	// finds the primary there (on a busy machine the primary could still
+	// be on its way).
+	srv, tr := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ParseAttempt(r.Header) > 0 {
+			select {
+			case <-firstIn:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	// shedSeen is closed when the client receives a 503: the transport
+	// records the pushback right after, in the same goroutine.
+	shedSeen := make(chan struct{})
+	var shedOnce sync.Once
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := tr.RoundTrip(r)
+		if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+			shedOnce.Do(func() { close(shedSeen) })
+		}
+		return resp, err
+	})
+	p := fixedPolicy(t, 5*time.Millisecond)
+	c := &http.Client{Transport: NewTransport(base, p)}
 	for i := range 4 {
-		if code, body := get(t, c, t.Context(), srv.URL); code != 200 || body != "ok" {
-			t.Fatalf("request %d: %d %q, want the primary's 200", i, code, body)
+		answer := make(chan string, 1)
+		go func() {
+			code, body, err := tryGet(c, srv.URL)
+			answer <- fmt.Sprint(code, " ", body, " ", err)
+		}()
+		if i == 0 {
+			select {
+			case <-shedSeen:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first request's hedge was not shed")
+			}
+		} else {
+			waitFor(t, fmt.Sprintf("the hedge of request %d to be denied", i), func() bool {
+				return p.Stats().Denied[tailcut.DenyPushback] == int64(i) || h.Stats().Hedge.Shed+h.Stats().Hedge.Served > 1
+			})
+		}
+		release <- struct{}{}
+		if got := <-answer; got != "200 ok <nil>" {
+			t.Fatalf("request %d: %s, want the primary's 200 ok", i, got)
 		}
 	}
 	st := h.Stats()

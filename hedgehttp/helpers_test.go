@@ -135,3 +135,22 @@ func (h *hits) get(k int) int {
 	}
 	return h.n[k]
 }
+
+// tryGet sends a GET through c and returns the status and body, or the
+// error: for goroutines other than the test's, which may not call
+// t.Fatal.
+func tryGet(c *http.Client, url string) (int, string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// roundTripperFunc is a function as an http.RoundTripper.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+// RoundTrip calls f.
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -240,16 +240,25 @@ func TestUnsafeRequestsSentOnce(t *testing.T) {
 func TestAttemptHeaderAndRequestUntouched(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[int]http.Header{}
+	// The hedge answers once the primary has reached the server: on a
+	// busy machine a primary still dialling when its hedge won would
+	// never arrive.
+	primaryIn := make(chan struct{})
 	srv, tr := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := attemptOf(r)
 		mu.Lock()
 		seen[k] = r.Header.Clone()
 		mu.Unlock()
 		if k == 0 {
+			close(primaryIn)
 			stall(r)
 			return
 		}
-		io.WriteString(w, "ok")
+		select {
+		case <-primaryIn:
+			io.WriteString(w, "ok")
+		case <-r.Context().Done():
+		}
 	}))
 	c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, 5*time.Millisecond))}
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
@@ -497,12 +506,29 @@ func recvN(t *testing.T, c <-chan int, n int, what string) {
 // WithoutHedging sends the primary only; WithDelay overrides the delay.
 func TestPerRequestOverrides(t *testing.T) {
 	var h hits
+	// The last request's primary stalls until its hedge wins, and the
+	// hedge answers once that primary has arrived: on a busy machine a
+	// primary still dialling when its hedge won would never arrive, and
+	// one with a deadline might beat a late hedge.
+	stalledIn := make(chan struct{})
 	srv, tr := startServer(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := h.add(r)
-		if k == 0 {
+		stalls := r.URL.Query().Get("stall") == "1"
+		switch {
+		case k == 0 && stalls:
+			close(stalledIn)
+			stall(r)
+			return
+		case k == 0:
 			// Slow, but answering: a primary left alone does finish.
 			select {
 			case <-time.After(300 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		case stalls:
+			select {
+			case <-stalledIn:
 			case <-r.Context().Done():
 				return
 			}
@@ -518,7 +544,7 @@ func TestPerRequestOverrides(t *testing.T) {
 	if _, body := get(t, c, WithDelay(t.Context(), time.Hour), srv.URL); body != "0" || h.total() != 2 {
 		t.Errorf("WithDelay(1h): answer from attempt %s, %d hits; want the primary alone", body, h.total())
 	}
-	if _, body := get(t, c, t.Context(), srv.URL); body != "1" || h.total() != 4 {
+	if _, body := get(t, c, t.Context(), srv.URL+"?stall=1"); body != "1" || h.total() != 4 {
 		t.Errorf("default: answer from attempt %s, %d hits; want the hedge to win", body, h.total())
 	}
 }
@@ -641,14 +667,15 @@ func TestEndpoints(t *testing.T) {
 		mu.Unlock()
 		_, body := get(t, c, t.Context(), "http://service.internal/v1/items")
 		mu.Lock()
-		if len(log) != 2 {
-			t.Fatalf("request %d: %d hits, want 2", i, len(log))
+		hits := append([]hit(nil), log...)
+		mu.Unlock() // not held across t.Fatalf: the servers' cleanup waits for handlers that take it
+		if len(hits) != 2 {
+			t.Fatalf("request %d: %d hits, want 2", i, len(hits))
 		}
 		byAttempt := map[int]hit{}
-		for _, h := range log {
+		for _, h := range hits {
 			byAttempt[h.k] = h
 		}
-		mu.Unlock()
 		if byAttempt[0].server == byAttempt[1].server {
 			t.Errorf("request %d: primary and hedge both went to %s", i, byAttempt[0].server)
 		}

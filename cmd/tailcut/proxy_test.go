@@ -43,10 +43,14 @@ func TestProxyCheck(t *testing.T) {
 // The proxy command in process: serves, reloads on SIGHUP (a bad config is
 // ignored), stops on SIGTERM.
 func TestProxySignals(t *testing.T) {
+	// The proxy hedges the blocked GET once its warm-up delay (10 ms)
+	// passes, so /a/block may arrive twice: the first arrival says it
+	// entered, and every copy waits for the release.
 	entered, release := make(chan struct{}), make(chan struct{})
+	var enterOnce sync.Once
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/a/block" {
-			close(entered)
+			enterOnce.Do(func() { close(entered) })
 			<-release
 		}
 		io.WriteString(w, "up "+r.URL.Path)
