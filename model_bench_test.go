@@ -1,6 +1,8 @@
 package tailcut
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -50,4 +52,77 @@ func benchFeatures(b *testing.B, buckets int) {
 		i++
 	}
 	b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
+}
+
+// BenchmarkModelRecompute is one recomputation of a key's model with two
+// buckets: the predictable scenario's labels (10 % of requests cold, each
+// of their attempts 8× slower with probability 1/2; 90 % warm), over 40,000
+// requests of the lognormal 5 ms/2 ms latency with 5 % stragglers. It is
+// every bucket's distribution, its test against the key's, and the joint
+// schedule search (exact with two buckets): what the request that triggers
+// it pays, about every 1,000 observations of a bucket (modelEvery × the
+// key's cadence). buckets-own/op is how many buckets the search gave their
+// own schedule.
+func BenchmarkModelRecompute(b *testing.B) {
+	benchRecompute(b, 2, func(r *rand.Rand, i int) (int, float64) {
+		if r.Float64() < 0.1 {
+			if r.IntN(2) == 0 {
+				return 0, 8
+			}
+			return 0, 1
+		}
+		return 1, 1
+	})
+}
+
+// BenchmarkModelRecompute4 is BenchmarkModelRecompute with four buckets
+// of equal traffic, 1×, 2×, 4× and 8× the base latency (four size
+// classes): past about three buckets the search is the Lagrangian
+// relaxation.
+func BenchmarkModelRecompute4(b *testing.B) {
+	benchRecompute(b, 4, func(r *rand.Rand, i int) (int, float64) {
+		c := i % 4
+		return c, float64(int(1) << c)
+	})
+}
+
+// benchRecompute learns 40,000 requests whose class and latency factor
+// class draws on a predictive policy, then times computeModel.
+func benchRecompute(b *testing.B, buckets int, class func(r *rand.Rand, i int) (int, float64)) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs := make([]Features, buckets)
+	for i := range fs {
+		fs[i] = Features{}.With("class:" + strconv.Itoa(i))
+	}
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 40_000 {
+		c, x := class(r, i)
+		req := p.BeginWith("k", &fs[c], now)
+		d := time.Duration(float64(gen(r)) * x)
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(250 * time.Microsecond)
+	}
+	ks := p.key("k", now)
+	if n := len(ks.model.Load().buckets); n != buckets {
+		b.Fatalf("%d buckets, want %d", n, buckets)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ks.modelMu.Lock()
+		p.computeModel(ks, now)
+		ks.modelMu.Unlock()
+	}
+	own := 0
+	for _, s := range p.Buckets("k", now) {
+		if s.Predicted {
+			own++
+		}
+	}
+	b.ReportMetric(float64(own), "buckets-own/op")
 }
