@@ -126,3 +126,66 @@ func benchRecompute(b *testing.B, buckets int, class func(r *rand.Rand, i int) (
 	}
 	b.ReportMetric(float64(own), "buckets-own/op")
 }
+
+// BenchmarkDecisionPathPredictable is the decision path on
+// BenchmarkModelRecompute's latencies (the predictable scenario's labels
+// and latencies, drawn ahead of the loop), side by side: Begin on a policy
+// without features, and BeginWith on a predictive one, whose buckets take
+// their own schedules (predicted/op ≈ 1). Both amortise the key's auto
+// recomputation (every 256 observations, BenchmarkAutoRecompute's cost on
+// this continuous distribution), BeginWith also the model's (every ~1,100
+// requests here): the difference is the cost of predictive hedging per
+// request where it is used, unlike BenchmarkDecisionPathFeatures.
+func BenchmarkDecisionPathPredictable(b *testing.B) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 1 << 16
+	cls := make([]uint8, n)
+	lats := make([]time.Duration, n)
+	for i := range n {
+		cls[i], lats[i] = 1, gen(r)
+		if r.Float64() < 0.1 {
+			cls[i] = 0
+			if r.IntN(2) == 0 {
+				lats[i] *= 8
+			}
+		}
+	}
+	fs := [2]Features{Features{}.With("class:0"), Features{}.With("class:1")}
+	for _, predictive := range []bool{false, true} {
+		name := "Begin"
+		if predictive {
+			name = "BeginWith"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, err := New(Config{Predictive: predictive})
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Unix(1_700_000_000, 0)
+			b.ReportAllocs()
+			i := 0
+			predicted := 0
+			for b.Loop() {
+				now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+				lat := lats[i%n]
+				var r Request
+				if predictive {
+					r = p.BeginWith("backend:8080", &fs[cls[i%n]], now)
+				} else {
+					r = p.Begin("backend:8080", now)
+				}
+				if r.Predicted() {
+					predicted++
+				}
+				if i%100 == 0 {
+					p.Hedge(&r, now)
+				}
+				p.Observe(&r, 0, lat, Completed, now.Add(lat))
+				p.End(&r, 0, now.Add(lat))
+				i++
+			}
+			b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
+		})
+	}
+}
