@@ -1,6 +1,8 @@
 package tailcut
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -50,4 +52,140 @@ func benchFeatures(b *testing.B, buckets int) {
 		i++
 	}
 	b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
+}
+
+// BenchmarkModelRecompute is one recomputation of a key's model with two
+// buckets: the predictable scenario's labels (10 % of requests cold, each
+// of their attempts 8× slower with probability 1/2; 90 % warm), over 40,000
+// requests of the lognormal 5 ms/2 ms latency with 5 % stragglers. It is
+// every bucket's distribution, its test against the key's, and the joint
+// schedule search (exact with two buckets): what the request that triggers
+// it pays, about every 1,000 observations of a bucket (modelEvery × the
+// key's cadence). buckets-own/op is how many buckets the search gave their
+// own schedule.
+func BenchmarkModelRecompute(b *testing.B) {
+	benchRecompute(b, 2, func(r *rand.Rand, i int) (int, float64) {
+		if r.Float64() < 0.1 {
+			if r.IntN(2) == 0 {
+				return 0, 8
+			}
+			return 0, 1
+		}
+		return 1, 1
+	})
+}
+
+// BenchmarkModelRecompute4 is BenchmarkModelRecompute with four buckets
+// of equal traffic, 1×, 2×, 4× and 8× the base latency (four size
+// classes): past about three buckets the search is the Lagrangian
+// relaxation.
+func BenchmarkModelRecompute4(b *testing.B) {
+	benchRecompute(b, 4, func(r *rand.Rand, i int) (int, float64) {
+		c := i % 4
+		return c, float64(int(1) << c)
+	})
+}
+
+// benchRecompute learns 40,000 requests whose class and latency factor
+// class draws on a predictive policy, then times computeModel.
+func benchRecompute(b *testing.B, buckets int, class func(r *rand.Rand, i int) (int, float64)) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs := make([]Features, buckets)
+	for i := range fs {
+		fs[i] = Features{}.With("class:" + strconv.Itoa(i))
+	}
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 40_000 {
+		c, x := class(r, i)
+		req := p.BeginWith("k", &fs[c], now)
+		d := time.Duration(float64(gen(r)) * x)
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(250 * time.Microsecond)
+	}
+	ks := p.key("k", now)
+	if n := len(ks.model.Load().buckets); n != buckets {
+		b.Fatalf("%d buckets, want %d", n, buckets)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ks.modelMu.Lock()
+		p.computeModel(ks, now)
+		ks.modelMu.Unlock()
+	}
+	own := 0
+	for _, s := range p.Buckets("k", now) {
+		if s.Predicted {
+			own++
+		}
+	}
+	b.ReportMetric(float64(own), "buckets-own/op")
+}
+
+// BenchmarkDecisionPathPredictable is the decision path on
+// BenchmarkModelRecompute's latencies (the predictable scenario's labels
+// and latencies, drawn ahead of the loop), side by side: Begin on a policy
+// without features, and BeginWith on a predictive one, whose buckets take
+// their own schedules (predicted/op ≈ 1). Both amortise the key's auto
+// recomputation (every 256 observations, BenchmarkAutoRecompute's cost on
+// this continuous distribution), BeginWith also the model's (every ~1,100
+// requests here): the difference is the cost of predictive hedging per
+// request where it is used, unlike BenchmarkDecisionPathFeatures.
+func BenchmarkDecisionPathPredictable(b *testing.B) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 1 << 16
+	cls := make([]uint8, n)
+	lats := make([]time.Duration, n)
+	for i := range n {
+		cls[i], lats[i] = 1, gen(r)
+		if r.Float64() < 0.1 {
+			cls[i] = 0
+			if r.IntN(2) == 0 {
+				lats[i] *= 8
+			}
+		}
+	}
+	fs := [2]Features{Features{}.With("class:0"), Features{}.With("class:1")}
+	for _, predictive := range []bool{false, true} {
+		name := "Begin"
+		if predictive {
+			name = "BeginWith"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, err := New(Config{Predictive: predictive})
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Unix(1_700_000_000, 0)
+			b.ReportAllocs()
+			i := 0
+			predicted := 0
+			for b.Loop() {
+				now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+				lat := lats[i%n]
+				var r Request
+				if predictive {
+					r = p.BeginWith("backend:8080", &fs[cls[i%n]], now)
+				} else {
+					r = p.Begin("backend:8080", now)
+				}
+				if r.Predicted() {
+					predicted++
+				}
+				if i%100 == 0 {
+					p.Hedge(&r, now)
+				}
+				p.Observe(&r, 0, lat, Completed, now.Add(lat))
+				p.End(&r, 0, now.Add(lat))
+				i++
+			}
+			b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
+		})
+	}
 }
