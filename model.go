@@ -135,7 +135,11 @@ func (t *bucketTable) find(h uint64) *bucket {
 // (made as the observations double) more.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
 	r := p.Begin(key, now)
-	if f == nil || f.n == 0 || !p.cfg.Predictive {
+	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
+		return r
+	}
+	if f.nv > 0 {
+		p.beginValues(&r, f, now) // regress.go
 		return r
 	}
 	p.predict1(&r, f, now)
@@ -191,7 +195,7 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		return b
 	}
 	est, _ := latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins}) // validated in New
-	b := &bucket{hash: h, est: est, labels: append([]string(nil), f.Labels()...), where: f.where}
+	b := &bucket{hash: h, est: est, labels: f.bucketLabels(), where: f.where}
 	b.lastUsed.Store(now.UnixNano())
 	b.keyShifts.Store(ks.shifts.Load())
 	t := &bucketTable{}
