@@ -279,3 +279,39 @@ func FuzzFeaturesValues(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRegression is the regression's own cost per request: a
+// class for its values at BeginWith and the learning of its latency at
+// Observe, one value, on the synthetic map (TestRegressionConverges).
+func BenchmarkRegression(b *testing.B) {
+	g := &regressor{}
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 1 << 14
+	xs := make([][MaxValues]float32, n)
+	ds := make([]time.Duration, n)
+	for i := range n {
+		x, d := quantileMap(r)
+		xs[i], ds[i] = [MaxValues]float32{float32(x[0]), nan32, nan32, nan32}, d
+	}
+	b.ReportAllocs()
+	i, classed := 0, 0
+	for b.Loop() {
+		if g.class(&xs[i%n]) != 0 {
+			classed++
+		}
+		g.observe(&xs[i%n], ds[i%n], false)
+		i++
+	}
+	b.ReportMetric(float64(classed)/float64(max(i, 1)), "classed/op")
+}
+
+// fastLog is within 1e-7 of math.Log over latencies from 1 ns to hours.
+func TestFastLog(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for range 100_000 {
+		x := math.Exp(-21 + 30*r.Float64())
+		if got, want := fastLog(x), math.Log(x); math.Abs(got-want) > 1e-7 {
+			t.Fatalf("fastLog(%g) = %.10f, want %.10f", x, got, want)
+		}
+	}
+}
