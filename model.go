@@ -122,6 +122,16 @@ func (t *bucketTable) find(h uint64) *bucket {
 // key's (or its schedule is not predicted to beat the key's), the request
 // takes the key's schedule, as with Begin. A nil f is no features.
 //
+// With numeric values ([Features.Value]) the request's class — its
+// latency predicted by the key's quantile regression on the values,
+// against the key's average request's, to the nearest power of two
+// (regress.go) — is added to its labels for the bucket; values without
+// labels make a bucket of the class alone. Until some request's class is
+// other than the middle one (÷√2 to ×√2), as with values that carry no
+// signal, the requests are scheduled as their labels alone would be.
+// The regression's class and update cost about 75–90 ns a request
+// (BenchmarkRegression).
+//
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
 // Config.FeatureBuckets). With two labels, on the request path of Begin,

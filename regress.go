@@ -28,7 +28,7 @@ import (
 // The regression does not schedule requests itself: its prediction for a
 // request, the part Σ wᵢ zᵢ by which the request's values move its
 // predicted quantile from the key's average request, is quantised into a
-// class — powers of two, ÷8 … ×8, the middle class covering ÷√2 to ×√2 —
+// class — powers of two, ÷16 … ×16, the middle class covering ÷√2 to ×√2 —
 // and a request of a class other than the middle one goes to the feature
 // bucket of its labels and its class (model.go). That bucket learns its
 // requests' latency distribution in a sketch of its own, must pass the
@@ -77,7 +77,7 @@ const (
 	regClip = 4
 	// regClasses is the most classes either side of the middle one, each a
 	// factor of two in the predicted quantile.
-	regClasses = 3
+	regClasses = 4
 	// regStep is a class's width in the natural log of the predicted
 	// quantile.
 	regStep = math.Ln2
@@ -231,7 +231,7 @@ func (g *regressor) quantile(x []float64) time.Duration {
 }
 
 // classLabels name the classes in a bucket's labels (BucketStats.Labels),
-// from ÷8 to ×8.
+// from ÷16 to ×16.
 var classLabels = func() (l [2*regClasses + 1]string) {
 	for c := -regClasses; c <= regClasses; c++ {
 		if c < 0 {
