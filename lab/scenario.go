@@ -280,7 +280,7 @@ func builtins() []*Scenario {
 		},
 		{
 			Name: "size-scaled",
-			Summary: "bhope scaled by the request's size: sizes lognormal (median 16 KiB, σ = 1), every attempt ×(size/16 KiB)^0.5; " +
+			Summary: "bhope scaled by the request's size: sizes lognormal (median 16 KiB, σ = 1), every attempt ×size/16 KiB; " +
 				"the label is the size's power-of-four bucket (tailcut.SizeLabel), the value its log2",
 			Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 32},
 			Label:    func(seed uint64, c Call) string { return tailcut.SizeLabel(int64(math.Exp2(sizeLog2(seed, c)))) },
