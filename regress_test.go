@@ -315,3 +315,39 @@ func TestFastLog(t *testing.T) {
 		}
 	}
 }
+
+// Requests with values begun, learned and classified from several
+// goroutines at once: the regression's update is skipped when another
+// holds it, never raced (-race).
+func TestRegressionConcurrent(t *testing.T) {
+	p, _ := New(Config{Predictive: true})
+	now := time.Unix(1_700_000_000, 0)
+	done := make(chan int)
+	for w := range 4 {
+		go func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			n := 0
+			for range 5000 {
+				x := 14 + r.NormFloat64()/math.Ln2
+				f := Features{}.With("w").Value(x)
+				req := p.BeginWith("k", &f, now)
+				d := time.Duration(float64(lognormalMS(r, 5)) * math.Exp2(x-14))
+				p.Observe(&req, 0, d, Completed, now.Add(d))
+				p.End(&req, 0, now.Add(d))
+				n++
+			}
+			done <- n
+		}()
+	}
+	total := 0
+	for range 4 {
+		total += <-done
+	}
+	g := p.key("k", now).reg.Load()
+	g.mu.Lock()
+	learned := g.n
+	g.mu.Unlock()
+	if total != 20000 || learned == 0 || learned > 20000 {
+		t.Errorf("%d requests, %d learned", total, learned)
+	}
+}

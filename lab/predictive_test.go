@@ -138,3 +138,16 @@ func TestPredictiveValuesSizeScaled(t *testing.T) {
 		t.Errorf("size-scaled: adaptive p99 %v at %.3f, predictive:values %v at %.3f", a.P99, a.ExtraLoad, p.P99, p.ExtraLoad)
 	}
 }
+
+// The value rides the request's context for real too: size-scaled through
+// hedgehttp.Transport with predictive:values. Plumbing only.
+func TestRunRealPredictiveValues(t *testing.T) {
+	cfg := Config{Scenario: mustLookup(t, "size-scaled"), Requests: 400, Rate: 400, Seed: 1}
+	r, err := RunReal(cfg, Strategy{Kind: Predictive, Features: ValuesOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors != 0 || r.Attempts < 400 {
+		t.Errorf("errors %d (first %q), attempts %d", r.Errors, r.FirstError, r.Attempts)
+	}
+}
