@@ -53,7 +53,10 @@ import (
 
 // regTau is the quantile the regression predicts: near where a hedge delay
 // lies under a budget of a few per cent to 10 %, so the class says where a
-// request's own delay would be.
+// request's own delay would be. It must stay in the body of the
+// distribution: on the lab's size-scaled scenario the median did as well,
+// the p95 — at the edge of bhope's 5 % stragglers, where the density is
+// low and SGD noisy — not at all (docs/EXPERIMENTS.md §9).
 const regTau = 0.9
 
 const (
