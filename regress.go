@@ -29,18 +29,20 @@ import (
 // request, the part Σ wᵢ zᵢ by which the request's values move its
 // predicted quantile from the key's average request, is quantised into a
 // class — powers of two, ÷16 … ×16, the middle class covering ÷√2 to ×√2 —
-// and a request of a class other than the middle one goes to the feature
-// bucket of its labels and its class (model.go). That bucket learns its
+// and the request goes to the feature bucket of its labels and its class
+// (model.go); the middle class's bucket is its labels' own. That bucket learns its
 // requests' latency distribution in a sketch of its own, must pass the
 // significance tests against its key, and shares the key's budget in the
 // joint allocation with the other buckets, as a label's bucket does: the
 // auto delay chooses each request's schedule from the distribution of the
-// requests predicted alike, under the same budget. A request of the middle
-// class is scheduled as its labels alone would be (as Begin, without
-// labels); so is every request while the regression has seen fewer than
-// regWarmup observations. When the values carry no signal the weights stay
-// near zero, every request is in the middle class, and the policy decides
-// exactly as without values.
+// requests predicted alike, under the same budget. Until some request's
+// class is other than the middle one, a request of the middle class is
+// scheduled as its labels alone would be — as by Begin, without labels —
+// and so is every request while the regression has seen fewer than
+// regWarmup observations; from then on the middle class has a bucket even
+// without labels (value:×1), to share the budget with the others. When the
+// values carry no signal the weights stay near zero, every request is in
+// the middle class, and the policy decides exactly as without values.
 //
 // Memory: one regressor per key whose requests carried values, a fixed
 // size struct of about 300 bytes; the classes' buckets are feature buckets,
