@@ -660,7 +660,10 @@ func (b *bucket) observe(d time.Duration, censored bool, now time.Time) {
 
 // BucketStats describe one feature bucket of a key, from [Policy.Buckets].
 type BucketStats struct {
-	// Labels are the labels of the bucket's requests.
+	// Labels are the labels of the bucket's requests, and last, for the
+	// bucket of a class of numeric values (regress.go), its class:
+	// "value:÷16" … "value:×16" ("value:×1", the middle class, only
+	// without labels).
 	Labels []string
 	// Current and Previous are the observations in its two windows.
 	Current, Previous int
