@@ -129,8 +129,8 @@ func (t *bucketTable) find(h uint64) *bucket {
 // labels make a bucket of the class alone. Until some request's class is
 // other than the middle one (÷√2 to ×√2), as with values that carry no
 // signal, the requests are scheduled as their labels alone would be.
-// The regression's class and update cost about 75–90 ns a request
-// (BenchmarkRegression).
+// The regression's class and update cost about 75–130 ns a request
+// (BenchmarkRegression, on a loaded shared 2-core machine).
 //
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
