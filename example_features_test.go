@@ -3,6 +3,8 @@ package tailcut_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -57,4 +59,48 @@ func ExampleWithFeatures() {
 		fmt.Println(v, b.Labels)
 	}
 	// Output: ok [GET /users/{id} size:<1KiB]
+}
+
+// A request carries a numeric value — here the log2 of its payload's
+// size, which scales its latency. The policy learns online how the value
+// moves the latency's p90 (a quantile regression), and puts requests
+// predicted alike in a bucket of their own: a class per power of two of
+// the prediction against the key's average request. Each class's requests
+// are then hedged on a schedule chosen for them, the classes sharing the
+// key's budget.
+func ExampleFeatures_Value() {
+	p, err := tailcut.New(tailcut.Config{Predictive: true, Window: time.Hour})
+	if err != nil {
+		panic(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 40_000 {
+		size := 1 << (10 + i*7%9) // 1 KiB to 256 KiB
+		f := tailcut.Features{}.Value(math.Log2(float64(size)))
+		r := p.BeginWith("blobs", &f, now)
+		d := time.Duration(2000+i*7919%5000) * time.Microsecond // 2–7 ms
+		d = time.Duration(float64(d) * math.Sqrt(float64(size)/(16<<10)))
+		if i*13%100 < 5 {
+			d *= 10 // stragglers
+		}
+		p.Observe(&r, 0, d, tailcut.Completed, now.Add(d))
+		p.End(&r, 0, now.Add(d))
+		now = now.Add(250 * time.Microsecond)
+	}
+	var classes []string
+	for _, b := range p.Buckets("blobs", now) {
+		classes = append(classes, b.Labels...)
+	}
+	slices.Sort(classes)
+	fmt.Println(classes)
+	big := tailcut.Features{}.Value(18) // 256 KiB: the ×4 class
+	r := p.BeginWith("blobs", &big, now)
+	fmt.Printf("256 KiB: own schedule %v\n", r.Predicted())
+	small := tailcut.Features{}.Value(11) // 2 KiB: the ÷4 class
+	r = p.BeginWith("blobs", &small, now)
+	fmt.Printf("2 KiB: own schedule %v\n", r.Predicted())
+	// Output:
+	// [value:×1 value:×2 value:×4 value:÷2 value:÷4]
+	// 256 KiB: own schedule true
+	// 2 KiB: own schedule true
 }

@@ -3,6 +3,7 @@ package tailcut
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"time"
 )
 
@@ -22,12 +23,58 @@ const MaxLabels = 4
 //
 //	f := tailcut.Features{}.With("GET /users/{id}").With("size:large")
 //
+// Numeric values — a payload size, a queue depth, a count of items — are
+// added with [Features.Value]: the model learns online how they move the
+// request's latency (regress.go) and gives the request the schedule of
+// those predicted alike.
+//
 // A Features is a small value (no pointer besides its strings); passing
 // one allocates nothing.
 type Features struct {
 	labels [MaxLabels]string
 	n      uint8
 	where  bool // a label names where the primary goes (Features.Where)
+	nv     uint8
+	class  int8 // the numeric values' predicted class (regress.go); set by BeginWith only
+	vals   [MaxValues]float32
+}
+
+// MaxValues is the most numeric values a [Features] holds; values added
+// past it are ignored.
+const MaxValues = 4
+
+// Value returns f with the numeric value v added after its values. Values
+// are positional, like labels: the i-th value of every request of a key
+// should measure the same thing. The model is linear in the values and
+// predicts the logarithm of the latency, so a quantity that scales the
+// latency (a payload size) is best given as its logarithm
+// (math.Log2(float64(n)+1)). A value that is NaN or infinite, or beyond
+// the range of a float32, counts as missing: it keeps its place, and the
+// request is predicted as if it had the key's mean there. A value past
+// [MaxValues] is ignored.
+func (f Features) Value(v float64) Features {
+	if int(f.nv) >= MaxValues {
+		return f
+	}
+	x := float32(v)
+	if math.IsInf(float64(x), 0) {
+		x = float32(math.NaN())
+	}
+	f.vals[f.nv] = x
+	f.nv++
+	return f
+}
+
+// NumValues returns the number of numeric values of f.
+func (f *Features) NumValues() int { return int(f.nv) }
+
+// ValueAt returns the i-th numeric value of f (as a float32 holds it; NaN
+// when missing), or NaN when f has no value i.
+func (f *Features) ValueAt(i int) float64 {
+	if i < 0 || i >= int(f.nv) {
+		return math.NaN()
+	}
+	return float64(f.vals[i])
 }
 
 // With returns f with label added after its labels. An empty label, or one
@@ -62,10 +109,14 @@ func (f *Features) Labels() []string { return f.labels[:f.n] }
 func (f *Features) Len() int { return int(f.n) }
 
 // Join returns f with the labels of g added after its own (up to
-// [MaxLabels] in all).
+// [MaxLabels] in all), and the values of g after its own (up to
+// [MaxValues]).
 func (f Features) Join(g Features) Features {
 	for _, l := range g.labels[:g.n] {
 		f = f.With(l)
+	}
+	for _, v := range g.vals[:g.nv] {
+		f = f.Value(float64(v))
 	}
 	f.where = f.where || g.where
 	return f
@@ -73,9 +124,10 @@ func (f Features) Join(g Features) Features {
 
 // hash returns the bucket hash of f's labels under seed: equal label
 // sequences hash alike, and a label boundary counts (("ab"), ("a", "b")
-// differ). Zero is reserved for "no bucket".
+// differ), and so does the values' class. Zero is reserved for "no
+// bucket".
 func (f *Features) hash(seed maphash.Seed) uint64 {
-	v := uint64(f.n)
+	v := uint64(f.n) | uint64(uint8(f.class))<<16
 	if f.where {
 		v |= 1 << 8
 	}

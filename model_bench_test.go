@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -174,6 +175,65 @@ func BenchmarkDecisionPathPredictable(b *testing.B) {
 					r = p.BeginWith("backend:8080", &fs[cls[i%n]], now)
 				} else {
 					r = p.Begin("backend:8080", now)
+				}
+				if r.Predicted() {
+					predicted++
+				}
+				if i%100 == 0 {
+					p.Hedge(&r, now)
+				}
+				p.Observe(&r, 0, lat, Completed, now.Add(lat))
+				p.End(&r, 0, now.Add(lat))
+				i++
+			}
+			b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
+		})
+	}
+}
+
+// BenchmarkDecisionPathValues is BenchmarkDecisionPathPredictable with a
+// numeric value (regress.go) instead of a label: Begin beside BeginWith on
+// the latencies of the lab's size-scaled scenario (lognormal 5 ms/2 ms,
+// 5 % stragglers ×10, scaled by 2^(x−14) for the request's value x, the
+// log2 of a size lognormal about 16 KiB), where the classes' buckets'
+// schedules are used; and NoSignal, a value that does not move the
+// latency, where the regression is learned and consulted but no bucket
+// is made: the cost of the regression alone.
+func BenchmarkDecisionPathValues(b *testing.B) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 1 << 16
+	xs := make([]float64, n)
+	lats := make([]time.Duration, n)
+	noise := make([]float64, n)
+	for i := range n {
+		xs[i] = 14 + r.NormFloat64()/math.Ln2
+		lats[i] = time.Duration(float64(gen(r)) * math.Exp2(xs[i]-14))
+		noise[i] = 16 * r.Float64()
+	}
+	for _, mode := range []string{"Begin", "BeginWith", "NoSignal"} {
+		b.Run(mode, func(b *testing.B) {
+			p, err := New(Config{Predictive: mode != "Begin"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Unix(1_700_000_000, 0)
+			b.ReportAllocs()
+			i := 0
+			predicted := 0
+			for b.Loop() {
+				now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+				lat := lats[i%n]
+				var r Request
+				switch mode {
+				case "Begin":
+					r = p.Begin("backend:8080", now)
+				case "BeginWith":
+					f := Features{}.Value(xs[i%n])
+					r = p.BeginWith("backend:8080", &f, now)
+				default:
+					f := Features{}.Value(noise[i%n])
+					r = p.BeginWith("backend:8080", &f, now)
 				}
 				if r.Predicted() {
 					predicted++

@@ -208,6 +208,7 @@ type keyState struct {
 
 	model   atomic.Pointer[bucketTable] // predictive hedging's feature buckets (model.go); written under mu
 	modelMu sync.Mutex                  // serialises their recomputation
+	reg     atomic.Pointer[regressor]   // predictive hedging's regression on numeric values (regress.go)
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
@@ -254,6 +255,12 @@ type Request struct {
 	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (shift.go)
 	b        *bucket // the feature bucket that learns the primary (model.go); nil without features
 	pred     bool    // the schedule is the bucket's own
+
+	// Numeric features (regress.go): the regression that learns the
+	// primary, nil without values, and the request's values (NaN where
+	// missing).
+	reg *regressor
+	x   [MaxValues]float32
 }
 
 // Delay is the hedge delay chosen for this request when it began.
@@ -446,6 +453,9 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	ks.sinceCompute.Add(1)
 	if r.b != nil {
 		r.b.observe(latency, o == Canceled, now) // predictive hedging (model.go)
+	}
+	if r.reg != nil {
+		r.reg.observe(&r.x, latency, o == Canceled) // regress.go
 	}
 }
 

@@ -50,6 +50,9 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 	for i := range n {
 		c := Call{Request: i, Requests: n}
 		c.Label = sc.Label(seed, c)
+		if sc.Value != nil {
+			c.Value = sc.Value(seed, c)
+		}
 		var q req
 		for a := range q.x {
 			c.Attempt = a

@@ -32,15 +32,18 @@ func sizeScenario() *Scenario {
 	}
 }
 
-// noiseScenario is bhope with a label that carries no signal: one of four
-// values at random.
+// noiseScenario is bhope with a label and a value that carry no signal:
+// one of four labels at random, and a value uniform on [0, 16).
 func noiseScenario() *Scenario {
 	return &Scenario{
 		Name:     "noise",
-		Summary:  "bhope with a label drawn at random from four values (no signal)",
+		Summary:  "bhope with a label drawn at random from four values, and a value uniform on [0, 16) (no signal)",
 		Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 16},
 		Label: func(seed uint64, c Call) string {
 			return noiseLabels[mix(seed, streamLabel, c.Request, c.Leg, 1)%4]
+		},
+		Value: func(seed uint64, c Call) float64 {
+			return float64(mix(seed, streamLabel, c.Request, c.Leg, 3)>>11) / (1 << 49)
 		},
 		Draw: func(r *rand.Rand, _ Call) Service { return Service{Work: drawBhope(r)} },
 	}
@@ -154,6 +157,11 @@ func expPredictive(o Options) (*Outcome, error) {
 		tables = append(tables, rt)
 		realNote = " The real run's table is beside the simulated one."
 	}
+	vt, err := valuesTable(o)
+	if err != nil {
+		return nil, err
+	}
+	tables = append(tables, vt)
 	pc, skc := minClosed("predictable"), minClosed("replica-skew")
 	b := res["bhope"]
 	holds := pc >= 0.5 && res["predictable"].noMoreLoad == predictiveSeeds && b.relP99 <= 0.01 && b.relEx <= 0.01
@@ -163,7 +171,9 @@ func expPredictive(o Options) (*Outcome, error) {
 			"replica-skew: one replica of four is 4× slower and the label names the replica the primary goes to (tailcut.Features.Where: its hedges go elsewhere); " +
 			"size: the issue's example, 10 % of requests large and every attempt of them 8× slower; noise: a random label of four values; bhope: no label. " +
 			"adaptive is the policy without features, predictive the same policy with Config.Predictive and the scenario's label on each request, " +
-			"oracle knows each attempt's service time and hedges at once those above the p95 (one hedge). Gap closed: (adaptive − predictive) / (adaptive − oracle) in p99.",
+			"oracle knows each attempt's service time and hedges at once those above the p95 (one hedge). Gap closed: (adaptive − predictive) / (adaptive − oracle) in p99. " +
+			"Numeric values (second table): size-scaled (sizes lognormal about 16 KiB, every attempt scaled by the size; label the size's power-of-four bucket, value its log2) " +
+			"and noise (a value uniform on [0, 16), no signal), under predictive with the label, the value (predictive:values), or both.",
 		Claim: "issue 16: on predictable, predictive hedging closes ≥ 50 % of the adaptive → oracle gap in p99 at no more extra load, on 5 seeds; " +
 			"on bhope (no features) within 1 % of adaptive's p99 and extra load. Seed 004: an LSTM predicting the hedge timing cut extra traffic 40 % at the same p99 under periodic load.",
 		Published: Table{Title: "targets (issue 16) and seed 004", Header: []string{"claim", "figure"}, Rows: [][]string{
@@ -178,8 +188,62 @@ func expPredictive(o Options) (*Outcome, error) {
 			"where a hedge shares the request's slowness (cold requests miss on half their attempts; large requests are large on every attempt) no schedule chosen by label can reach the oracle, "+
 			"which knows the attempt. Where the label names a slow replica that the hedge avoids, it pays.",
 			yesNo(holds), rowClosed(t, 0), pctOrDash(pc), res["predictable"].noMoreLoad, predictiveSeeds, rowClosed(t, 1), pctOrDash(skc),
-			b.relP99*100, b.relEx*100, o.requests(limitDraws), t.Rows[0][11]) + realNote,
+			b.relP99*100, b.relEx*100, o.requests(limitDraws), t.Rows[0][11]) +
+			fmt.Sprintf(" Numeric values on size-scaled: the value closes %s of the gap (per seed %s), the size label %s, both %s; on noise the value leaves the policy's decisions as adaptive's (p99 %s off).",
+				vt.Rows[2][4], vt.Rows[2][5], vt.Rows[1][4], vt.Rows[3][4], vt.Rows[7][7]) + realNote,
 	}, nil
+}
+
+// valuesTable runs the numeric features (tailcut.Features.Value) against
+// the labels: on size-scaled, where the size scales every attempt, and on
+// noise, whose value carries no signal.
+func valuesTable(o Options) (Table, error) {
+	t := Table{Title: fmt.Sprintf("numeric values (Features.Value) against labels: p99 and extra load, mean of %d seeds", predictiveSeeds),
+		Header: []string{"scenario", "strategy", "p99 ms", "extra", "gap closed (mean)", "gap closed per seed", "extra ≤ adaptive's (seeds)", "worst |p99 / adaptive's − 1|"}}
+	scaled, _ := Lookup("size-scaled")
+	sts := []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Predictive, Features: ValuesOnly}, {Kind: Predictive, Features: LabelsValues}, {Kind: Oracle}}
+	for _, sc := range []*Scenario{scaled, noiseScenario()} {
+		p99 := make([][]time.Duration, len(sts))
+		extra := make([][]float64, len(sts))
+		for i := range predictiveSeeds {
+			seed := o.Seed + uint64(i)
+			o.step("predictive (values) %s seed %d", sc.Name, seed)
+			rs, err := Compare(Config{Scenario: sc, Requests: o.requests(sc.Defaults.Requests), Seed: seed}, sts)
+			if err != nil {
+				return t, err
+			}
+			for j, r := range rs {
+				p99[j] = append(p99[j], r.P99)
+				extra[j] = append(extra[j], r.ExtraLoad)
+			}
+		}
+		last := len(sts) - 1
+		for j, st := range sts {
+			var mp, me, worst float64
+			var closed []float64
+			noMore := 0
+			for i := range predictiveSeeds {
+				mp += millis(p99[j][i]) / predictiveSeeds
+				me += extra[j][i] / predictiveSeeds
+				closed = append(closed, gapClosed(p99[0][i], p99[j][i], p99[last][i]))
+				if extra[j][i] <= extra[0][i] {
+					noMore++
+				}
+				worst = max(worst, math.Abs(float64(p99[j][i])/float64(p99[0][i])-1))
+			}
+			row := []string{sc.Name, st.String(), fmt.Sprintf("%.1f", mp), pctf(me), "", "", "", ""}
+			if j > 0 && j < last {
+				per, sum, n := perSeed(closed)
+				row[4], row[5] = "— (oracle no better)", strings.Join(per, " / ")
+				if n > 0 {
+					row[4] = fmt.Sprintf("%.0f %%", sum/float64(n)*100)
+				}
+				row[6], row[7] = fmt.Sprintf("%d of %d", noMore, predictiveSeeds), fmt.Sprintf("%.2f %%", worst*100)
+			}
+			t.Rows = append(t.Rows, row)
+		}
+	}
+	return t, nil
 }
 
 // limitDraws is the number of requests the per-class limit draws.

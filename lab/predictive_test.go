@@ -95,3 +95,59 @@ func TestPerClassLimit(t *testing.T) {
 		t.Error("bhope: a per-class limit without labels")
 	}
 }
+
+// The predictive strategy's features parse and print back.
+func TestParsePredictiveValues(t *testing.T) {
+	for _, s := range []string{"predictive:values", "predictive:labels+values"} {
+		st, err := ParseStrategy(s)
+		if err != nil || st.Kind != Predictive || st.String() != s {
+			t.Errorf("ParseStrategy(%s) = %+v (%s), %v", s, st, st, err)
+		}
+	}
+	if st, err := ParseStrategy("predictive:labels"); err != nil || st.Features != LabelsOnly || st.String() != "predictive" {
+		t.Errorf("ParseStrategy(predictive:labels) = %+v, %v", st, err)
+	}
+	if _, err := ParseStrategy("predictive:sizes"); err == nil {
+		t.Error("predictive:sizes was accepted")
+	}
+}
+
+// A value that carries no signal leaves the policy's decisions as
+// adaptive's, to the request.
+func TestPredictiveValuesNoSignal(t *testing.T) {
+	cfg := Config{Scenario: noiseScenario(), Requests: 20000, Seed: 2}
+	rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive, Features: ValuesOnly}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].P99 != rs[1].P99 || rs[0].Hedges != rs[1].Hedges {
+		t.Errorf("noise: adaptive p99 %v with %d hedges, predictive:values %v with %d", rs[0].P99, rs[0].Hedges, rs[1].P99, rs[1].Hedges)
+	}
+}
+
+// On size-scaled the value (the size's log2) pays: a lower p99 than
+// adaptive's at no more extra load (seed 1; every run is deterministic).
+func TestPredictiveValuesSizeScaled(t *testing.T) {
+	cfg := Config{Scenario: mustLookup(t, "size-scaled"), Seed: 1}
+	rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive, Features: ValuesOnly}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, p := rs[0], rs[1]
+	if !(p.P99 < a.P99) || p.ExtraLoad > a.ExtraLoad {
+		t.Errorf("size-scaled: adaptive p99 %v at %.3f, predictive:values %v at %.3f", a.P99, a.ExtraLoad, p.P99, p.ExtraLoad)
+	}
+}
+
+// The value rides the request's context for real too: size-scaled through
+// hedgehttp.Transport with predictive:values. Plumbing only.
+func TestRunRealPredictiveValues(t *testing.T) {
+	cfg := Config{Scenario: mustLookup(t, "size-scaled"), Requests: 400, Rate: 400, Seed: 1}
+	r, err := RunReal(cfg, Strategy{Kind: Predictive, Features: ValuesOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors != 0 || r.Attempts < 400 {
+		t.Errorf("errors %d (first %q), attempts %d", r.Errors, r.FirstError, r.Attempts)
+	}
+}

@@ -125,8 +125,10 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 			go func() {
 				defer wg.Done()
 				lctx := ctx
-				if st.Kind == Predictive && cfg.Scenario.Label != nil {
-					lctx = tailcut.WithFeatures(ctx, realFeatures(cfg, i, leg))
+				if st.Kind == Predictive {
+					if f := realFeatures(cfg, st, i, leg); f.Len()+f.NumValues() > 0 {
+						lctx = tailcut.WithFeatures(ctx, f)
+					}
 				}
 				if err := srv.get(lctx, client, i, leg); err != nil {
 					errs.Add(1)
@@ -338,6 +340,10 @@ func (s *realServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.Replica = (r0 + k) % s.cfg.Replicas
 		c.Label = sc.Label(s.cfg.Seed, Call{Request: i, Requests: s.cfg.Requests, Leg: leg, Replica: r0})
 	}
+	if sc := s.cfg.Scenario; sc.Value != nil {
+		r0 := int(mix(s.cfg.Seed, streamReplica, i, leg, 0) % uint64(s.cfg.Replicas))
+		c.Value = sc.Value(s.cfg.Seed, Call{Request: i, Requests: s.cfg.Requests, Leg: leg, Replica: r0})
+	}
 	svc := s.cfg.Scenario.Draw(rng, c)
 	honour := s.cfg.Cancel == CancelHonoured
 	defer func() { s.busy.Add(int64(time.Since(t0))) }()
@@ -378,13 +384,19 @@ func CompareReal(cfg Config, strategies []Strategy) ([]*Result, error) {
 	return compareWith(cfg, strategies, RunReal)
 }
 
-// realFeatures returns the features the predictive strategy attaches to
-// leg of request i: the scenario's label, as the simulation does.
-func realFeatures(cfg Config, i, leg int) tailcut.Features {
-	r0 := int(mix(cfg.Seed, streamReplica, i, leg, 0) % uint64(cfg.Replicas))
-	l := cfg.Scenario.Label(cfg.Seed, Call{Request: i, Requests: cfg.Requests, Leg: leg, Replica: r0})
-	if cfg.Scenario.LabelWhere {
-		return tailcut.Features{}.Where(l)
+// realFeatures returns the features the predictive strategy st attaches
+// to leg of request i: the scenario's label and value, as the simulation
+// does.
+func realFeatures(cfg Config, st Strategy, i, leg int) tailcut.Features {
+	sc := cfg.Scenario
+	c := Call{Request: i, Requests: cfg.Requests, Leg: leg, Replica: int(mix(cfg.Seed, streamReplica, i, leg, 0) % uint64(cfg.Replicas))}
+	var l string
+	var v float64
+	if sc.Label != nil {
+		l = sc.Label(cfg.Seed, c)
 	}
-	return tailcut.Features{}.With(l)
+	if sc.Value != nil {
+		v = sc.Value(cfg.Seed, c)
+	}
+	return st.features(sc, l, v)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tailcut/tailcut"
 )
 
 // Call identifies the attempt whose service time a [Scenario] draws.
@@ -20,6 +22,9 @@ type Call struct {
 	// Label is the request's feature label (Scenario.Label), the same for
 	// every attempt of a call; empty for a scenario without labels.
 	Label string
+	// Value is the request's numeric feature (Scenario.Value), the same
+	// for every attempt of a call; 0 for a scenario without values.
+	Value float64
 }
 
 // Service is the work one attempt costs a server: Work on a worker, then,
@@ -85,6 +90,12 @@ type Scenario struct {
 	// replica), not what the request is: the predictive strategy attaches
 	// it with tailcut.Features.Where.
 	LabelWhere bool
+	// Value, if set, returns the numeric feature of a call (a payload
+	// size's logarithm), as Label does its label: the predictive strategy
+	// attaches it with tailcut.Features.Value when asked to
+	// (predictive:values, predictive:labels+values); Draw sees it in
+	// Call.Value.
+	Value func(seed uint64, c Call) float64
 }
 
 // Validate reports whether s can be simulated.
@@ -268,6 +279,17 @@ func builtins() []*Scenario {
 			},
 		},
 		{
+			Name: "size-scaled",
+			Summary: "bhope scaled by the request's size: sizes lognormal (median 16 KiB, σ = 1), every attempt ×size/16 KiB; " +
+				"the label is the size's power-of-four bucket (tailcut.SizeLabel), the value its log2",
+			Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 32},
+			Label:    func(seed uint64, c Call) string { return tailcut.SizeLabel(int64(math.Exp2(sizeLog2(seed, c)))) },
+			Value:    sizeLog2,
+			Draw: func(r *rand.Rand, c Call) Service {
+				return Service{Work: time.Duration(float64(drawBhope(r)) * math.Exp2(sizeAlpha*(c.Value-sizeMedianLog2)))}
+			},
+		},
+		{
 			Name:     "mmc",
 			Summary:  "exponential service, mean 10 ms, one server of 4 workers at 75 % load (M/M/c check against Erlang C)",
 			Defaults: Defaults{Requests: 100000, Rate: 300, Fanout: 1, Replicas: 1, Workers: 4},
@@ -323,6 +345,10 @@ func (s *Scenario) Calibrate(seed uint64, n, at, total int) []time.Duration {
 			c.Replica = int(mix(seed, streamReplica, c.Request, 0, 0) % uint64(max(s.Defaults.Replicas, 1)))
 			c.Label = s.Label(seed, c)
 		}
+		if s.Value != nil {
+			c.Request = at + i
+			c.Value = s.Value(seed, c)
+		}
 		out[i] = s.Draw(r, c).Total()
 	}
 	slices.Sort(out)
@@ -364,6 +390,22 @@ func coldLabel(seed uint64, c Call) string {
 		return labelCold
 	}
 	return labelWarm
+}
+
+// The size-scaled scenario's request sizes: lognormal, median 2^14 bytes,
+// σ = 1 in natural log; the service time scales as size^sizeAlpha.
+const (
+	sizeMedianLog2 = 14
+	sizeSigma      = 1.0
+	sizeAlpha      = 1.0
+)
+
+// sizeLog2 is the log2 of the size of a call of the size-scaled scenario,
+// drawn from the seed, the request and the leg.
+func sizeLog2(seed uint64, c Call) float64 {
+	u := (float64(mix(seed, streamLabel, c.Request, c.Leg, 2)>>11) + 0.5) / (1 << 53)
+	z := math.Sqrt2 * math.Erfinv(2*u-1)
+	return sizeMedianLog2 + sizeSigma*z/math.Ln2
 }
 
 // replicaLabels are the replica-skew scenario's labels, by replica.

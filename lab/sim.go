@@ -237,6 +237,8 @@ type call struct {
 	pr      tailcut.Request
 	hasPol  bool
 	running uint8 // attempts outstanding (sent, not finished, not cancelled)
+
+	value float64 // the scenario's numeric feature (Scenario.Value)
 }
 
 type request struct {
@@ -511,16 +513,15 @@ func (s *sim) startCall(req int32, index, leg int) {
 	if s.sc.Label != nil {
 		cl.label = s.sc.Label(s.cfg.Seed, Call{Request: index, Requests: s.cfg.Requests, Leg: leg, Replica: int(cl.r0)})
 	}
+	if s.sc.Value != nil {
+		cl.value = s.sc.Value(s.cfg.Seed, Call{Request: index, Requests: s.cfg.Requests, Leg: leg, Replica: int(cl.r0)})
+	}
 	s.nCalls++
 
 	var delay int64
 	switch s.st.Kind {
 	case Predictive:
-		if cl.label != "" {
-			f := tailcut.Features{}.With(cl.label)
-			if s.sc.LabelWhere {
-				f = tailcut.Features{}.Where(cl.label)
-			}
+		if f := s.st.features(s.sc, cl.label, cl.value); f.Len()+f.NumValues() > 0 {
 			cl.pr = s.policy.BeginWith(policyKey, &f, s.vnow())
 		} else {
 			cl.pr = s.policy.Begin(policyKey, s.vnow())
@@ -577,7 +578,7 @@ func (s *sim) draw(c int32, index, leg, k int) Service {
 	cl := &s.calls[c]
 	s.svcSrc.Seed(mix(s.cfg.Seed, streamService, index, leg, k), streamService)
 	return s.sc.Draw(s.svcRng, Call{Request: index, Requests: s.cfg.Requests, Leg: leg, Attempt: k,
-		Replica: (int(cl.r0) + k) % s.cfg.Replicas, Label: cl.label})
+		Replica: (int(cl.r0) + k) % s.cfg.Replicas, Label: cl.label, Value: cl.value})
 }
 
 // launch sends the next attempt of call c to its replica.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tailcut/tailcut"
 )
 
 // Kind is what a [Strategy] does with a slow attempt.
@@ -59,6 +61,43 @@ type Strategy struct {
 	Unbudgeted bool
 	// Label, if set, names the strategy in tables instead of String().
 	Label string
+	// Features is what the Predictive strategy attaches to a request:
+	// the scenario's label (the zero value), its numeric value, or both.
+	Features FeatureSet
+}
+
+// FeatureSet is the features the predictive strategy attaches to each
+// request, of those its scenario has.
+type FeatureSet uint8
+
+const (
+	// LabelsOnly attaches the scenario's label (Scenario.Label):
+	// `predictive`.
+	LabelsOnly FeatureSet = iota
+	// ValuesOnly attaches its numeric value (Scenario.Value) with
+	// tailcut.Features.Value: `predictive:values`.
+	ValuesOnly
+	// LabelsValues attaches both: `predictive:labels+values`.
+	LabelsValues
+)
+
+var featureSetNames = [...]string{LabelsOnly: "labels", ValuesOnly: "values", LabelsValues: "labels+values"}
+
+// features returns the features the strategy attaches to a call of sc
+// whose label and value are l and v.
+func (s Strategy) features(sc *Scenario, l string, v float64) tailcut.Features {
+	var f tailcut.Features
+	if sc.Label != nil && s.Features != ValuesOnly {
+		if sc.LabelWhere {
+			f = f.Where(l)
+		} else {
+			f = f.With(l)
+		}
+	}
+	if sc.Value != nil && s.Features != LabelsOnly {
+		f = f.Value(v)
+	}
+	return f
 }
 
 // String returns the strategy as --strategies spells it: "none",
@@ -74,15 +113,20 @@ func (s Strategy) String() string {
 	if s.Delay > 0 && (s.Kind == Static || s.Kind == Retry || s.Kind == Speculative) {
 		name += ":" + s.Delay.String()
 	}
+	if s.Kind == Predictive && s.Features != LabelsOnly && int(s.Features) < len(featureSetNames) {
+		name += ":" + featureSetNames[s.Features]
+	}
 	return name
 }
 
 // StrategyNames lists the strategy names ParseStrategy accepts.
-var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle", "predictive"}
+var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle", "predictive[:values|:labels+values]"}
 
 // ParseStrategy parses one strategy: none, retry[:d], static[:d], adaptive,
-// speculative[:d], oracle or predictive, where d is a Go duration ("10ms", "1.5s"). A
-// "!" after the name (static!:10ms) switches the budget off.
+// speculative[:d], oracle or predictive[:features], where d is a Go duration ("10ms", "1.5s")
+// and features what the predictive strategy attaches (values,
+// labels+values; labels by default). A "!" after the name (static!:10ms)
+// switches the budget off.
 func ParseStrategy(s string) (Strategy, error) {
 	name, arg, hasArg := strings.Cut(strings.TrimSpace(s), ":")
 	var st Strategy
@@ -109,6 +153,15 @@ func ParseStrategy(s string) (Strategy, error) {
 	}
 	if st.Unbudgeted && st.Kind.policy() {
 		return st, fmt.Errorf("lab: strategy %q: an adaptive policy always has a budget; use --budget", s)
+	}
+	if hasArg && st.Kind == Predictive {
+		for i, n := range featureSetNames {
+			if n == arg {
+				st.Features = FeatureSet(i)
+				return st, nil
+			}
+		}
+		return st, fmt.Errorf("lab: strategy %q: unknown features %q (valid: labels, values, labels+values)", s, arg)
 	}
 	if hasArg {
 		if st.Kind != Static && st.Kind != Retry && st.Kind != Speculative {
