@@ -182,6 +182,34 @@ func TestMaxHedgesPerRequest(t *testing.T) {
 	}
 }
 
+// A request whose schedule allows fewer hedges than MaxHedges (the auto
+// delay chose one) does not ask again, at the later slot its caller
+// times, for a hedge the budget denied; one whose schedule allows
+// MaxHedges does.
+func TestDeniedHedgeNotRetriedPastTheSchedule(t *testing.T) {
+	for _, tt := range []struct {
+		limit int
+		want  Decision
+	}{{1, DenyMaxHedges}, {2, Send}} {
+		b, _ := budget.NewRatio(0.1, 1, -1)
+		p, _ := New(Config{Budget: b, MaxHedges: 2, Quantile: 0.9})
+		if d := p.Hedge(new(p.Begin("k", pt0)), pt0); d != Send { // empties the bucket
+			t.Fatalf("first request: %v, want Send", d)
+		}
+		r := p.Begin("k", pt0)
+		r.limit = tt.limit
+		if d := p.Hedge(&r, pt0); d != DenyBudget {
+			t.Fatalf("limit %d, slot 1: %v, want DenyBudget", tt.limit, d)
+		}
+		for range 10 { // refill the bucket
+			p.Begin("k", pt0)
+		}
+		if d := p.Hedge(&r, pt0); d != tt.want {
+			t.Errorf("limit %d, slot 2 after a denial: %v, want %v", tt.limit, d, tt.want)
+		}
+	}
+}
+
 func TestObserveLearnsPrimariesOnly(t *testing.T) {
 	p, _ := New(Config{Quantile: 0.5, MinSamples: 1})
 	r := p.Begin("k", pt0)
