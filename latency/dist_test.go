@@ -126,3 +126,36 @@ func TestDistributionBlendsWindows(t *testing.T) {
 		}
 	}
 }
+
+// HedgedSurvival is the tail that HedgedGranted inverts: at the predicted
+// q-quantile at most 1 − q of the requests are slower, and just below it
+// more are, for one and two hedges, granted or not.
+func TestHedgedSurvivalInvertsHedgedGranted(t *testing.T) {
+	for name, gen := range generators {
+		r := rand.New(rand.NewPCG(7, 8))
+		s, _ := NewSnapshot(0)
+		for range 20_000 {
+			s.Add(gen(r))
+		}
+		d, _ := s.Distribution()
+		delay := d.Quantile(0.9)
+		for _, tt := range []struct {
+			at []time.Duration
+			g  []float64
+		}{
+			{[]time.Duration{delay}, nil},
+			{[]time.Duration{delay}, []float64{0.8}},
+			{[]time.Duration{delay, 2 * delay}, []float64{0.9, 0.5}},
+		} {
+			for _, q := range []float64{0.9, 0.99, 0.999} {
+				tq := d.HedgedGranted(q, tt.at, tt.g)
+				if got := d.HedgedSurvival(tq, tt.at, tt.g); got > 1-q+1e-9 {
+					t.Errorf("%s, hedges at %v granted %v: %.5f slower than the p%v %v, want ≤ %.5f", name, tt.at, tt.g, got, 100*q, tq, 1-q)
+				}
+				if got := d.HedgedSurvival(tq-tq/200, tt.at, tt.g); got <= 1-q {
+					t.Errorf("%s, hedges at %v granted %v: %.5f slower than 0.5 %% below the p%v %v, want > %.5f", name, tt.at, tt.g, got, 100*q, tq, 1-q)
+				}
+			}
+		}
+	}
+}
