@@ -18,8 +18,9 @@ const (
 	// DenyBudget means the hedge budget has no token left.
 	DenyBudget
 	// DenyMaxHedges means the request already sent Config.MaxHedges hedges
-	// (or as many as its schedule allows), or, on a schedule of fewer
-	// hedges than MaxHedges, already asked for as many as it allows.
+	// (or as many as its schedule allows), or, on an auto schedule of
+	// fewer hedges than MaxHedges that asks for no retry of a denied hedge
+	// (AutoChoice), already asked for as many as it allows.
 	DenyMaxHedges
 	// DenyPushback means the downstream asked for less traffic (HTTP 429 or
 	// 503 with Retry-After, gRPC grpc-retry-pushback-ms) and the pause it
@@ -328,8 +329,9 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // means no, and only the denial is counted.
 //
 // The fuses are checked in this order, cheapest first, and the first that
-// refuses names the denial: MaxHedges (a request on a schedule of fewer
-// hedges than MaxHedges asks at most that many times), room in the budget for a second or
+// refuses names the denial: MaxHedges (a request on an auto schedule of
+// fewer hedges than MaxHedges asks at most that many times where the
+// auto delay says so, AutoChoice.noRetry), room in the budget for a second or
 // later hedge (more than half its burst left, or the auto delay's chosen
 // reserve, else [DenyBudget]),
 // pushback, breaker, sampling, load signal, in-flight cap, budget. The
@@ -346,13 +348,12 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	switch {
 	case r.hedges+int(r.would) >= r.limit:
 		d = DenyMaxHedges
-	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges:
-		// The schedule allows fewer hedges than the caller times slots
-		// for (the auto delay chose them): a denied hedge is not asked
-		// for again at a slot past the schedule's own. Where the budget
-		// denies because hedges are asked for faster than it refills
-		// (demo, issue 17), a late retry takes the token of another
-		// request's first hedge, which needed it sooner.
+	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges && ks.noRetry():
+		// The auto delay's schedule allows fewer hedges than the caller
+		// times slots for, and a hedge at the next slot would pay less
+		// than the token's use by another request's first hedge
+		// (AutoChoice.noRetry): a denied hedge is not asked for again
+		// at a slot past the schedule's own.
 		d = DenyMaxHedges
 	case r.hedges+int(r.would) >= 1 && !p.roomForLater(ks, now):
 		d = DenyBudget

@@ -182,15 +182,16 @@ func TestMaxHedgesPerRequest(t *testing.T) {
 	}
 }
 
-// A request whose schedule allows fewer hedges than MaxHedges (the auto
-// delay chose one) does not ask again, at the later slot its caller
-// times, for a hedge the budget denied; one whose schedule allows
-// MaxHedges does.
+// A request on an auto schedule of fewer hedges than MaxHedges that asks
+// for no retry (AutoChoice.noRetry) does not ask again, at the later slot
+// its caller times, for a hedge the budget denied; without the flag, or
+// on a schedule of MaxHedges hedges, it does.
 func TestDeniedHedgeNotRetriedPastTheSchedule(t *testing.T) {
 	for _, tt := range []struct {
-		limit int
-		want  Decision
-	}{{1, DenyMaxHedges}, {2, Send}} {
+		limit   int
+		noRetry bool
+		want    Decision
+	}{{1, true, DenyMaxHedges}, {1, false, Send}, {2, true, Send}} {
 		b, _ := budget.NewRatio(0.1, 1, -1)
 		p, _ := New(Config{Budget: b, MaxHedges: 2, Quantile: 0.9})
 		if d := p.Hedge(new(p.Begin("k", pt0)), pt0); d != Send { // empties the bucket
@@ -198,6 +199,7 @@ func TestDeniedHedgeNotRetriedPastTheSchedule(t *testing.T) {
 		}
 		r := p.Begin("k", pt0)
 		r.limit = tt.limit
+		r.ks.auto.Store(&AutoChoice{Hedges: tt.limit, noRetry: tt.noRetry})
 		if d := p.Hedge(&r, pt0); d != DenyBudget {
 			t.Fatalf("limit %d, slot 1: %v, want DenyBudget", tt.limit, d)
 		}
@@ -205,7 +207,7 @@ func TestDeniedHedgeNotRetriedPastTheSchedule(t *testing.T) {
 			p.Begin("k", pt0)
 		}
 		if d := p.Hedge(&r, pt0); d != tt.want {
-			t.Errorf("limit %d, slot 2 after a denial: %v, want %v", tt.limit, d, tt.want)
+			t.Errorf("limit %d, noRetry %v, slot 2 after a denial: %v, want %v", tt.limit, tt.noRetry, d, tt.want)
 		}
 	}
 }
