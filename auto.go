@@ -38,11 +38,18 @@ import (
 // the first hedge's rate then stays within 0.8 × an assumed ratio, every
 // hedge taken as granted.
 //
+// A choice does not leave the regime in force for another (a first
+// hedge at least autoRegimeApart away) while that would put more requests
+// above the percentile level served so far: the percentile of traffic
+// served by two complementary schedules in turn is worse than either's
+// (keepRegime).
+//
 // With MaxHedges ≥ 2 each finalist gets its later hedges, evenly spaced
 // after d at the smallest gap whose hedges cost at most autoLaterShare ×
 // the ratio between them (P(X > t) · P(X > t − d) for a second hedge at
 // t): the earliest affordable second hedge is the one that cuts the deep
-// tail most. At run time later hedges go only while the budget holds more
+// tail most; none when the first hedge's trigger rate is above the
+// budget's ratio. At run time later hedges go only while the budget holds more
 // than a reserve of its burst (Policy.Hedge): half, or a quarter where the
 // later hedges carry the deep tail and the model predicts a deeper cut
 // for it at no cost to the Target (AutoChoice.Reserve); the budget model
@@ -131,10 +138,35 @@ type AutoChoice struct {
 	// model; a half when its denials are not modelled).
 	Reserve float64
 	// Cap is the most the first hedge's trigger rate P(X > Delay) could
-	// have been: 1.1 × the budget's ratio, or 0.8 × it for a budget whose
+	// have been: 1.5 × the budget's ratio, or 0.8 × it for a budget whose
 	// denials are not modelled (one that does not state its ratio and
 	// burst).
 	Cap float64
+
+	// level is the Target percentile of the traffic served so far, as the
+	// schedules in force predicted it (keepRegime), and epoch the number
+	// of the key's shifts when the choice was made: a choice of an older
+	// epoch is not an incumbent.
+	level time.Duration
+	epoch int64
+	// noRetry: on this one-hedge schedule a request whose first hedge the
+	// budget denied does not ask again at the caller's next slot (at
+	// twice the delay; Policy.Hedge), because a hedge sent there beats
+	// the requests still out less than three quarters as often as one
+	// sent at the delay (Distribution.HedgeWins): the token it takes would
+	// serve another request's first hedge better. On demo (0.48 at 242 ms
+	// against 0.92 at 121 ms: a request of the first slow mode still out
+	// at 242 ms ends before a hedge sent then) the retries cost 6–20 ms of
+	// p99 on four seeds of five; on lock16, whose slow requests last
+	// 200–500 ms, a retry pays and is kept.
+	noRetry bool
+}
+
+// noRetry reports whether ks's auto schedule asks that a denied first
+// hedge not be asked for again at a later slot (AutoChoice.noRetry).
+func (ks *keyState) noRetry() bool {
+	c := ks.auto.Load()
+	return c != nil && c.noRetry
 }
 
 // budgetRatio returns the ratio of traffic b allows for hedges and its
@@ -313,7 +345,13 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	ch := p.chooseSchedule(dist)
+	var inc *AutoChoice
+	if c := ks.auto.Load(); c != nil && c.epoch == ks.shifts.Load() {
+		inc = c
+	}
+	ch := p.keepRegime(dist, p.chooseSchedule(dist), inc)
+	ch.epoch = ks.shifts.Load()
+	ch.noRetry = ch.Hedges == 1 && dist.HedgeWins(2*ch.Delay) < 0.75*dist.HedgeWins(ch.Delay)
 	basis := min(dist.Count(), math.MaxInt32)
 	share := smoothedShare(dist.Survival(ch.Delay), basis)
 	next := float64(autoEvery(int32(basis))) // observations to the next recomputation
@@ -350,7 +388,7 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 	unhedged := dist.Hedged(target)
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
-	deep := 1 - (1-target)/10
+	deep := deepOf(target)
 	// The candidates are ranked by their Target prediction averaged over
 	// a band around it (autoBand): where the predicted tail has a step
 	// near the Target (a slow mode whose last requests the budget denies),
@@ -372,13 +410,8 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 		score      time.Duration
 	}
 	candidate := func(d time.Duration) cand {
-		rate, g, room := dist.Survival(d), 1.0, 1.0
-		if p.budgetModelled {
-			g, room = budgetModel(rate, 0, p.budgetRatio, p.budgetBurst, defaultReserve)
-		}
-		at, gs := []time.Duration{d}, []float64{g}
-		return cand{AutoChoice: AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate * g, Grant: g, LaterGrant: room, Cap: cap,
-			Hedged: dist.HedgedGranted(target, at, gs)}, rate: rate, room: room}
+		ch, rate := p.oneHedge(dist, d, target, unhedged, cap)
+		return cand{AutoChoice: ch, rate: rate, room: ch.LaterGrant}
 	}
 
 	var cands [len(autoModelledSteps)]cand
@@ -441,6 +474,111 @@ func (p *Policy) chooseSchedule(dist latency.Distribution) AutoChoice {
 	return best
 }
 
+// oneHedge returns the one-hedge schedule at d on dist, for the Target
+// target whose unhedged prediction is unhedged, with its first hedge's
+// trigger rate (P(X > d)) under cap; the budget's grants are modelled.
+func (p *Policy) oneHedge(dist latency.Distribution, d time.Duration, target float64, unhedged time.Duration, cap float64) (AutoChoice, float64) {
+	rate, g, room := dist.Survival(d), 1.0, 1.0
+	if p.budgetModelled {
+		g, room = budgetModel(rate, 0, p.budgetRatio, p.budgetBurst, defaultReserve)
+	}
+	at, gs := []time.Duration{d}, []float64{g}
+	return AutoChoice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate * g, Grant: g, LaterGrant: room, Cap: cap,
+		Hedged: dist.HedgedGranted(target, at, gs)}, rate
+}
+
+// deepOf is the deeper percentile that tells schedules of one Target
+// prediction apart: a tenth of the way from target to 1 (the p99.9 for
+// the p99).
+func deepOf(target float64) float64 { return 1 - (1-target)/10 }
+
+// Keeping a regime. The Target the auto delay serves is a percentile of
+// the latency of a stretch of traffic longer than one recomputation, and
+// the percentile of a stretch served by two schedules in turn is that of
+// the mixture of their tails: where the two tails are complementary —
+// one schedule hedges the gap above the main mode and leaves a share the
+// budget denies at the slow mode, the other hedges past the first slow
+// mode and leaves all of it there — the mixture's percentile is worse
+// than either's. On the trimodal demo the slow share a window measures
+// wanders about the budget's ratio (11.2 % over a third of seed 3's run,
+// 10.5 % over the whole), and the choice followed it from one regime to
+// the other: p99 410 ms, where either alone gets 320–408 ms.
+//
+// So the key tracks the level of its served percentile (AutoChoice.level:
+// the latency above which the schedules in force predicted 1 − Target of
+// the requests, on average — a stochastic-approximation quantile, each
+// recomputation moving it by at most a tenth, autoLevelStep of the way),
+// and a choice autoRegimeApart or more from the incumbent's delay (another
+// regime) replaces it only if it would put no more requests above that
+// level than the incumbent would now, or cut the deep tail by more than a
+// quarter. Choices between close delays, and the first after a shift
+// (shift.go), are not held back.
+
+// autoRegimeApart is how far apart, as a ratio, two first-hedge delays
+// are for their schedules to be of different regimes (keepRegime).
+const autoRegimeApart = 1.5
+
+// autoLevelStep is the gain of the served level's tracking: a
+// recomputation whose schedule predicts a share s of the requests above
+// the level moves it by a factor exp(autoLevelStep × (s/(1−Target) − 1)),
+// at most 10 % either way.
+const autoLevelStep = 1.0 / 16
+
+// keepRegime returns the schedule to use: ch, the choice of dist alone,
+// or the incumbent inc's delay, refitted on dist, when ch is of another
+// regime and would serve the level reached so far no better (see Keeping
+// a regime). inc is nil for the first choice of a key or after a shift.
+func (p *Policy) keepRegime(dist latency.Distribution, ch AutoChoice, inc *AutoChoice) AutoChoice {
+	if inc == nil || inc.level <= 0 {
+		ch.level = ch.Hedged
+		return ch
+	}
+	level := inc.level
+	a, b := float64(ch.Delay), float64(inc.Delay)
+	if max(a, b) >= autoRegimeApart*min(a, b) {
+		if kept, rate := p.oneHedge(dist, inc.Delay, ch.Target, ch.Unhedged, ch.Cap); rate <= ch.Cap {
+			deep := deepOf(ch.Target)
+			kept, keptDeep := p.withLater(dist, kept, rate, deep)
+			if slowerThan(dist, ch, level) > slowerThan(dist, kept, level) &&
+				scheduleQuantile(dist, ch, deep) > keptDeep-keptDeep/4 {
+				ch = kept
+			}
+		}
+	}
+	s := slowerThan(dist, ch, level) / (1 - ch.Target)
+	ch.level = time.Duration(float64(level) * math.Exp(min(max(autoLevelStep*(s-1), -0.1), 0.1)))
+	return ch
+}
+
+// schedule returns the offsets of ch's hedges in at and the share of each
+// predicted to go in gs.
+func (ch *AutoChoice) schedule(at *[MaxHedgesLimit]time.Duration, gs *[MaxHedgesLimit]float64) ([]time.Duration, []float64) {
+	o := evenSchedule(at[:0], ch.Delay, ch.Gap, min(max(ch.Hedges, 1), MaxHedgesLimit))
+	for k := range o {
+		gs[k] = ch.LaterGrant
+	}
+	gs[0] = ch.Grant
+	return o, gs[:len(o)]
+}
+
+// slowerThan is the share of requests predicted slower than t on ch's
+// schedule over dist.
+func slowerThan(dist latency.Distribution, ch AutoChoice, t time.Duration) float64 {
+	var at [MaxHedgesLimit]time.Duration
+	var gs [MaxHedgesLimit]float64
+	o, g := ch.schedule(&at, &gs)
+	return dist.HedgedSurvival(t, o, g)
+}
+
+// scheduleQuantile is the predicted q-quantile of the latency on ch's
+// schedule over dist.
+func scheduleQuantile(dist latency.Distribution, ch AutoChoice, q float64) time.Duration {
+	var at [MaxHedgesLimit]time.Duration
+	var gs [MaxHedgesLimit]float64
+	o, g := ch.schedule(&at, &gs)
+	return dist.HedgedGranted(q, o, g)
+}
+
 // autoBand is the half-width of the band of percentiles around the Target
 // over which the auto delay averages its predictions, as a share of
 // 1 − Target: the p98.8 to the p99.2 for the p99 — about the sampling
@@ -461,7 +599,11 @@ const autoBand = 0.2
 // the deep tail).
 func (p *Policy) withLater(dist latency.Distribution, ch AutoChoice, rate, deep float64) (AutoChoice, time.Duration) {
 	one := dist.HedgedGranted(deep, []time.Duration{ch.Delay}, []float64{ch.Grant})
-	if p.cfg.MaxHedges < 2 {
+	if p.cfg.MaxHedges < 2 || p.budgetModelled && rate > p.budgetRatio {
+		// Above the ratio the budget is short of tokens for the first
+		// hedges: a later hedge takes one that another request's first
+		// hedge lacks a moment after, which the model, drawing requests
+		// independently, does not see.
 		return ch, one
 	}
 	g, ok := laterGap(dist, ch.Delay, p.cfg.MaxHedges, autoLaterShare*p.budgetRatio, p.cfg.MaxDelay)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/latency"
 )
 
 // distributions the auto delay is pinned on.
@@ -312,5 +313,59 @@ func TestLaterHedgesKeepTheChosenReserve(t *testing.T) {
 		if d := p.Hedge(&r2, now); d != tc.want {
 			t.Errorf("reserve %v: second hedge at 1.1 of 4 tokens: %v, want %v", tc.reserve, d, tc.want)
 		}
+	}
+}
+
+// trimodal returns the demo's distribution with a slow share s, half of
+// it at 280–320 ms and half at 750–850 ms, the rest at 80–120 ms.
+func trimodal(s float64) func(*rand.Rand) time.Duration {
+	return func(r *rand.Rand) time.Duration {
+		switch u := r.Float64(); {
+		case u < s/2:
+			return time.Duration((280 + 40*r.Float64()) * 1e6)
+		case u < s:
+			return time.Duration((750 + 100*r.Float64()) * 1e6)
+		}
+		return time.Duration((80 + 40*r.Float64()) * 1e6)
+	}
+}
+
+// TestAutoKeepsItsRegime: on the trimodal workload at the budget's ratio
+// the auto delay hedges the gap above the main mode. A window whose slow
+// share has wandered to 11.2 % would, alone, choose to hedge past the
+// first slow mode instead; with the gap schedule in force (and the level
+// it served) the choice stays in the gap, since switching would put more
+// requests above that level. Without an incumbent, or when the slow share
+// has grown past what the gap can serve (20 %), the choice is the
+// window's own.
+func TestAutoKeepsItsRegime(t *testing.T) {
+	p, _ := New(Config{Window: time.Hour})
+	distOf := func(key string, s float64) latency.Distribution {
+		now := learn(p, key, trimodal(s), 20_000)
+		d, _ := p.keys[key].est.Distribution(now)
+		return d
+	}
+	steady, wandered, grown := distOf("steady", 0.10), distOf("wandered", 0.112), distOf("grown", 0.2)
+	gap := 200 * time.Millisecond
+	inc := p.keepRegime(steady, p.chooseSchedule(steady), nil)
+	for range 20 { // recomputations on the steady distribution
+		inc = p.keepRegime(steady, p.chooseSchedule(steady), &inc)
+	}
+	if inc.Delay >= gap {
+		t.Fatalf("steady: delay %v, want the gap below %v", inc.Delay, gap)
+	}
+	alone := p.chooseSchedule(wandered)
+	if alone.Delay < gap {
+		t.Fatalf("wandered, alone: delay %v, want past the first slow mode (the test's premise)", alone.Delay)
+	}
+	if got := p.keepRegime(wandered, alone, nil); got.Delay != alone.Delay {
+		t.Errorf("wandered, no incumbent: delay %v, want the window's own %v", got.Delay, alone.Delay)
+	}
+	if got := p.keepRegime(wandered, alone, &inc); got.Delay != inc.Delay {
+		t.Errorf("wandered, gap in force (level %v): delay %v, want the incumbent's %v", inc.level, got.Delay, inc.Delay)
+	}
+	own := p.chooseSchedule(grown)
+	if got := p.keepRegime(grown, own, &inc); got.Delay != own.Delay {
+		t.Errorf("grown, gap in force (level %v): delay %v, want the window's own %v", inc.level, got.Delay, own.Delay)
 	}
 }

@@ -17,7 +17,10 @@ const (
 	Send Decision = iota
 	// DenyBudget means the hedge budget has no token left.
 	DenyBudget
-	// DenyMaxHedges means the request already sent Config.MaxHedges hedges.
+	// DenyMaxHedges means the request already sent Config.MaxHedges hedges
+	// (or as many as its schedule allows), or, on an auto schedule of
+	// fewer hedges than MaxHedges that asks for no retry of a denied hedge
+	// (AutoChoice), already asked for as many as it allows.
 	DenyMaxHedges
 	// DenyPushback means the downstream asked for less traffic (HTTP 429 or
 	// 503 with Retry-After, gRPC grpc-retry-pushback-ms) and the pause it
@@ -251,6 +254,7 @@ type Request struct {
 	inflight uint8         // bit k set while granted hedge k is in flight
 	hasID    bool
 	asked    bool    // a hedge was asked for
+	asks     uint8   // hedges asked for, granted or not (up to 255)
 	sampled  uint8   // 0 undecided, sampledIn, sampledOut
 	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (shift.go)
 	b        *bucket // the feature bucket that learns the primary (model.go); nil without features
@@ -332,7 +336,9 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // means no, and only the denial is counted.
 //
 // The fuses are checked in this order, cheapest first, and the first that
-// refuses names the denial: MaxHedges, room in the budget for a second or
+// refuses names the denial: MaxHedges (a request on an auto schedule of
+// fewer hedges than MaxHedges asks at most that many times where the
+// auto delay says so, AutoChoice.noRetry), room in the budget for a second or
 // later hedge (more than half its burst left, or the auto delay's chosen
 // reserve, else [DenyBudget]),
 // pushback, breaker, sampling, load signal, in-flight cap, budget. The
@@ -343,10 +349,18 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		r.asked = true
 		ks.triggered.Add(1)
 	}
+	r.asks = min(r.asks+1, math.MaxUint8)
 	n := now.UnixNano()
 	d := Send
 	switch {
 	case r.hedges+int(r.would) >= r.limit:
+		d = DenyMaxHedges
+	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges && ks.noRetry():
+		// The auto delay's schedule allows fewer hedges than the caller
+		// times slots for, and a hedge at the next slot would pay less
+		// than the token's use by another request's first hedge
+		// (AutoChoice.noRetry): a denied hedge is not asked for again
+		// at a slot past the schedule's own.
 		d = DenyMaxHedges
 	case r.hedges+int(r.would) >= 1 && !p.roomForLater(ks, now):
 		d = DenyBudget

@@ -182,6 +182,36 @@ func TestMaxHedgesPerRequest(t *testing.T) {
 	}
 }
 
+// A request on an auto schedule of fewer hedges than MaxHedges that asks
+// for no retry (AutoChoice.noRetry) does not ask again, at the later slot
+// its caller times, for a hedge the budget denied; without the flag, or
+// on a schedule of MaxHedges hedges, it does.
+func TestDeniedHedgeNotRetriedPastTheSchedule(t *testing.T) {
+	for _, tt := range []struct {
+		limit   int
+		noRetry bool
+		want    Decision
+	}{{1, true, DenyMaxHedges}, {1, false, Send}, {2, true, Send}} {
+		b, _ := budget.NewRatio(0.1, 1, -1)
+		p, _ := New(Config{Budget: b, MaxHedges: 2, Quantile: 0.9})
+		if d := p.Hedge(new(p.Begin("k", pt0)), pt0); d != Send { // empties the bucket
+			t.Fatalf("first request: %v, want Send", d)
+		}
+		r := p.Begin("k", pt0)
+		r.limit = tt.limit
+		r.ks.auto.Store(&AutoChoice{Hedges: tt.limit, noRetry: tt.noRetry})
+		if d := p.Hedge(&r, pt0); d != DenyBudget {
+			t.Fatalf("limit %d, slot 1: %v, want DenyBudget", tt.limit, d)
+		}
+		for range 10 { // refill the bucket
+			p.Begin("k", pt0)
+		}
+		if d := p.Hedge(&r, pt0); d != tt.want {
+			t.Errorf("limit %d, noRetry %v, slot 2 after a denial: %v, want %v", tt.limit, tt.noRetry, d, tt.want)
+		}
+	}
+}
+
 func TestObserveLearnsPrimariesOnly(t *testing.T) {
 	p, _ := New(Config{Quantile: 0.5, MinSamples: 1})
 	r := p.Begin("k", pt0)

@@ -52,29 +52,29 @@ func TestHeldOutWithinLimit(t *testing.T) {
 }
 
 // TestDemoAutoHedgesTheGap: on the trimodal demo, where the slow modes
-// hold the budget's whole share, the auto delay hedges from the gap
-// above the main mode with the budget's denials modelled. Over seeds 1–5
-// (default flags, two hedges) its p99 stays within the budget and below
-// 420 ms on every seed (it was 409–422 ms under the old 0.8 × budget
-// rule), and on at least four it is at most 335 ms and no higher than
-// static 125 ms's, the best static delay, which needs more extra load.
-// Seed 3, whose slow share is above the budget, is the exception.
+// hold the budget's whole share, the auto delay hedges from the gap above
+// the main mode with the budget's denials modelled, and keeps to it while
+// the slow share a window measures wanders above the budget (seed 3:
+// 11.2 % over a third of the run). Over seeds 1–5 (default flags, two
+// hedges) its p99 is at most 320 ms (301–320 ms measured; 410 ms on seed
+// 3 before it kept its regime) within the 10 % budget, and no lower than
+// that of the best static delays of a sweep — the gap (120 ms), above it
+// (170 ms) and the first slow mode (288 ms) — where they need no more
+// extra load.
 func TestDemoAutoHedgesTheGap(t *testing.T) {
-	good := 0
 	for seed := uint64(1); seed <= 5; seed++ {
 		cfg := Config{Scenario: mustLookup(t, "demo"), Seed: seed}
 		ad := mustRun(t, cfg, "adaptive")
-		st := mustRun(t, cfg, "static:125ms")
-		t.Logf("seed %d: adaptive p99 %v at %.2f %%, static 125ms %v at %.2f %%", seed, ad.P99, 100*ad.ExtraLoad, st.P99, 100*st.ExtraLoad)
-		if ad.P99 > 420*time.Millisecond || ad.ExtraLoad > 0.10 {
-			t.Errorf("seed %d: adaptive p99 %v at %.2f %%, want ≤ 420 ms within the 10 %% budget", seed, ad.P99, 100*ad.ExtraLoad)
+		t.Logf("seed %d: adaptive p99 %v at %.2f %%", seed, ad.P99, 100*ad.ExtraLoad)
+		if ad.P99 > 320*time.Millisecond || ad.ExtraLoad > 0.10 {
+			t.Errorf("seed %d: adaptive p99 %v at %.2f %%, want ≤ 320 ms within the 10 %% budget", seed, ad.P99, 100*ad.ExtraLoad)
 		}
-		if ad.P99 <= 335*time.Millisecond && ad.P99 <= st.P99 && ad.ExtraLoad <= st.ExtraLoad {
-			good++
+		for _, st := range []string{"static:120ms", "static:170ms", "static:288ms"} {
+			r := mustRun(t, cfg, st)
+			if r.ExtraLoad <= ad.ExtraLoad && r.P99 < ad.P99 {
+				t.Errorf("seed %d: %s p99 %v at %.2f %% extra load, adaptive %v at %.2f %%", seed, st, r.P99, 100*r.ExtraLoad, ad.P99, 100*ad.ExtraLoad)
+			}
 		}
-	}
-	if good < 4 {
-		t.Errorf("adaptive at or below 335 ms and static 125 ms on %d of 5 seeds, want 4", good)
 	}
 }
 

@@ -130,6 +130,52 @@ func (d Distribution) HedgedGranted(q float64, at []time.Duration, grant []float
 	return seconds(hedgedTail(d.bins, d.total, q, offs[:n], gs[:n]))
 }
 
+// HedgedSurvival is the tail of [Distribution.HedgedGranted] at t: the
+// predicted share of requests slower than t, P(T > t) = P(X > t) ·
+// Π_j (grant_j·P(X > t − at_j) + 1 − grant_j), a missing grant being 1.
+// It allocates nothing.
+func (d Distribution) HedgedSurvival(t time.Duration, at []time.Duration, grant []float64) float64 {
+	if d.total <= 0 {
+		return 0
+	}
+	x := t.Seconds() + 0.5e-9 // as in Survival: a Duration from Quantile stays in its bin
+	p := survival(d.bins, d.total, x)
+	for i, a := range at {
+		s := survival(d.bins, d.total, x-a.Seconds())
+		if i < len(grant) {
+			g := min(max(grant[i], 0), 1)
+			s = g*s + 1 - g
+		}
+		p *= s
+	}
+	return p
+}
+
+// HedgeWins returns the share of the requests still unanswered at a that
+// a hedge sent at a (an independent attempt drawn from d) would beat:
+// P(a + X' < X | X > a). It is 0 when no request outlives a. It walks the
+// bins once, with a binary search each.
+func (d Distribution) HedgeWins(a time.Duration) float64 {
+	if d.total <= 0 {
+		return 0
+	}
+	x := a.Seconds() + 0.5e-9 // as in Survival
+	var won, out, prev float64
+	for _, b := range d.bins {
+		m := b.cum - prev
+		prev = b.cum
+		if b.v <= x {
+			continue
+		}
+		out += m
+		won += m * (1 - survival(d.bins, d.total, b.v-a.Seconds()-1e-9))
+	}
+	if out <= 0 {
+		return 0
+	}
+	return won / out
+}
+
 // hedgedTail returns the smallest t at which P(T ≤ t) ≥ q, for
 // P(T > t) = S(t) · Π_{j≥1} (g_j·S(t − offs[j]) + 1 − g_j), where S is the
 // survival of the bins and g_j = grants[j] the probability that hedge j is
