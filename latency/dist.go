@@ -83,6 +83,52 @@ func (d Distribution) Survival(t time.Duration) float64 {
 	return survival(d.bins, d.total, t.Seconds()+0.5e-9)
 }
 
+// Survivals sets out[i] to d.Survival(ts[i]) for every i (out must be at
+// least as long as ts): the same answers, at a fraction of the cost when
+// ts is non-increasing — the bins are then walked downwards once instead
+// of searched for every t, as the tailcut policy's model asks for a
+// hedge's survival at t − d over its ascending candidate delays d. Any
+// order is answered correctly.
+func (d Distribution) Survivals(ts []time.Duration, out []float64) {
+	out = out[:len(ts)]
+	if d.total <= 0 {
+		clear(out)
+		return
+	}
+	bins := d.bins
+	i := -1 // the first bin above the last t; -1 before the first
+	for k, t := range ts {
+		x := t.Seconds() + 0.5e-9 // as Survival
+		if x < 0 {
+			out[k] = 1
+			continue
+		}
+		x += 1e-12 // as survival
+		if i < 0 || i < len(bins) && bins[i].v <= x {
+			// The first t, or one above the last: search above.
+			lo, hi := i+1, len(bins)
+			for lo < hi {
+				mid := int(uint(lo+hi) >> 1)
+				if bins[mid].v <= x {
+					lo = mid + 1
+				} else {
+					hi = mid
+				}
+			}
+			i = lo
+		} else {
+			for i > 0 && bins[i-1].v > x {
+				i--
+			}
+		}
+		if i == 0 {
+			out[k] = 1
+		} else {
+			out[k] = 1 - bins[i-1].cum/d.total
+		}
+	}
+}
+
 // Hedged returns the predicted q-quantile of a request that sends its
 // primary at 0 and hedge j at offset at[j-1] (increasing) while it is still
 // outstanding, every hedge granted, attempts independent and drawn from d:
