@@ -97,6 +97,8 @@ type bucketSchedule struct {
 type bucketTable struct {
 	hashes  []uint64
 	buckets []*bucket
+
+	guess float64 // the last allocation's Target percentile (allocateAt); keyState.modelMu guards it
 }
 
 func (t *bucketTable) find(h uint64) *bucket {
@@ -272,7 +274,7 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			// The groups spend what the key's own schedule would on them
 			// (its predicted hedge rate), or 0.8 × the budget's ratio.
 			ch := ks.auto.Load()
-			if ch == nil || !p.allocate(groups, ch) {
+			if ch == nil || !p.allocate(groups, ch, &t.guess) {
 				// Not predicted to beat the key's own schedule by
 				// allocGain: the buckets keep the key's.
 				for _, g := range groups {
@@ -317,6 +319,14 @@ type allocGroup struct {
 
 	cand [2 * (len(allocRates) + allocSpaced)]allocCand
 	n    int
+
+	// The distinct candidate delays, ascending (candidate j is at
+	// ds[j/hedges] with j%hedges + 1 hedges), and for each at the t under
+	// test, t − k × delay and the hedge's survival there: k = 1, 2.
+	ds  [len(allocRates) + allocSpaced]time.Duration
+	at  [2][len(allocRates) + allocSpaced]time.Duration
+	sv  [2][len(allocRates) + allocSpaced]float64
+	nds int
 }
 
 // allocCand is a candidate delay of a group, its trigger rate, and its
@@ -356,8 +366,7 @@ var allocRates = [...]float64{0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.
 // percentile at least allocGain lower than the key's own schedule ch
 // applied to every group: if not, the groups had better keep the key's
 // schedule, whose prediction rests on more observations.
-func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
-	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1)
+func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool {
 	var at [MaxHedgesLimit]time.Duration
 	gap := ch.Gap
 	if gap == 0 {
@@ -387,7 +396,14 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
 		}
 		return s
 	}
-	lo, hi := 0.0, t*4
+	// The key's schedule's Target percentile is below the largest value
+	// of the groups' distributions (every share is 0 there), hence below
+	// a quarter of allocateAt's first upper bound: this range holds it.
+	var top float64
+	for _, g := range gs {
+		top = max(top, g.dist.Quantile(1).Seconds()*2)
+	}
+	lo, hi := 0.0, top*2
 	for range 30 {
 		mid := (lo + hi) / 2
 		if slow(secondsDur(mid)) <= (1-p.cfg.Target)*total {
@@ -396,6 +412,7 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
 			lo = mid
 		}
 	}
+	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1, (1-allocGain)*hi, guess)
 	return t <= (1-allocGain)*hi
 }
 
@@ -419,7 +436,16 @@ const allocGain = 0.03
 // allocateAt is allocate with the groups' trigger rates within rate of
 // their traffic, each hedge granted with probability grant; it returns the
 // predicted Target percentile, in seconds.
-func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
+//
+// Where the search is exact its feasibility is monotone in t, and two
+// shortcuts give the same answer as the plain bisection at a fraction of
+// its cost: a Target percentile above ceiling is of no use to the caller
+// (allocate), so if ceiling itself is not feasible the search stops there
+// and returns a value above it; and *guess (the previous answer, which the
+// key's next recomputation mostly finds again) is probed first, below and
+// above at growing distances, so that the bisection evaluates only the t
+// inside the bracket found. *guess is set to the answer.
+func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess *float64) float64 {
 	var total, top float64
 	hedges := 1
 	if p.cfg.MaxHedges >= 2 {
@@ -446,10 +472,13 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 			nd++
 		}
 		slices.Sort(ds[:nd])
+		g.nds = 0
 		for _, d := range ds[:nd] {
 			if g.n > 0 && g.cand[g.n-1].d == d {
 				continue
 			}
+			g.ds[g.nds] = d
+			g.nds++
 			for k := 1; k <= hedges; k++ {
 				// Hedge j goes at j × d while every earlier attempt is out.
 				var cost float64
@@ -502,6 +531,12 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 	}
 	exact := combos <= allocExact
 	cur := make([]int, len(gs))
+	// lookups holds, for each combination enumerated that is within the
+	// budget, how many of the last group's candidates (by cost) fit in
+	// what is left: it does not depend on t, so it is searched on the
+	// first exhaust only and replayed after.
+	var lookups []int
+	looked := false
 	var byCost []int // the last group's candidates by cost
 	var bestUpTo []int
 	if exact {
@@ -525,15 +560,23 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 			}
 		}
 		best, bestCost := math.Inf(1), math.Inf(1)
+		next := 0
 		var rec func(i int, cost, slow float64)
 		rec = func(i int, cost, slow float64) {
 			if cost > budget+1e-15 {
 				return
 			}
 			if i == len(gs)-1 {
-				// The most the last group may cost.
-				left := (budget + 1e-15 - cost) / last.share
-				k := sort.Search(len(byCost), func(x int) bool { return last.cand[byCost[x]].cost > left }) - 1
+				var k int
+				if looked {
+					k = lookups[next]
+					next++
+				} else {
+					// The most the last group may cost.
+					left := (budget + 1e-15 - cost) / last.share
+					k = sort.Search(len(byCost), func(x int) bool { return last.cand[byCost[x]].cost > left }) - 1
+					lookups = append(lookups, k)
+				}
 				if k < 0 {
 					return
 				}
@@ -553,20 +596,32 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 			}
 		}
 		rec(0, 0, 0)
+		looked = true
 		return best
 	}
 	// feasible reports whether some schedule within the budget has at most
 	// the allowed share slower than t, and leaves the cheapest such (as
 	// far as the relaxation finds) in choice.
 	feasible := func(t float64) bool {
+		tt := secondsDur(t)
 		for i := range gs {
+			// Candidate (d, k) survives t with P(X > t) · Π_{j ≤ k}
+			// (grant · P(Y > t − j·d) + 1 − grant): the first factor is
+			// the group's, each other one shared by the candidates of
+			// delay d, asked for in falling order (Survivals).
 			g := &gs[i]
-			for j := range g.cand[:g.n] {
-				c := &g.cand[j]
-				tt := secondsDur(t)
-				c.surv = g.dist.Survival(tt)
-				for j := 1; j <= c.k; j++ {
-					c.surv *= grant*g.hedge.Survival(tt-time.Duration(j)*c.d) + 1 - grant
+			s0 := g.dist.Survival(tt)
+			for k := range hedges {
+				for m, d := range g.ds[:g.nds] {
+					g.at[k][m] = tt - time.Duration(k+1)*d
+				}
+				g.hedge.Survivals(g.at[k][:g.nds], g.sv[k][:g.nds])
+			}
+			for m := range g.nds {
+				s := s0
+				for k := range hedges {
+					s *= grant*g.sv[k][m] + 1 - grant
+					g.cand[m*hedges+k].surv = s
 				}
 			}
 		}
@@ -596,15 +651,58 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 		_, slow := pick(lo, choice)
 		return slow <= allowed+1e-12
 	}
+	// known answers feasible(t) from the t found feasible and infeasible
+	// so far where the search is exact (monotone), and evaluates it
+	// otherwise.
+	yes, no := math.Inf(1), math.Inf(-1) // the least feasible t, the most infeasible
+	known := func(t float64) bool {
+		switch {
+		case exact && t >= yes:
+			return true
+		case exact && t <= no:
+			return false
+		}
+		if feasible(t) {
+			yes = min(yes, t)
+			return true
+		}
+		no = max(no, t)
+		return false
+	}
+	if exact {
+		g := *guess
+		*guess = 0
+		if (g <= 0 || g > ceiling) && ceiling < top && !known(ceiling) {
+			return math.Inf(1) // above ceiling: no search needed
+		}
+		if g > 0 && g < top {
+			// The bisection's resolution, and a bracket around g from
+			// there up by eights.
+			step := top / (1 << 18)
+			if known(g) {
+				for x := g - step/2; x > 0 && known(x); x = g - step {
+					step *= 8
+				}
+			} else {
+				for x := g + step/2; x < top && !known(x); x = g + step {
+					step *= 8
+				}
+			}
+		}
+		if no >= ceiling {
+			return math.Inf(1)
+		}
+	}
 	lo, hi := 0.0, top
 	for range 18 {
 		mid := (lo + hi) / 2
-		if feasible(mid) {
+		if known(mid) {
 			hi = mid
 		} else {
 			lo = mid
 		}
 	}
+	*guess = hi
 	feasible(hi) // the choice at the best t
 	for i := range gs {
 		gs[i].delay, gs[i].limit = gs[i].cand[choice[i]].d, gs[i].cand[choice[i]].k
