@@ -225,3 +225,26 @@ func TestValueTable(t *testing.T) {
 		t.Errorf("table of %d values, want a nanosecond to 1e10 s", n)
 	}
 }
+
+// BenchmarkDistribution is one Distribution of an estimator whose two
+// windows hold 20,000 observations each of the lognormal latency with
+// stragglers, a tenth of them censored: what every auto and model
+// recomputation starts with.
+func BenchmarkDistribution(b *testing.B) {
+	e, _ := New(Config{Window: time.Minute})
+	r := rand.New(rand.NewPCG(1, 2))
+	gen := generators["lognormal mean 5ms sd 2ms, 5% x10"]
+	now := time.Unix(0, 0)
+	for i := range 40_000 {
+		if i%10 == 0 {
+			e.AddCensored(gen(r), now)
+		} else {
+			e.Add(gen(r), now)
+		}
+		now = now.Add(3 * time.Millisecond)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Distribution(now)
+	}
+}
