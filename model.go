@@ -676,16 +676,15 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 			return math.Inf(1) // above ceiling: no search needed
 		}
 		if g > 0 && g < top {
-			// The bisection's resolution, and a bracket around g from
-			// there up by eights.
-			step := top / (1 << 18)
+			// A bracket around g, from the bisection's resolution (just
+			// under it: the answer found again leaves no t inside to
+			// evaluate) up by eights.
+			d := top / (1 << 18) * (1 - 1e-6)
 			if known(g) {
-				for x := g - step/2; x > 0 && known(x); x = g - step {
-					step *= 8
+				for ; g-d > 0 && known(g-d); d *= 8 {
 				}
 			} else {
-				for x := g + step/2; x < top && !known(x); x = g + step {
-					step *= 8
+				for ; g+d < top && !known(g+d); d *= 8 {
 				}
 			}
 		}
