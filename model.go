@@ -479,16 +479,15 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 			}
 			g.ds[g.nds] = d
 			g.nds++
+			// Hedge j goes at j × d while every earlier attempt is out:
+			// k hedges cost the first k of those terms.
+			var cost float64
 			for k := 1; k <= hedges; k++ {
-				// Hedge j goes at j × d while every earlier attempt is out.
-				var cost float64
-				for j := 1; j <= k; j++ {
-					c := g.dist.Survival(time.Duration(j) * d)
-					for i := 1; i < j; i++ {
-						c *= g.hedge.Survival(time.Duration(j-i) * d)
-					}
-					cost += c
+				c := g.dist.Survival(time.Duration(k) * d)
+				for i := 1; i < k; i++ {
+					c *= g.hedge.Survival(time.Duration(k-i) * d)
 				}
+				cost += c
 				g.cand[g.n] = allocCand{d: d, k: k, cost: cost}
 				g.n++
 			}

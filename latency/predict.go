@@ -230,7 +230,10 @@ func collectCensored(sketches, cens []*ddsketch.DDSketch, scales []float64) ([]b
 	s, atRisk := 1.0, total
 	var prevAll, prevCens, cum float64
 	j := 0
-	out := make([]bin, 0, len(all)+1)
+	// Written over all as it is read: out never has more bins than all
+	// has read.
+	last := all[len(all)-1].v
+	out := all[:0]
 	for _, b := range all {
 		n := b.cum - prevAll // observations at this value, censored included
 		prevAll = b.cum
@@ -257,7 +260,6 @@ func collectCensored(sketches, cens []*ddsketch.DDSketch, scales []float64) ([]b
 		}
 	}
 	if rest := s * total; rest > 1e-9*total || len(out) == 0 {
-		last := all[len(all)-1].v
 		if k := len(out); k > 0 && out[k-1].v == last {
 			out[k-1].cum += rest
 		} else {
