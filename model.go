@@ -234,7 +234,11 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 	if t == nil {
 		return
 	}
-	kd, kok := ks.est.Distribution(now)
+	// The distributions, blends and groups below are dropped at the end:
+	// their storage goes back to a pool for the next recomputation.
+	var sc latency.Scratch
+	defer sc.Release()
+	kd, kok := ks.est.DistributionWith(&sc, now)
 	var groups []allocGroup
 	var scheds []*bucketSchedule
 	for _, b := range t.buckets {
@@ -245,14 +249,14 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 		}
 		s := &bucketSchedule{}
 		scheds = append(scheds, s)
-		dist, ok := b.est.Distribution(now)
+		dist, ok := b.est.DistributionWith(&sc, now)
 		var basis float64
 		if ok && kok {
 			basis = min(dist.Count(), math.MaxInt32)
 			s.distance = latency.Distance(dist, kd)
 			if differs(dist, kd, s.distance) {
 				nb := dist.Count()
-				mixed := latency.Mix(dist, kd, nb/(nb+predictPrior))
+				mixed := latency.MixWith(&sc, dist, kd, nb/(nb+predictPrior))
 				s.use, s.limit = true, 1
 				hedge := mixed
 				if b.where {

@@ -31,6 +31,12 @@ type Distribution struct {
 // few hundred observations, would otherwise carry 0.7 of a tail it has
 // barely sampled. The total count stays the sum of both.
 func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
+	return e.DistributionWith(nil, now)
+}
+
+// DistributionWith is [Estimator.Distribution] with its storage from sc
+// (nil: allocated): it must not be used after sc's Release.
+func (e *Estimator) DistributionWith(sc *Scratch, now time.Time) (Distribution, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sk, cens := e.trusted(now)
@@ -41,7 +47,7 @@ func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 		w := e.cfg.Weight * min(1, c/p)
 		scales = []float64{w * n / c, (1 - w) * n / p}
 	}
-	bins, total := collectCensored(sk, cens, scales)
+	bins, total := collectCensored(sc, sk, cens, scales)
 	return Distribution{bins, total}, total > 0
 }
 

@@ -248,3 +248,42 @@ func BenchmarkDistribution(b *testing.B) {
 		e.Distribution(now)
 	}
 }
+
+// TestScratch pins Distributions and blends made with a Scratch to those
+// made without, over rounds that reuse the released storage for inputs of
+// other sizes (the pool's slices too small or larger than asked).
+func TestScratch(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	var sc Scratch
+	for round := range 6 {
+		e, _ := New(Config{MaxBins: 256 << (round % 3)})
+		k, _ := New(Config{})
+		now := time.Unix(0, 0)
+		gen := generators["pareto alpha 1.5 min 1ms"]
+		for i := range 3000 * (round + 1) {
+			d := gen(r)
+			if i%6 == 0 {
+				e.AddCensored(d, now)
+			} else {
+				e.Add(d, now)
+			}
+			k.Add(2*d, now)
+			now = now.Add(time.Millisecond)
+		}
+		want, _ := e.Distribution(now)
+		kw, _ := k.Distribution(now)
+		mw := Mix(want, kw, 0.3)
+		got, _ := e.DistributionWith(&sc, now)
+		kg, _ := k.DistributionWith(&sc, now)
+		mg := MixWith(&sc, got, kg, 0.3)
+		for name, pair := range map[string][2]Distribution{"estimator": {want, got}, "key": {kw, kg}, "mix": {mw, mg}} {
+			if !slices.Equal(pair[0].bins, pair[1].bins) || pair[0].total != pair[1].total {
+				t.Fatalf("round %d, %s: with a Scratch %d bins, without %d", round, name, len(pair[1].bins), len(pair[0].bins))
+			}
+		}
+		sc.Release()
+		if len(sc.bufs) != 0 {
+			t.Fatalf("round %d: %d slices still held after Release", round, len(sc.bufs))
+		}
+	}
+}

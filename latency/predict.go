@@ -41,7 +41,7 @@ func (e *Estimator) HedgedQuantile(q float64, delay time.Duration, hedges int, g
 		return 0, false
 	}
 	sk, cens := e.trusted(now)
-	bins, total := collectCensored(sk, cens, nil)
+	bins, total := collectCensored(nil, sk, cens, nil)
 	return hedgedQuantileOf(q, delay, hedges, grant, bins, total)
 }
 
@@ -53,7 +53,7 @@ func (e *Estimator) Survival(d time.Duration, now time.Time) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sk, cens := e.trusted(now)
-	bins, total := collectCensored(sk, cens, nil)
+	bins, total := collectCensored(nil, sk, cens, nil)
 	if total <= 0 {
 		return 0
 	}
@@ -113,12 +113,12 @@ func hedgedQuantileOf(q float64, delay time.Duration, hedges int, grant float64,
 // collect merges the bins of the sketches into increasing order of value
 // with cumulative counts, and returns them with the total count.
 func collect(sketches []*ddsketch.DDSketch) ([]bin, float64) {
-	return collectScaled(sketches, nil)
+	return collectScaled(nil, sketches, nil)
 }
 
 // collectScaled is collect with the counts of sketches[i] multiplied by
-// scales[i] (nil: no scaling).
-func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
+// scales[i] (nil: no scaling), its storage from sc (nil: allocated).
+func collectScaled(sc *Scratch, sketches []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
 	// Room for every bin at once, counted first: grown by append, the
 	// slice was copied over and over (most of a collection's cost), and
 	// the stores' index ranges are much wider than their bins where the
@@ -131,7 +131,7 @@ func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, floa
 			return false
 		})
 	}
-	bins := make([]bin, 0, n)
+	bins := sc.alloc(n)
 	var runs [2]int // where the second and third sketch's bins begin
 	for i, sk := range sketches {
 		if i == 1 || i == 2 {
@@ -161,7 +161,7 @@ func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, floa
 	switch len(sketches) {
 	case 1:
 	case 2:
-		bins = merge(bins[:runs[0]], bins[runs[0]:])
+		bins = merge(sc, bins[:runs[0]], bins[runs[0]:])
 	default:
 		slices.SortFunc(bins, func(a, b bin) int {
 			switch {
@@ -188,12 +188,13 @@ func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, floa
 }
 
 // merge returns the bins of a and b, each in increasing order of value, in
-// increasing order of value (a's before b's of the same value).
-func merge(a, b []bin) []bin {
+// increasing order of value (a's before b's of the same value), its
+// storage from sc (nil: allocated).
+func merge(sc *Scratch, a, b []bin) []bin {
 	if len(a) == 0 || len(b) == 0 || a[len(a)-1].v <= b[0].v {
 		return append(a, b...) // already in order (b follows a in memory)
 	}
-	out := make([]bin, 0, len(a)+len(b))
+	out := sc.alloc(len(a) + len(b))
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		if b[j].v < a[i].v {
@@ -216,12 +217,12 @@ func merge(a, b []bin) []bin {
 // Mass left after the longest observation — every observation past some
 // point censored — stays on that longest value: the tail beyond what was
 // seen is unknown, and this is its lower bound.
-func collectCensored(sketches, cens []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
-	all, total := collectScaled(sketches, scales)
+func collectCensored(sc *Scratch, sketches, cens []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
+	all, total := collectScaled(sc, sketches, scales)
 	if total <= 0 {
 		return all, total
 	}
-	censored, ctotal := collectScaled(cens, scales)
+	censored, ctotal := collectScaled(sc, cens, scales)
 	if ctotal <= 0 {
 		return all, total
 	}
