@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -239,7 +240,17 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 	var sc latency.Scratch
 	defer sc.Release()
 	kd, kok := ks.est.DistributionWith(&sc, now)
-	var groups []allocGroup
+	// The groups, a few KiB each, come from a pool too.
+	gp, _ := groupPool.Get().(*[]allocGroup)
+	if gp == nil {
+		gp = new([]allocGroup)
+	}
+	groups := (*gp)[:0]
+	defer func() {
+		clear(groups[:cap(groups)]) // their distributions' storage is released
+		*gp = groups[:0]
+		groupPool.Put(gp)
+	}()
 	var scheds []*bucketSchedule
 	for _, b := range t.buckets {
 		if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
@@ -284,7 +295,7 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 				for _, g := range groups {
 					scheds[g.i].use = false
 				}
-				groups = nil
+				groups = groups[:0]
 			}
 		} else {
 			for i := range groups {
@@ -310,6 +321,9 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 		b.sched.Store(scheds[i])
 	}
 }
+
+// groupPool holds the allocGroup slices of finished recomputations.
+var groupPool sync.Pool
 
 // allocGroup is one predicted bucket in the allocation of the budget.
 type allocGroup struct {
