@@ -43,7 +43,11 @@ import (
 // The schedules are cached and recomputed together at a quarter of the
 // key's pace (when a bucket's observations grow fourfold, or by
 // 4 × autoRecomputeEvery, and on window rotation): never per request. When the key's latency shifts
-// (shift.go), its buckets restart too.
+// (shift.go), its buckets restart too. A recomputation costs tens of µs
+// with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
+// paid by the request that triggers it: its search starts from the last
+// answer (allocateAt), and its distributions borrow their storage from a
+// pool (latency.Scratch).
 
 // predictPrior is the shrinkage strength: a bucket of n observations weighs
 // n/(n + predictPrior) against its key's distribution.
@@ -127,15 +131,21 @@ func (t *bucketTable) find(h uint64) *bucket {
 //
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
-// Config.FeatureBuckets). With two labels, on the request path of Begin,
-// Observe and End, it cost about 115–140 ns more than Begin in the steady
-// state with four buckets on a shared 2-core machine
-// (BenchmarkDecisionPathFeatures against BenchmarkDecisionPath, -benchtime
-// 3s, 3 runs each side by side: 283–294 ns against 156–168 ns; 252–268 ns
-// with two buckets): hashing the labels, finding the bucket, the
+// Config.FeatureBuckets) and in the model's recomputations (about 5 KiB
+// each with two buckets). With two labels, on the request path of Begin,
+// Observe and End, it cost 109–177 ns more than Begin where the buckets'
+// own schedules are used (BenchmarkDecisionPathPredictable: the
+// predictable scenario's labels and latencies), 139–182 ns more with four
+// buckets that keep the key's schedule (BenchmarkDecisionPathFeatures
+// against BenchmarkDecisionPath) and 48–109 ns with two
+// (BenchmarkDecisionPathFeatures2): CPU time per request (perf stat's
+// task-clock over 2,000,000 requests), 3 runs each side by side on a
+// shared 2-core machine at load average 5–7, where wall-clock ns/op
+// swung by up to 2×. It is hashing the labels, finding the bucket, the
 // bucket's own estimator learning the primary, and the model's
-// recomputation amortised. Short runs weigh the first recomputations
-// (made as the observations double) more.
+// recomputation amortised (about every 1,100 requests on predictable).
+// Short runs weigh the first recomputations (made as the observations
+// double) more.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
 	r := p.Begin(key, now)
 	if f == nil || f.n == 0 || !p.cfg.Predictive {
@@ -160,8 +170,10 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	every := int32(recomputeEvery)
 	if p.auto {
 		// A recomputation of the model (every bucket's distribution and
-		// the allocation: 0.26–0.27 ms with two buckets, 0.8 ms with four,
-		// BenchmarkModelRecompute) at a quarter of the key's pace.
+		// the allocation: 74–126 µs with two buckets, 0.27–0.54 ms with
+		// four, BenchmarkModelRecompute{,4} from no guess at load average
+		// 5–7; less where the last answer holds) at a quarter of the
+		// key's pace.
 		every = modelEvery * autoEvery(b.basis.Load())
 	}
 	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
