@@ -170,9 +170,9 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	every := int32(recomputeEvery)
 	if p.auto {
 		// A recomputation of the model (every bucket's distribution and
-		// the allocation: 74–126 µs with two buckets, 0.27–0.54 ms with
+		// the allocation: 60–81 µs with two buckets, 0.24–0.33 ms with
 		// four, BenchmarkModelRecompute{,4} from no guess at load average
-		// 5–7; less where the last answer holds) at a quarter of the
+		// 2.3–4.3; less where the last answer holds) at a quarter of the
 		// key's pace.
 		every = modelEvery * autoEvery(b.basis.Load())
 	}
