@@ -25,7 +25,7 @@ var binPool sync.Pool
 // alloc returns an empty slice of at least n bins' capacity, borrowed from
 // the pool when sc is not nil.
 func (sc *Scratch) alloc(n int) []bin {
-	if sc == nil {
+	if sc == nil || n == 0 {
 		return make([]bin, 0, n)
 	}
 	p, _ := binPool.Get().(*[]bin)
