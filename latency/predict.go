@@ -126,7 +126,18 @@ func collectScaled(sc *Scratch, sketches []*ddsketch.DDSketch, scales []float64)
 	n := 0
 	for _, sk := range sketches {
 		n++ // the zero bin
-		sk.GetPositiveValueStore().ForEach(func(int, float64) bool {
+		st := sk.GetPositiveValueStore()
+		if sc != nil {
+			// Pooled storage: the index range, a bound, spares the
+			// count.
+			lo, err1 := st.MinIndex()
+			hi, err2 := st.MaxIndex()
+			if err1 == nil && err2 == nil {
+				n += hi - lo + 1
+			}
+			continue
+		}
+		st.ForEach(func(int, float64) bool {
 			n++
 			return false
 		})
