@@ -102,5 +102,36 @@ func TestAllocateShortcuts(t *testing.T) {
 				}
 			}
 		}
+		// The relaxation's pick, over the live candidates at the last t
+		// tested (budgets from 1 % to 50 % for several t), chooses what a
+		// scan of every candidate does.
+		pruned := 0
+		for _, rate := range []float64{0.01, 0.03, 0.08, 0.2, 0.5} {
+			gs := groups()
+			var g0 float64
+			p.allocateAt(gs, rate, 1, math.Inf(1), &g0)
+			for i := range gs {
+				g := &gs[i]
+				pruned += g.n - g.nlive
+				for x := -12.0; x <= 9; x += 0.05 {
+					lambda := math.Pow(10, x)
+					if x < -11.9 {
+						lambda = 0
+					}
+					want, bv := 0, math.Inf(1)
+					for j, c := range g.cand[:g.n] {
+						if v := c.surv + lambda*c.cost; v < bv-1e-15 {
+							want, bv = j, v
+						}
+					}
+					if got := g.pick(lambda); got != want {
+						t.Fatalf("%s, budget %v, group %d, λ %v: pick %d, every candidate %d", name, rate, i, lambda, got, want)
+					}
+				}
+			}
+		}
+		if pruned == 0 {
+			t.Errorf("%s: no candidate pruned", name)
+		}
 	}
 }

@@ -357,7 +357,28 @@ type allocGroup struct {
 	at  [2][len(allocRates) + allocSpaced]time.Duration
 	sv  [2][len(allocRates) + allocSpaced]float64
 	nds int
+
+	// The candidates pick may choose at the t under test, in order.
+	live  [2 * (len(allocRates) + allocSpaced)]uint8
+	nlive int
 }
+
+// pick returns the candidate of g of least surv + λ × cost at the t
+// under test (the first of two within 1e-15), λ ≥ 0: of the live ones,
+// which are the only ones it can be.
+func (g *allocGroup) pick(lambda float64) int {
+	best, bv := 0, math.Inf(1)
+	for _, j := range g.live[:g.nlive] {
+		c := &g.cand[j]
+		if v := c.surv + lambda*c.cost; v < bv-1e-15 {
+			best, bv = int(j), v
+		}
+	}
+	return best
+}
+
+// The live candidates' indices fit a uint8.
+const _ = uint8(2*(len(allocRates)+allocSpaced) - 1)
 
 // allocCand is a candidate delay of a group, its trigger rate, and its
 // hedged survival at the t under test.
@@ -531,12 +552,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 	pick := func(lambda float64, choice []int) (cost, slow float64) {
 		for i := range gs {
 			g := &gs[i]
-			best, bv := 0, math.Inf(1)
-			for j, c := range g.cand[:g.n] {
-				if v := c.surv + lambda*c.cost; v < bv-1e-15 {
-					best, bv = j, v
-				}
-			}
+			best := g.pick(lambda)
 			choice[i] = best
 			cost += g.share * g.cand[best].cost
 			slow += g.share * g.cand[best].surv
@@ -646,11 +662,22 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 				}
 				g.hedge.Survivals(g.at[k][:g.nds], g.sv[k][:g.nds])
 			}
+			g.nlive = 0
 			for m := range g.nds {
 				s := s0
 				for k := range hedges {
+					prev := s
 					s *= grant*g.sv[k][m] + 1 - grant
-					g.cand[m*hedges+k].surv = s
+					j := m*hedges + k
+					g.cand[j].surv = s
+					// A candidate no better than the one before it, one
+					// hedge fewer at the same delay and no dearer, is
+					// never pick's: that one comes first and scores no
+					// more at any λ ≥ 0.
+					if k == 0 || s < prev {
+						g.live[g.nlive] = uint8(j)
+						g.nlive++
+					}
 				}
 			}
 		}
