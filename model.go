@@ -666,15 +666,16 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 			for m := range g.nds {
 				s := s0
 				for k := range hedges {
-					prev := s
 					s *= grant*g.sv[k][m] + 1 - grant
 					j := m*hedges + k
-					g.cand[j].surv = s
-					// A candidate no better than the one before it, one
-					// hedge fewer at the same delay and no dearer, is
-					// never pick's: that one comes first and scores no
-					// more at any λ ≥ 0.
-					if k == 0 || s < prev {
+					c := &g.cand[j]
+					c.surv = s
+					// A candidate no better and no cheaper than an
+					// earlier one — one hedge fewer at the same delay,
+					// or as many at the delay before — is never pick's:
+					// that one comes first and scores no more at any
+					// λ ≥ 0.
+					if a, b := &g.cand[max(j-1, 0)], &g.cand[max(j-hedges, 0)]; (k == 0 || a.surv > s || a.cost > c.cost) && (m == 0 || b.surv > s || b.cost > c.cost) {
 						g.live[g.nlive] = uint8(j)
 						g.nlive++
 					}
