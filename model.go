@@ -455,15 +455,27 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
 	}
 	lo, hi := 0.0, top*2
-	for range 30 {
-		mid := (lo + hi) / 2
-		if slow(secondsDur(mid)) <= (1-p.cfg.Target)*total {
-			hi = mid
-		} else {
-			lo = mid
+	bisect := func(steps int) {
+		for range steps {
+			mid := (lo + hi) / 2
+			if slow(secondsDur(mid)) <= (1-p.cfg.Target)*total {
+				hi = mid
+			} else {
+				lo = mid
+			}
 		}
 	}
+	// Thirty steps in all; after twenty the answer is in [lo, hi], and
+	// the last ten are taken only when the gate below falls between.
+	bisect(20)
 	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1, (1-allocGain)*hi, guess)
+	switch {
+	case t <= (1-allocGain)*lo:
+		return true
+	case t > (1-allocGain)*hi:
+		return false
+	}
+	bisect(10)
 	return t <= (1-allocGain)*hi
 }
 

@@ -2,7 +2,6 @@ package latency
 
 import (
 	"math"
-	"slices"
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
@@ -69,12 +68,16 @@ func (d Distribution) Quantile(q float64) time.Duration {
 	}
 	q = min(max(q, 0), 1)
 	rank := q * (d.total - 1)
-	i, _ := slices.BinarySearchFunc(d.bins, rank, func(b bin, rank float64) int {
-		if b.cum <= rank {
-			return -1
+	// The first bin whose cumulative count exceeds rank.
+	i, hi := 0, len(d.bins)
+	for i < hi {
+		mid := int(uint(i+hi) >> 1)
+		if d.bins[mid].cum <= rank {
+			i = mid + 1
+		} else {
+			hi = mid
 		}
-		return 1
-	})
+	}
 	i = min(i, len(d.bins)-1)
 	return seconds(d.bins[i].v)
 }
