@@ -133,19 +133,19 @@ func (t *bucketTable) find(h uint64) *bucket {
 // key (its bucket is made, the least recently used one evicted past
 // Config.FeatureBuckets) and in the model's recomputations (about 5 KiB
 // each with two buckets). With two labels, on the request path of Begin,
-// Observe and End, it cost 109–177 ns more than Begin where the buckets'
+// Observe and End, it cost 126–166 ns more than Begin where the buckets'
 // own schedules are used (BenchmarkDecisionPathPredictable: the
-// predictable scenario's labels and latencies), 139–182 ns more with four
+// predictable scenario's labels and latencies), 117–119 ns more with four
 // buckets that keep the key's schedule (BenchmarkDecisionPathFeatures
-// against BenchmarkDecisionPath) and 48–109 ns with two
+// against BenchmarkDecisionPath) and 84–150 ns with two
 // (BenchmarkDecisionPathFeatures2): CPU time per request (perf stat's
 // task-clock over 2,000,000 requests), 3 runs each side by side on a
-// shared 2-core machine at load average 5–7, where wall-clock ns/op
-// swung by up to 2×. It is hashing the labels, finding the bucket, the
-// bucket's own estimator learning the primary, and the model's
-// recomputation amortised (about every 1,100 requests on predictable).
-// Short runs weigh the first recomputations (made as the observations
-// double) more.
+// shared 2-core machine at load average 4.6–5.4, where wall-clock ns/op
+// swung by up to 1.5× (+19–186, +196–224 and +100–192 ns). It is hashing
+// the labels, finding the bucket, the bucket's own estimator learning the
+// primary, and the model's recomputation amortised (about every 1,100
+// requests on predictable). Short runs weigh the first recomputations
+// (made as the observations double) more.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
 	r := p.Begin(key, now)
 	if f == nil || f.n == 0 || !p.cfg.Predictive {
@@ -170,9 +170,9 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	every := int32(recomputeEvery)
 	if p.auto {
 		// A recomputation of the model (every bucket's distribution and
-		// the allocation: 60–81 µs with two buckets, 0.24–0.33 ms with
+		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
 		// four, BenchmarkModelRecompute{,4} from no guess at load average
-		// 2.3–4.3; less where the last answer holds) at a quarter of the
+		// 4.3–5.1; less where the last answer holds) at a quarter of the
 		// key's pace.
 		every = modelEvery * autoEvery(b.basis.Load())
 	}
