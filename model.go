@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,7 +43,11 @@ import (
 // The schedules are cached and recomputed together at a quarter of the
 // key's pace (when a bucket's observations grow fourfold, or by
 // 4 × autoRecomputeEvery, and on window rotation): never per request. When the key's latency shifts
-// (shift.go), its buckets restart too.
+// (shift.go), its buckets restart too. A recomputation costs tens of µs
+// with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
+// paid by the request that triggers it: its search starts from the last
+// answer (allocateAt), and its distributions borrow their storage from a
+// pool (latency.Scratch).
 
 // predictPrior is the shrinkage strength: a bucket of n observations weighs
 // n/(n + predictPrior) against its key's distribution.
@@ -97,6 +102,8 @@ type bucketSchedule struct {
 type bucketTable struct {
 	hashes  []uint64
 	buckets []*bucket
+
+	guess float64 // the last allocation's Target percentile (allocateAt); keyState.modelMu guards it
 }
 
 func (t *bucketTable) find(h uint64) *bucket {
@@ -134,14 +141,20 @@ func (t *bucketTable) find(h uint64) *bucket {
 //
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
-// Config.FeatureBuckets). With two labels, on the request path of Begin,
-// Observe and End, it cost about 115–140 ns more than Begin in the steady
-// state with four buckets on a shared 2-core machine
-// (BenchmarkDecisionPathFeatures against BenchmarkDecisionPath, -benchtime
-// 3s, 3 runs each side by side: 283–294 ns against 156–168 ns; 252–268 ns
-// with two buckets): hashing the labels, finding the bucket, the
-// bucket's own estimator learning the primary, and the model's
-// recomputation amortised. Short runs weigh the first recomputations
+// Config.FeatureBuckets) and in the model's recomputations (about 5 KiB
+// each with two buckets). With two labels, on the request path of Begin,
+// Observe and End, it cost 126–166 ns more than Begin where the buckets'
+// own schedules are used (BenchmarkDecisionPathPredictable: the
+// predictable scenario's labels and latencies), 117–119 ns more with four
+// buckets that keep the key's schedule (BenchmarkDecisionPathFeatures
+// against BenchmarkDecisionPath) and 84–150 ns with two
+// (BenchmarkDecisionPathFeatures2): CPU time per request (perf stat's
+// task-clock over 2,000,000 requests), 3 runs each side by side on a
+// shared 2-core machine at load average 4.6–5.4, where wall-clock ns/op
+// swung by up to 1.5× (+19–186, +196–224 and +100–192 ns). It is hashing
+// the labels, finding the bucket, the bucket's own estimator learning the
+// primary, and the model's recomputation amortised (about every 1,100
+// requests on predictable). Short runs weigh the first recomputations
 // (made as the observations double) more.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
 	r := p.Begin(key, now)
@@ -171,8 +184,10 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	every := int32(recomputeEvery)
 	if p.auto {
 		// A recomputation of the model (every bucket's distribution and
-		// the allocation: 0.26–0.27 ms with two buckets, 0.8 ms with four,
-		// BenchmarkModelRecompute) at a quarter of the key's pace.
+		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
+		// four, BenchmarkModelRecompute{,4} from no guess at load average
+		// 4.3–5.1; less where the last answer holds) at a quarter of the
+		// key's pace.
 		every = modelEvery * autoEvery(b.basis.Load())
 	}
 	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
@@ -246,8 +261,22 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 	if t == nil {
 		return
 	}
-	kd, kok := ks.est.Distribution(now)
-	var groups []allocGroup
+	// The distributions, blends and groups below are dropped at the end:
+	// their storage goes back to a pool for the next recomputation.
+	var sc latency.Scratch
+	defer sc.Release()
+	kd, kok := ks.est.DistributionWith(&sc, now)
+	// The groups, a few KiB each, come from a pool too.
+	gp, _ := groupPool.Get().(*[]allocGroup)
+	if gp == nil {
+		gp = new([]allocGroup)
+	}
+	groups := (*gp)[:0]
+	defer func() {
+		clear(groups[:cap(groups)]) // their distributions' storage is released
+		*gp = groups[:0]
+		groupPool.Put(gp)
+	}()
 	var scheds []*bucketSchedule
 	for _, b := range t.buckets {
 		if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
@@ -257,14 +286,14 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 		}
 		s := &bucketSchedule{}
 		scheds = append(scheds, s)
-		dist, ok := b.est.Distribution(now)
+		dist, ok := b.est.DistributionWith(&sc, now)
 		var basis float64
 		if ok && kok {
 			basis = min(dist.Count(), math.MaxInt32)
 			s.distance = latency.Distance(dist, kd)
 			if differs(dist, kd, s.distance) {
 				nb := dist.Count()
-				mixed := latency.Mix(dist, kd, nb/(nb+predictPrior))
+				mixed := latency.MixWith(&sc, dist, kd, nb/(nb+predictPrior))
 				s.use, s.limit = true, 1
 				hedge := mixed
 				if b.where {
@@ -286,13 +315,13 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			// The groups spend what the key's own schedule would on them
 			// (its predicted hedge rate), or 0.8 × the budget's ratio.
 			ch := ks.auto.Load()
-			if ch == nil || !p.allocate(groups, ch) {
+			if ch == nil || !p.allocate(groups, ch, &t.guess) {
 				// Not predicted to beat the key's own schedule by
 				// allocGain: the buckets keep the key's.
 				for _, g := range groups {
 					scheds[g.i].use = false
 				}
-				groups = nil
+				groups = groups[:0]
 			}
 		} else {
 			for i := range groups {
@@ -319,6 +348,9 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 	}
 }
 
+// groupPool holds the allocGroup slices of finished recomputations.
+var groupPool sync.Pool
+
 // allocGroup is one predicted bucket in the allocation of the budget.
 type allocGroup struct {
 	i     int                  // index of its schedule
@@ -331,7 +363,36 @@ type allocGroup struct {
 
 	cand [2 * (len(allocRates) + allocSpaced)]allocCand
 	n    int
+
+	// The distinct candidate delays, ascending (candidate j is at
+	// ds[j/hedges] with j%hedges + 1 hedges), and for each at the t under
+	// test, t − k × delay and the hedge's survival there: k = 1, 2.
+	ds  [len(allocRates) + allocSpaced]time.Duration
+	at  [2][len(allocRates) + allocSpaced]time.Duration
+	sv  [2][len(allocRates) + allocSpaced]float64
+	nds int
+
+	// The candidates pick may choose at the t under test, in order.
+	live  [2 * (len(allocRates) + allocSpaced)]uint8
+	nlive int
 }
+
+// pick returns the candidate of g of least surv + λ × cost at the t
+// under test (the first of two within 1e-15), λ ≥ 0: of the live ones,
+// which are the only ones it can be.
+func (g *allocGroup) pick(lambda float64) int {
+	best, bv := 0, math.Inf(1)
+	for _, j := range g.live[:g.nlive] {
+		c := &g.cand[j]
+		if v := c.surv + lambda*c.cost; v < bv-1e-15 {
+			best, bv = int(j), v
+		}
+	}
+	return best
+}
+
+// The live candidates' indices fit a uint8.
+const _ = uint8(2*(len(allocRates)+allocSpaced) - 1)
 
 // allocCand is a candidate delay of a group, its trigger rate, and its
 // hedged survival at the t under test.
@@ -370,8 +431,7 @@ var allocRates = [...]float64{0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.
 // percentile at least allocGain lower than the key's own schedule ch
 // applied to every group: if not, the groups had better keep the key's
 // schedule, whose prediction rests on more observations.
-func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
-	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1)
+func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool {
 	var at [MaxHedgesLimit]time.Duration
 	gap := ch.Gap
 	if gap == 0 {
@@ -401,15 +461,35 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice) bool {
 		}
 		return s
 	}
-	lo, hi := 0.0, t*4
-	for range 30 {
-		mid := (lo + hi) / 2
-		if slow(secondsDur(mid)) <= (1-p.cfg.Target)*total {
-			hi = mid
-		} else {
-			lo = mid
+	// The key's schedule's Target percentile is below the largest value
+	// of the groups' distributions (every share is 0 there), hence below
+	// a quarter of allocateAt's first upper bound: this range holds it.
+	var top float64
+	for _, g := range gs {
+		top = max(top, g.dist.Quantile(1).Seconds()*2)
+	}
+	lo, hi := 0.0, top*2
+	bisect := func(steps int) {
+		for range steps {
+			mid := (lo + hi) / 2
+			if slow(secondsDur(mid)) <= (1-p.cfg.Target)*total {
+				hi = mid
+			} else {
+				lo = mid
+			}
 		}
 	}
+	// Thirty steps in all; after twenty the answer is in [lo, hi], and
+	// the last ten are taken only when the gate below falls between.
+	bisect(20)
+	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1, (1-allocGain)*hi, guess)
+	switch {
+	case t <= (1-allocGain)*lo:
+		return true
+	case t > (1-allocGain)*hi:
+		return false
+	}
+	bisect(10)
 	return t <= (1-allocGain)*hi
 }
 
@@ -433,7 +513,16 @@ const allocGain = 0.03
 // allocateAt is allocate with the groups' trigger rates within rate of
 // their traffic, each hedge granted with probability grant; it returns the
 // predicted Target percentile, in seconds.
-func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
+//
+// Where the search is exact its feasibility is monotone in t, and two
+// shortcuts give the same answer as the plain bisection at a fraction of
+// its cost: a Target percentile above ceiling is of no use to the caller
+// (allocate), so if ceiling itself is not feasible the search stops there
+// and returns a value above it; and *guess (the previous answer, which the
+// key's next recomputation mostly finds again) is probed first, below and
+// above at growing distances, so that the bisection evaluates only the t
+// inside the bracket found. *guess is set to the answer.
+func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess *float64) float64 {
 	var total, top float64
 	hedges := 1
 	if p.cfg.MaxHedges >= 2 {
@@ -460,20 +549,22 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 			nd++
 		}
 		slices.Sort(ds[:nd])
+		g.nds = 0
 		for _, d := range ds[:nd] {
 			if g.n > 0 && g.cand[g.n-1].d == d {
 				continue
 			}
+			g.ds[g.nds] = d
+			g.nds++
+			// Hedge j goes at j × d while every earlier attempt is out:
+			// k hedges cost the first k of those terms.
+			var cost float64
 			for k := 1; k <= hedges; k++ {
-				// Hedge j goes at j × d while every earlier attempt is out.
-				var cost float64
-				for j := 1; j <= k; j++ {
-					c := g.dist.Survival(time.Duration(j) * d)
-					for i := 1; i < j; i++ {
-						c *= g.hedge.Survival(time.Duration(j-i) * d)
-					}
-					cost += c
+				c := g.dist.Survival(time.Duration(k) * d)
+				for i := 1; i < k; i++ {
+					c *= g.hedge.Survival(time.Duration(k-i) * d)
 				}
+				cost += c
 				g.cand[g.n] = allocCand{d: d, k: k, cost: cost}
 				g.n++
 			}
@@ -487,12 +578,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 	pick := func(lambda float64, choice []int) (cost, slow float64) {
 		for i := range gs {
 			g := &gs[i]
-			best, bv := 0, math.Inf(1)
-			for j, c := range g.cand[:g.n] {
-				if v := c.surv + lambda*c.cost; v < bv-1e-15 {
-					best, bv = j, v
-				}
-			}
+			best := g.pick(lambda)
 			choice[i] = best
 			cost += g.share * g.cand[best].cost
 			slow += g.share * g.cand[best].surv
@@ -516,6 +602,12 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 	}
 	exact := combos <= allocExact
 	cur := make([]int, len(gs))
+	// lookups holds, for each combination enumerated that is within the
+	// budget, how many of the last group's candidates (by cost) fit in
+	// what is left: it does not depend on t, so it is searched on the
+	// first exhaust only and replayed after.
+	var lookups []int
+	looked := false
 	var byCost []int // the last group's candidates by cost
 	var bestUpTo []int
 	if exact {
@@ -539,15 +631,23 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 			}
 		}
 		best, bestCost := math.Inf(1), math.Inf(1)
+		next := 0
 		var rec func(i int, cost, slow float64)
 		rec = func(i int, cost, slow float64) {
 			if cost > budget+1e-15 {
 				return
 			}
 			if i == len(gs)-1 {
-				// The most the last group may cost.
-				left := (budget + 1e-15 - cost) / last.share
-				k := sort.Search(len(byCost), func(x int) bool { return last.cand[byCost[x]].cost > left }) - 1
+				var k int
+				if looked {
+					k = lookups[next]
+					next++
+				} else {
+					// The most the last group may cost.
+					left := (budget + 1e-15 - cost) / last.share
+					k = sort.Search(len(byCost), func(x int) bool { return last.cand[byCost[x]].cost > left }) - 1
+					lookups = append(lookups, k)
+				}
 				if k < 0 {
 					return
 				}
@@ -567,20 +667,44 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 			}
 		}
 		rec(0, 0, 0)
+		looked = true
 		return best
 	}
 	// feasible reports whether some schedule within the budget has at most
 	// the allowed share slower than t, and leaves the cheapest such (as
 	// far as the relaxation finds) in choice.
 	feasible := func(t float64) bool {
+		tt := secondsDur(t)
 		for i := range gs {
+			// Candidate (d, k) survives t with P(X > t) · Π_{j ≤ k}
+			// (grant · P(Y > t − j·d) + 1 − grant): the first factor is
+			// the group's, each other one shared by the candidates of
+			// delay d, asked for in falling order (Survivals).
 			g := &gs[i]
-			for j := range g.cand[:g.n] {
-				c := &g.cand[j]
-				tt := secondsDur(t)
-				c.surv = g.dist.Survival(tt)
-				for j := 1; j <= c.k; j++ {
-					c.surv *= grant*g.hedge.Survival(tt-time.Duration(j)*c.d) + 1 - grant
+			s0 := g.dist.Survival(tt)
+			for k := range hedges {
+				for m, d := range g.ds[:g.nds] {
+					g.at[k][m] = tt - time.Duration(k+1)*d
+				}
+				g.hedge.Survivals(g.at[k][:g.nds], g.sv[k][:g.nds])
+			}
+			g.nlive = 0
+			for m := range g.nds {
+				s := s0
+				for k := range hedges {
+					s *= grant*g.sv[k][m] + 1 - grant
+					j := m*hedges + k
+					c := &g.cand[j]
+					c.surv = s
+					// A candidate no better and no cheaper than an
+					// earlier one — one hedge fewer at the same delay,
+					// or as many at the delay before — is never pick's:
+					// that one comes first and scores no more at any
+					// λ ≥ 0.
+					if a, b := &g.cand[max(j-1, 0)], &g.cand[max(j-hedges, 0)]; (k == 0 || a.surv > s || a.cost > c.cost) && (m == 0 || b.surv > s || b.cost > c.cost) {
+						g.live[g.nlive] = uint8(j)
+						g.nlive++
+					}
 				}
 			}
 		}
@@ -610,15 +734,57 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant float64) float64 {
 		_, slow := pick(lo, choice)
 		return slow <= allowed+1e-12
 	}
+	// known answers feasible(t) from the t found feasible and infeasible
+	// so far where the search is exact (monotone), and evaluates it
+	// otherwise.
+	yes, no := math.Inf(1), math.Inf(-1) // the least feasible t, the most infeasible
+	known := func(t float64) bool {
+		switch {
+		case exact && t >= yes:
+			return true
+		case exact && t <= no:
+			return false
+		}
+		if feasible(t) {
+			yes = min(yes, t)
+			return true
+		}
+		no = max(no, t)
+		return false
+	}
+	if exact {
+		g := *guess
+		*guess = 0
+		if (g <= 0 || g > ceiling) && ceiling < top && !known(ceiling) {
+			return math.Inf(1) // above ceiling: no search needed
+		}
+		if g > 0 && g < top {
+			// A bracket around g, from the bisection's resolution (just
+			// under it: the answer found again leaves no t inside to
+			// evaluate) up by eights.
+			d := top / (1 << 18) * (1 - 1e-6)
+			if known(g) {
+				for ; g-d > 0 && known(g-d); d *= 8 {
+				}
+			} else {
+				for ; g+d < top && !known(g+d); d *= 8 {
+				}
+			}
+		}
+		if no >= ceiling {
+			return math.Inf(1)
+		}
+	}
 	lo, hi := 0.0, top
 	for range 18 {
 		mid := (lo + hi) / 2
-		if feasible(mid) {
+		if known(mid) {
 			hi = mid
 		} else {
 			lo = mid
 		}
 	}
+	*guess = hi
 	feasible(hi) // the choice at the best t
 	for i := range gs {
 		gs[i].delay, gs[i].limit = gs[i].cand[choice[i]].d, gs[i].cand[choice[i]].k

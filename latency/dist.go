@@ -2,7 +2,6 @@ package latency
 
 import (
 	"math"
-	"slices"
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
@@ -31,6 +30,12 @@ type Distribution struct {
 // few hundred observations, would otherwise carry 0.7 of a tail it has
 // barely sampled. The total count stays the sum of both.
 func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
+	return e.DistributionWith(nil, now)
+}
+
+// DistributionWith is [Estimator.Distribution] with its storage from sc
+// (nil: allocated): it must not be used after sc's Release.
+func (e *Estimator) DistributionWith(sc *Scratch, now time.Time) (Distribution, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sk, cens := e.trusted(now)
@@ -41,7 +46,7 @@ func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 		w := e.cfg.Weight * min(1, c/p)
 		scales = []float64{w * n / c, (1 - w) * n / p}
 	}
-	bins, total := collectCensored(sk, cens, scales)
+	bins, total := collectCensored(sc, sk, cens, scales)
 	return Distribution{bins, total}, total > 0
 }
 
@@ -63,12 +68,16 @@ func (d Distribution) Quantile(q float64) time.Duration {
 	}
 	q = min(max(q, 0), 1)
 	rank := q * (d.total - 1)
-	i, _ := slices.BinarySearchFunc(d.bins, rank, func(b bin, rank float64) int {
-		if b.cum <= rank {
-			return -1
+	// The first bin whose cumulative count exceeds rank.
+	i, hi := 0, len(d.bins)
+	for i < hi {
+		mid := int(uint(i+hi) >> 1)
+		if d.bins[mid].cum <= rank {
+			i = mid + 1
+		} else {
+			hi = mid
 		}
-		return 1
-	})
+	}
 	i = min(i, len(d.bins)-1)
 	return seconds(d.bins[i].v)
 }
@@ -81,6 +90,52 @@ func (d Distribution) Survival(t time.Duration) float64 {
 	// A Duration from Quantile is its bin's value rounded to the
 	// nanosecond: half a nanosecond of slack keeps it in its own bin.
 	return survival(d.bins, d.total, t.Seconds()+0.5e-9)
+}
+
+// Survivals sets out[i] to d.Survival(ts[i]) for every i (out must be at
+// least as long as ts): the same answers, at a fraction of the cost when
+// ts is non-increasing — the bins are then walked downwards once instead
+// of searched for every t, as the tailcut policy's model asks for a
+// hedge's survival at t − d over its ascending candidate delays d. Any
+// order is answered correctly.
+func (d Distribution) Survivals(ts []time.Duration, out []float64) {
+	out = out[:len(ts)]
+	if d.total <= 0 {
+		clear(out)
+		return
+	}
+	bins := d.bins
+	i := -1 // the first bin above the last t; -1 before the first
+	for k, t := range ts {
+		x := t.Seconds() + 0.5e-9 // as Survival
+		if x < 0 {
+			out[k] = 1
+			continue
+		}
+		x += 1e-12 // as survival
+		if i < 0 || i < len(bins) && bins[i].v <= x {
+			// The first t, or one above the last: search above.
+			lo, hi := i+1, len(bins)
+			for lo < hi {
+				mid := int(uint(lo+hi) >> 1)
+				if bins[mid].v <= x {
+					lo = mid + 1
+				} else {
+					hi = mid
+				}
+			}
+			i = lo
+		} else {
+			for i > 0 && bins[i-1].v > x {
+				i--
+			}
+		}
+		if i == 0 {
+			out[k] = 1
+		} else {
+			out[k] = 1 - bins[i-1].cum/d.total
+		}
+	}
 }
 
 // Hedged returns the predicted q-quantile of a request that sends its

@@ -194,3 +194,163 @@ func TestHedgeWinsAgainstMonteCarlo(t *testing.T) {
 		t.Errorf("empty distribution: HedgeWins %v, want 0", got)
 	}
 }
+
+// TestSurvivals pins Survivals to Survival, bit for bit: on every
+// generator's distribution (a Mix of two, censored observations in one),
+// for t falling (the fast path), rising and in random order, negative and
+// zero t and t on bin values included.
+func TestSurvivals(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for name, gen := range generators {
+		e, _ := New(Config{})
+		now := time.Unix(0, 0)
+		for i := range 5000 {
+			if i%7 == 0 {
+				e.AddCensored(gen(r), now)
+			} else {
+				e.Add(gen(r), now)
+			}
+		}
+		d, ok := e.Distribution(now)
+		if !ok {
+			t.Fatalf("%s: no distribution", name)
+		}
+		s, _ := NewSnapshot(0)
+		for range 300 {
+			s.Add(2 * gen(r))
+		}
+		o, _ := s.Distribution()
+		for _, dist := range []Distribution{d, Mix(o, d, 0.6), {}} {
+			ts := []time.Duration{-time.Millisecond, -1, 0, 1}
+			for range 200 {
+				ts = append(ts, time.Duration(r.Float64()*float64(3*dist.Quantile(1))))
+			}
+			for _, q := range []float64{0, 0.3, 0.9, 0.99, 1} {
+				ts = append(ts, dist.Quantile(q), dist.Quantile(q)-1, dist.Quantile(q)+1)
+			}
+			orders := map[string]func(){
+				"falling": func() { slices.Sort(ts); slices.Reverse(ts) },
+				"rising":  func() { slices.Sort(ts) },
+				"random":  func() { r.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] }) },
+			}
+			for order, arrange := range orders {
+				arrange()
+				out := make([]float64, len(ts)+3)
+				dist.Survivals(ts, out)
+				for i, x := range ts {
+					if want := dist.Survival(x); out[i] != want {
+						t.Fatalf("%s, %s, %d bins: Survivals at %v = %v, Survival %v", name, order, len(dist.bins), x, out[i], want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkSurvivals is Survivals against Survival one t at a time, on 49
+// falling t (a model's candidate delays subtracted from one t) over a
+// bucket-sized distribution.
+func BenchmarkSurvivals(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	gen := generators["lognormal mean 5ms sd 2ms, 5% x10"]
+	s, _ := NewSnapshot(0)
+	for range 20_000 {
+		s.Add(gen(r))
+	}
+	d, _ := s.Distribution()
+	t := d.Quantile(0.99)
+	var ts [49]time.Duration
+	for i := range ts {
+		ts[i] = t - time.Duration(float64(d.Quantile(0.3))*math.Pow(1.06, float64(i)))
+	}
+	var out [49]float64
+	b.Run("Survivals", func(b *testing.B) {
+		for b.Loop() {
+			d.Survivals(ts[:], out[:])
+		}
+	})
+	b.Run("Survival", func(b *testing.B) {
+		for b.Loop() {
+			for i, x := range ts {
+				out[i] = d.Survival(x)
+			}
+		}
+	})
+}
+
+// TestValueTable pins the looked-up bin values to the mapping's own, in
+// the table's range and past both its ends.
+func TestValueTable(t *testing.T) {
+	std := stdValues()
+	n := len(std.values)
+	for _, i := range []int{std.lo - 5, std.lo - 1, std.lo, std.lo + 1, 0, 1, std.lo + n/2, std.lo + n - 1, std.lo + n, std.lo + n + 7} {
+		if got, want := std.value(i), std.mapping.Value(i); got != want {
+			t.Errorf("value(%d) = %v, mapping %v", i, got, want)
+		}
+	}
+	if n < 2000 {
+		t.Errorf("table of %d values, want a nanosecond to 1e10 s", n)
+	}
+}
+
+// BenchmarkDistribution is one Distribution of an estimator whose two
+// windows hold 20,000 observations each of the lognormal latency with
+// stragglers, a tenth of them censored: what every auto and model
+// recomputation starts with.
+func BenchmarkDistribution(b *testing.B) {
+	e, _ := New(Config{Window: time.Minute})
+	r := rand.New(rand.NewPCG(1, 2))
+	gen := generators["lognormal mean 5ms sd 2ms, 5% x10"]
+	now := time.Unix(0, 0)
+	for i := range 40_000 {
+		if i%10 == 0 {
+			e.AddCensored(gen(r), now)
+		} else {
+			e.Add(gen(r), now)
+		}
+		now = now.Add(3 * time.Millisecond)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Distribution(now)
+	}
+}
+
+// TestScratch pins Distributions and blends made with a Scratch to those
+// made without, over rounds that reuse the released storage for inputs of
+// other sizes (the pool's slices too small or larger than asked).
+func TestScratch(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	var sc Scratch
+	for round := range 6 {
+		e, _ := New(Config{MaxBins: 256 << (round % 3)})
+		k, _ := New(Config{})
+		now := time.Unix(0, 0)
+		gen := generators["pareto alpha 1.5 min 1ms"]
+		for i := range 3000 * (round + 1) {
+			d := gen(r)
+			if i%6 == 0 {
+				e.AddCensored(d, now)
+			} else {
+				e.Add(d, now)
+			}
+			k.Add(2*d, now)
+			now = now.Add(time.Millisecond)
+		}
+		want, _ := e.Distribution(now)
+		kw, _ := k.Distribution(now)
+		mw := Mix(want, kw, 0.3)
+		got, _ := e.DistributionWith(&sc, now)
+		kg, _ := k.DistributionWith(&sc, now)
+		mg := MixWith(&sc, got, kg, 0.3)
+		for name, pair := range map[string][2]Distribution{"estimator": {want, got}, "key": {kw, kg}, "mix": {mw, mg}} {
+			if !slices.Equal(pair[0].bins, pair[1].bins) || pair[0].total != pair[1].total {
+				t.Fatalf("round %d, %s: with a Scratch %d bins, without %d", round, name, len(pair[1].bins), len(pair[0].bins))
+			}
+		}
+		sc.Release()
+		if len(sc.bufs) != 0 {
+			t.Fatalf("round %d: %d slices still held after Release", round, len(sc.bufs))
+		}
+	}
+}

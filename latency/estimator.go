@@ -250,7 +250,7 @@ func (e *Estimator) Snapshot(now time.Time) *Snapshot {
 		_ = s.MergeWith(e.prev) // same mapping: cannot fail
 		return &Snapshot{sketch: s}
 	}
-	bins, _ := collectCensored([]*ddsketch.DDSketch{e.cur, e.prev}, []*ddsketch.DDSketch{e.ccur, e.cprev}, nil)
+	bins, _ := collectCensored(nil, []*ddsketch.DDSketch{e.cur, e.prev}, []*ddsketch.DDSketch{e.ccur, e.cprev}, nil)
 	s := e.newSketch()
 	var prev float64
 	for _, b := range bins {

@@ -10,7 +10,12 @@ import "math"
 // count, an empty b gives a.
 //
 // Mix walks both distributions' bins once and allocates the result's.
-func Mix(a, b Distribution, w float64) Distribution {
+func Mix(a, b Distribution, w float64) Distribution { return MixWith(nil, a, b, w) }
+
+// MixWith is [Mix] with the result's storage from sc (nil: allocated): it
+// must not be used after sc's Release. (Where Mix returns a or b itself,
+// so does MixWith.)
+func MixWith(sc *Scratch, a, b Distribution, w float64) Distribution {
 	w = min(max(w, 0), 1)
 	switch {
 	case a.total <= 0:
@@ -18,7 +23,7 @@ func Mix(a, b Distribution, w float64) Distribution {
 	case b.total <= 0 || w == 1:
 		return a
 	}
-	out := make([]bin, 0, len(a.bins)+len(b.bins))
+	out := sc.alloc(len(a.bins) + len(b.bins))
 	var i, j int
 	var fa, fb float64 // cumulative fractions of a and b so far
 	for i < len(a.bins) || j < len(b.bins) {

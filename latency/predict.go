@@ -2,9 +2,11 @@ package latency
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/mapping"
 )
 
 // Predicting the tail of hedged requests (DESIGN.md, Delay): a request that
@@ -39,7 +41,7 @@ func (e *Estimator) HedgedQuantile(q float64, delay time.Duration, hedges int, g
 		return 0, false
 	}
 	sk, cens := e.trusted(now)
-	bins, total := collectCensored(sk, cens, nil)
+	bins, total := collectCensored(nil, sk, cens, nil)
 	return hedgedQuantileOf(q, delay, hedges, grant, bins, total)
 }
 
@@ -51,7 +53,7 @@ func (e *Estimator) Survival(d time.Duration, now time.Time) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sk, cens := e.trusted(now)
-	bins, total := collectCensored(sk, cens, nil)
+	bins, total := collectCensored(nil, sk, cens, nil)
 	if total <= 0 {
 		return 0
 	}
@@ -111,14 +113,41 @@ func hedgedQuantileOf(q float64, delay time.Duration, hedges int, grant float64,
 // collect merges the bins of the sketches into increasing order of value
 // with cumulative counts, and returns them with the total count.
 func collect(sketches []*ddsketch.DDSketch) ([]bin, float64) {
-	return collectScaled(sketches, nil)
+	return collectScaled(nil, sketches, nil)
 }
 
 // collectScaled is collect with the counts of sketches[i] multiplied by
-// scales[i] (nil: no scaling).
-func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
-	var bins []bin
+// scales[i] (nil: no scaling), its storage from sc (nil: allocated).
+func collectScaled(sc *Scratch, sketches []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
+	// Room for every bin at once, counted first: grown by append, the
+	// slice was copied over and over (most of a collection's cost), and
+	// the stores' index ranges are much wider than their bins where the
+	// latencies are few distinct values.
+	n := 0
+	for _, sk := range sketches {
+		n++ // the zero bin
+		st := sk.GetPositiveValueStore()
+		if sc != nil {
+			// Pooled storage: the index range, a bound, spares the
+			// count.
+			lo, err1 := st.MinIndex()
+			hi, err2 := st.MaxIndex()
+			if err1 == nil && err2 == nil {
+				n += hi - lo + 1
+			}
+			continue
+		}
+		st.ForEach(func(int, float64) bool {
+			n++
+			return false
+		})
+	}
+	bins := sc.alloc(n)
+	var runs [2]int // where the second and third sketch's bins begin
 	for i, sk := range sketches {
+		if i == 1 || i == 2 {
+			runs[i-1] = len(bins)
+		}
 		scale := 1.0
 		if scales != nil {
 			scale = scales[i]
@@ -126,23 +155,35 @@ func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, floa
 		if z := sk.GetZeroCount(); z > 0 {
 			bins = append(bins, bin{0, z * scale})
 		}
+		value := sk.Value
+		if std := stdValues(); std.mapping.Equals(sk.IndexMapping) {
+			value = std.value
+		}
 		sk.GetPositiveValueStore().ForEach(func(index int, count float64) bool {
-			bins = append(bins, bin{sk.Value(index), count * scale})
+			bins = append(bins, bin{value(index), count * scale})
 			return false
 		})
 	}
 	if len(bins) == 0 {
 		return nil, 0
 	}
-	slices.SortFunc(bins, func(a, b bin) int {
-		switch {
-		case a.v < b.v:
-			return -1
-		case a.v > b.v:
-			return 1
-		}
-		return 0
-	})
+	// Each sketch's bins come in increasing order: one sketch's are
+	// sorted, two sketches' (an estimator's windows) are merged.
+	switch len(sketches) {
+	case 1:
+	case 2:
+		bins = merge(sc, bins[:runs[0]], bins[runs[0]:])
+	default:
+		slices.SortFunc(bins, func(a, b bin) int {
+			switch {
+			case a.v < b.v:
+				return -1
+			case a.v > b.v:
+				return 1
+			}
+			return 0
+		})
+	}
 	// Merge equal values and accumulate.
 	out := bins[:0]
 	var cum float64
@@ -157,6 +198,28 @@ func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, floa
 	return out, cum
 }
 
+// merge returns the bins of a and b, each in increasing order of value, in
+// increasing order of value (a's before b's of the same value), its
+// storage from sc (nil: allocated).
+func merge(sc *Scratch, a, b []bin) []bin {
+	if len(a) == 0 || len(b) == 0 || a[len(a)-1].v <= b[0].v {
+		return append(a, b...) // already in order (b follows a in memory)
+	}
+	out := sc.alloc(len(a) + len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if b[j].v < a[i].v {
+			out = append(out, b[j])
+			j++
+		} else {
+			out = append(out, a[i])
+			i++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
 // collectCensored is collectScaled for sketches holding censored
 // observations too, cens[i] being the censored part of sketches[i]: the
 // mass of each censored observation is spread over the observations longer
@@ -165,12 +228,12 @@ func collectScaled(sketches []*ddsketch.DDSketch, scales []float64) ([]bin, floa
 // Mass left after the longest observation — every observation past some
 // point censored — stays on that longest value: the tail beyond what was
 // seen is unknown, and this is its lower bound.
-func collectCensored(sketches, cens []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
-	all, total := collectScaled(sketches, scales)
+func collectCensored(sc *Scratch, sketches, cens []*ddsketch.DDSketch, scales []float64) ([]bin, float64) {
+	all, total := collectScaled(sc, sketches, scales)
 	if total <= 0 {
 		return all, total
 	}
-	censored, ctotal := collectScaled(cens, scales)
+	censored, ctotal := collectScaled(sc, cens, scales)
 	if ctotal <= 0 {
 		return all, total
 	}
@@ -179,7 +242,10 @@ func collectCensored(sketches, cens []*ddsketch.DDSketch, scales []float64) ([]b
 	s, atRisk := 1.0, total
 	var prevAll, prevCens, cum float64
 	j := 0
-	out := all[:0:0]
+	// Written over all as it is read: out never has more bins than all
+	// has read.
+	last := all[len(all)-1].v
+	out := all[:0]
 	for _, b := range all {
 		n := b.cum - prevAll // observations at this value, censored included
 		prevAll = b.cum
@@ -206,7 +272,6 @@ func collectCensored(sketches, cens []*ddsketch.DDSketch, scales []float64) ([]b
 		}
 	}
 	if rest := s * total; rest > 1e-9*total || len(out) == 0 {
-		last := all[len(all)-1].v
 		if k := len(out); k > 0 && out[k-1].v == last {
 			out[k-1].cum += rest
 		} else {
@@ -242,4 +307,37 @@ func survival(bins []bin, total, t float64) float64 {
 		return 1
 	}
 	return 1 - bins[i-1].cum/total
+}
+
+// stdValues holds the value of every bin of the default mapping (relative
+// accuracy 1 %) from a nanosecond to 300 years, made on first use: a
+// collection looks them up instead of computing an exponential for each of
+// a few hundred bins.
+var stdValues = sync.OnceValue(func() *valueTable { return newValueTable(DefaultRelativeAccuracy) })
+
+// valueTable is the values of the bins of one mapping, from index lo on.
+type valueTable struct {
+	mapping *mapping.LogarithmicMapping
+	lo      int
+	values  []float64
+}
+
+func newValueTable(relativeAccuracy float64) *valueTable {
+	m, err := mapping.NewLogarithmicMapping(relativeAccuracy)
+	if err != nil {
+		panic(err)
+	}
+	t := &valueTable{mapping: m, lo: m.Index(1e-9)}
+	for i := t.lo; i <= m.Index(1e10); i++ {
+		t.values = append(t.values, m.Value(i))
+	}
+	return t
+}
+
+// value is mapping.Value(index), looked up.
+func (t *valueTable) value(index int) float64 {
+	if i := index - t.lo; i >= 0 && i < len(t.values) {
+		return t.values[i]
+	}
+	return t.mapping.Value(index)
 }

@@ -1,0 +1,137 @@
+package tailcut
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/latency"
+)
+
+// TestAllocateShortcuts pins allocateAt's shortcuts, the ceiling and the
+// guess, to the plain bisection (no guess, no ceiling): on two-group
+// allocations (the exact search) the same Target percentile and the same
+// schedules from every guess, and with a ceiling below that percentile a
+// value above the ceiling; on four groups (the relaxation, which takes no
+// shortcut) the same answer whatever the guess.
+func TestAllocateShortcuts(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(9, 10))
+	// dist draws n latencies of gen, each × slow with probability miss.
+	dist := func(n int, slow, miss float64) latency.Distribution {
+		s, _ := latency.NewSnapshot(0)
+		for range n {
+			d := gen(r)
+			if r.Float64() < miss {
+				d = time.Duration(float64(d) * slow)
+			}
+			s.Add(d)
+		}
+		d, _ := s.Distribution()
+		return d
+	}
+	type class struct {
+		n          int
+		slow, miss float64
+		where      bool
+	}
+	cases := map[string][]class{
+		"cold and warm":    {{2000, 8, 0.5, false}, {18000, 1, 0, false}},
+		"2× and 1×":        {{10000, 2, 1, false}, {10000, 1, 0, false}},
+		"slow replica":     {{5000, 4, 1, true}, {15000, 1, 0, true}},
+		"alike":            {{10000, 1, 0, false}, {10000, 1, 0, false}},
+		"four size groups": {{5000, 1, 0, false}, {5000, 2, 1, false}, {5000, 4, 1, false}, {5000, 8, 1, false}},
+	}
+	for name, cls := range cases {
+		owns := make([]latency.Distribution, len(cls))
+		var total float64
+		for i, c := range cls {
+			owns[i] = dist(c.n, c.slow, c.miss)
+			total += float64(c.n)
+		}
+		key := owns[0]
+		for _, o := range owns[1:] {
+			key = latency.Mix(key, o, key.Count()/(key.Count()+o.Count()))
+		}
+		groups := func() []allocGroup {
+			gs := make([]allocGroup, len(cls))
+			for i, c := range cls {
+				mixed := latency.Mix(owns[i], key, float64(c.n)/(float64(c.n)+predictPrior))
+				hedge := mixed
+				if c.where {
+					hedge = key
+				}
+				gs[i] = allocGroup{i: i, own: owns[i], dist: mixed, hedge: hedge, share: float64(c.n) / total}
+			}
+			return gs
+		}
+		const rate = 0.08
+		var g0 float64
+		plain := groups()
+		want := p.allocateAt(plain, rate, 1, math.Inf(1), &g0)
+		if g0 != want || math.IsInf(want, 0) || want <= 0 {
+			t.Fatalf("%s: plain search %v, guess left %v", name, want, g0)
+		}
+		exact := len(cls) == 2
+		for _, f := range []float64{0, 1, 1 - 1e-6, 1 + 1e-6, 0.99, 1.01, 0.9, 1.1, 0.5, 2, 10, 1e-4} {
+			for _, c := range []float64{math.Inf(1), 1.5, 1, 1 - 1e-6, 0.9, 0.3} {
+				guess, ceiling := f*want, c*want
+				gs := groups()
+				got := p.allocateAt(gs, rate, 1, ceiling, &guess)
+				if exact && ceiling < want {
+					if !(got > ceiling) {
+						t.Errorf("%s, guess %.6g×, ceiling %.6g×: %v, want above the ceiling %v", name, f, c, got, ceiling)
+					}
+					continue
+				}
+				if got != want {
+					t.Errorf("%s, guess %.6g×, ceiling %.6g×: %v, plain search %v", name, f, c, got, want)
+				}
+				for i := range gs {
+					if gs[i].delay != plain[i].delay || gs[i].limit != plain[i].limit {
+						t.Errorf("%s, guess %.6g×, ceiling %.6g×: group %d at %v × %d, plain search %v × %d", name, f, c, i, gs[i].delay, gs[i].limit, plain[i].delay, plain[i].limit)
+					}
+				}
+				if exact && guess != want {
+					t.Errorf("%s, guess %.6g×: guess left %v, want the answer %v", name, f, guess, want)
+				}
+			}
+		}
+		// The relaxation's pick, over the live candidates at the last t
+		// tested (budgets from 1 % to 50 % for several t), chooses what a
+		// scan of every candidate does.
+		pruned := 0
+		for _, rate := range []float64{0.01, 0.03, 0.08, 0.2, 0.5} {
+			gs := groups()
+			var g0 float64
+			p.allocateAt(gs, rate, 1, math.Inf(1), &g0)
+			for i := range gs {
+				g := &gs[i]
+				pruned += g.n - g.nlive
+				for x := -12.0; x <= 9; x += 0.05 {
+					lambda := math.Pow(10, x)
+					if x < -11.9 {
+						lambda = 0
+					}
+					want, bv := 0, math.Inf(1)
+					for j, c := range g.cand[:g.n] {
+						if v := c.surv + lambda*c.cost; v < bv-1e-15 {
+							want, bv = j, v
+						}
+					}
+					if got := g.pick(lambda); got != want {
+						t.Fatalf("%s, budget %v, group %d, λ %v: pick %d, every candidate %d", name, rate, i, lambda, got, want)
+					}
+				}
+			}
+		}
+		if pruned == 0 {
+			t.Errorf("%s: no candidate pruned", name)
+		}
+	}
+}
