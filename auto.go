@@ -125,7 +125,7 @@ type AutoChoice struct {
 	Hedges     int
 	// Target is the percentile predicted: the Config's (0.99 for the
 	// p99), or for a while after the latency shifted up a deeper one, at
-	// most the p97.5 for the p99, while the faster requests served before
+	// most the p97 for the p99, while the faster requests served before
 	// the shift still count in the percentile the key serves
 	// (servedTarget).
 	Target float64
@@ -508,11 +508,14 @@ func (p *Policy) chooseSchedule(dist latency.Distribution, target float64) AutoC
 // Target is kept.
 
 // autoServedDepth bounds how far below the Target the auto delay aims after
-// a shift (servedTarget), as a multiple of 1 − Target: the p97.5 for the
-// p99. On drift, 2 (the p98) left the run's p99 0.05 ms above static
-// 26 ms's on seed 2 of 5; 3 cut it a further 0.1 ms for 5–20 ms of
-// p99.9.
-const autoServedDepth = 2.5
+// a shift (servedTarget), as a multiple of 1 − Target: the p97 for the
+// p99. On drift the run's p99 is the slow half's p98. Aiming no deeper
+// than the p98 (2), the best static delay's p99 was below the auto
+// delay's on seed 2 of 1–5 (by 0.05 ms); at the p97.5 (2.5), on seeds 7
+// and 10 of 1–10 (by 0.07 and 0.01 ms); at the p97, on none (the auto
+// delay lower by 0.11–0.66 ms), with a p99.9 of 71–110 ms, as static
+// 26 ms's (73–111 ms on seeds 1–5).
+const autoServedDepth = 3
 
 // autoServedMin is how many of the requests served before a shift must be
 // above their own Target percentile (b·(1 − Target): 1,000 requests for

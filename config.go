@@ -62,7 +62,7 @@ type Config struct {
 	// It is a percentile of the traffic the key serves: for a while after
 	// its latency shifts up, the faster requests served before still count,
 	// and the auto delay aims at a deeper percentile of the new traffic (at
-	// most the p97.5 for the p99; see AutoChoice.Target).
+	// most the p97 for the p99; see AutoChoice.Target).
 	// Ignored when Quantile is set.
 	Target float64
 
