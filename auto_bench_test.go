@@ -14,7 +14,7 @@ func BenchmarkAutoRecompute(b *testing.B) {
 	dist, _ := p.keys["k"].est.Distribution(now)
 	b.ReportAllocs()
 	for b.Loop() {
-		p.chooseSchedule(dist)
+		p.chooseSchedule(dist, p.cfg.Target)
 	}
 }
 
@@ -26,7 +26,7 @@ func BenchmarkAutoKeepRegime(b *testing.B) {
 	p, _ := New(Config{Window: time.Hour})
 	now := learn(p, "k", trimodal(0.112), 20_000)
 	dist, _ := p.keys["k"].est.Distribution(now)
-	ch := p.chooseSchedule(dist)
+	ch := p.chooseSchedule(dist, p.cfg.Target)
 	inc := ch
 	inc.Delay, inc.level = 121*time.Millisecond, 320*time.Millisecond
 	b.ReportAllocs()

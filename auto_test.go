@@ -347,14 +347,14 @@ func TestAutoKeepsItsRegime(t *testing.T) {
 	}
 	steady, wandered, grown := distOf("steady", 0.10), distOf("wandered", 0.112), distOf("grown", 0.2)
 	gap := 200 * time.Millisecond
-	inc := p.keepRegime(steady, p.chooseSchedule(steady), nil)
+	inc := p.keepRegime(steady, p.chooseSchedule(steady, p.cfg.Target), nil)
 	for range 20 { // recomputations on the steady distribution
-		inc = p.keepRegime(steady, p.chooseSchedule(steady), &inc)
+		inc = p.keepRegime(steady, p.chooseSchedule(steady, p.cfg.Target), &inc)
 	}
 	if inc.Delay >= gap {
 		t.Fatalf("steady: delay %v, want the gap below %v", inc.Delay, gap)
 	}
-	alone := p.chooseSchedule(wandered)
+	alone := p.chooseSchedule(wandered, p.cfg.Target)
 	if alone.Delay < gap {
 		t.Fatalf("wandered, alone: delay %v, want past the first slow mode (the test's premise)", alone.Delay)
 	}
@@ -364,7 +364,7 @@ func TestAutoKeepsItsRegime(t *testing.T) {
 	if got := p.keepRegime(wandered, alone, &inc); got.Delay != inc.Delay {
 		t.Errorf("wandered, gap in force (level %v): delay %v, want the incumbent's %v", inc.level, got.Delay, inc.Delay)
 	}
-	own := p.chooseSchedule(grown)
+	own := p.chooseSchedule(grown, p.cfg.Target)
 	if got := p.keepRegime(grown, own, &inc); got.Delay != own.Delay {
 		t.Errorf("grown, gap in force (level %v): delay %v, want the window's own %v", inc.level, got.Delay, own.Delay)
 	}

@@ -59,6 +59,10 @@ type Config struct {
 	Quantile float64
 
 	// Target is the percentile the auto delay minimises. Zero means 0.99.
+	// It is a percentile of the traffic the key serves: for a while after
+	// its latency shifts up, the faster requests served before still count,
+	// and the auto delay aims at a deeper percentile of the new traffic (at
+	// most the p97 for the p99; see AutoChoice.Target).
 	// Ignored when Quantile is set.
 	Target float64
 

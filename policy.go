@@ -203,8 +203,9 @@ type keyState struct {
 	shifts       atomic.Int64                     // windows restarted after a shift
 	firstGranted atomic.Int64                     // first hedges granted (sent, or would be in a dry run)
 
-	mu          sync.Mutex // serialises recomputation
-	lowEvidence float64    // shift.go: evidence for a downward shift; guarded by mu
+	mu          sync.Mutex   // serialises recomputation
+	lowEvidence float64      // shift.go: evidence for a downward shift; guarded by mu
+	served      servedBefore // auto.go: the traffic served before the last shift; guarded by mu
 
 	breaker breaker
 	diag    diagnosis
@@ -534,6 +535,7 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	var d time.Duration
 	var ok bool
 	if p.auto && ks.warm.Load() && p.shifted(ks) {
+		p.rememberServed(ks, now)
 		ks.est.Restart(now)
 		ks.shifts.Add(1)
 		ks.lowEvidence = 0

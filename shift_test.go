@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -41,8 +42,11 @@ func hedgedRun(p *Policy, r *rand.Rand, gen func(*rand.Rand) time.Duration, scal
 // more primaries outlive it than its schedule predicted, relearns from the
 // new latencies alone, and settles within 10 % of the delay it reaches on
 // the new distribution from scratch — long before a window (30 s, 30,000
-// requests here) would have rotated the old latencies out. When the
-// latency falls back, it follows again.
+// requests here) would have rotated the old latencies out. (From scratch
+// for the percentile it then aims at: the 20,000 faster requests before
+// the shift still count, and 10,000 after it serve the p97 of the new
+// ones; see TestAutoCountsTheTrafficBeforeAShift.) When the latency falls
+// back, it follows again.
 func TestAutoFollowsAShift(t *testing.T) {
 	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
 	p, _ := New(Config{})
@@ -52,7 +56,7 @@ func TestAutoFollowsAShift(t *testing.T) {
 	if s := p.Stats().Keys[0].Shifts; s != 0 {
 		t.Fatalf("%d shifts on a steady distribution", s)
 	}
-	ref, _ := New(Config{})
+	ref, _ := New(Config{Target: 1 - autoServedDepth*(1-DefaultTarget)})
 	_, fresh := hedgedRun(ref, rand.New(rand.NewPCG(3, 4)), gen, 3, 10_000, now)
 	want := fresh[len(fresh)-1]
 
@@ -95,5 +99,60 @@ func TestAutoNoShiftOnSteadyTraffic(t *testing.T) {
 		if s := p.Stats().Keys[0].Shifts; s != 0 {
 			t.Errorf("%s: %d shifts on steady traffic", name, s)
 		}
+	}
+}
+
+// TestAutoCountsTheTrafficBeforeAShift: after the latency triples, the
+// requests served before the shift, all faster, still count in the
+// percentile the key serves, so the auto delay aims at a deeper one of
+// the new traffic — the p97 at first (autoServedDepth), the
+// 1 − 0.01·(b + n)/n of b requests before and n after once that is
+// shallower — and at the Target again once the old requests have left the
+// windows. After the latency falls back, the old (slower) requests hold
+// the tail whatever the schedule: the Target is kept. So is it after a
+// shift that follows too few requests to be a regime.
+func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	p, _ := New(Config{Window: 10 * time.Second})
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1_700_000_000, 0)
+	target := func() float64 { return p.Stats().Keys[0].Auto.Target }
+	now, _ = hedgedRun(p, r, gen, 1, 10_000, now)
+	if got := target(); got != 0.99 {
+		t.Fatalf("steady: target %v, want 0.99", got)
+	}
+	now, _ = hedgedRun(p, r, gen, 3, 1_000, now)
+	if p.Stats().Keys[0].Shifts != 1 {
+		t.Fatalf("%d shifts after the latency tripled, want 1", p.Stats().Keys[0].Shifts)
+	}
+	if got := target(); math.Abs(got-0.97) > 1e-9 {
+		t.Errorf("1,000 requests after the shift: target %v, want 0.97", got)
+	}
+	now, _ = hedgedRun(p, r, gen, 3, 9_000, now)
+	b, n := p.keys["k"].served.n, p.keys["k"].basis.Load()
+	if want := 1 - 0.01*(b+float64(n))/float64(n); b < 5_000 || math.Abs(target()-want) > 1e-9 || want < 0.97 {
+		t.Errorf("10,000 requests after the shift (%v before, %d after): target %v, want %v", b, n, target(), want)
+	}
+	now, _ = hedgedRun(p, r, gen, 3, 12_000, now) // past 2 × Window
+	if got := target(); got != 0.99 {
+		t.Errorf("the old requests out of the windows: target %v, want 0.99", got)
+	}
+	_, _ = hedgedRun(p, r, gen, 1, 2_000, now)
+	if p.Stats().Keys[0].Shifts != 2 {
+		t.Fatalf("%d shifts after the latency fell back, want 2", p.Stats().Keys[0].Shifts)
+	}
+	if got := target(); got != 0.99 {
+		t.Errorf("after the latency fell back: target %v, want 0.99", got)
+	}
+
+	// A shift after a few hundred requests (a warm-up) counts nothing.
+	w, _ := New(Config{})
+	now, _ = hedgedRun(w, r, gen, 1, 300, time.Unix(1_700_000_000, 0))
+	hedgedRun(w, r, gen, 3, 1_000, now)
+	if w.Stats().Keys[0].Shifts < 1 {
+		t.Fatal("no shift after 300 requests")
+	}
+	if got := w.Stats().Keys[0].Auto.Target; got != 0.99 {
+		t.Errorf("shift after a warm-up: target %v, want 0.99", got)
 	}
 }
