@@ -42,7 +42,8 @@ import (
 //
 // The schedules are cached and recomputed together at a quarter of the
 // key's pace (when a bucket's observations grow fourfold, or by
-// 4 × autoRecomputeEvery, and on window rotation): never per request. When the key's latency shifts
+// 4 × autoRecomputeEvery — by a sixteenth past 16,384 — and on window
+// rotation): never per request. When the key's latency shifts
 // (shift.go), its buckets restart too. A recomputation costs tens of µs
 // with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
 // paid by the request that triggers it: its search starts from the last
@@ -187,8 +188,14 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
 		// four, BenchmarkModelRecompute{,4} from no guess at load average
 		// 4.3–5.1; less where the last answer holds) at a quarter of the
-		// key's pace.
-		every = modelEvery * autoEvery(b.basis.Load())
+		// key's pace, and once a bucket has many observations when they
+		// have grown by a sixteenth (modelGrowth): a schedule made from n
+		// samples moves little with n/16 more, and on a busy key with
+		// many buckets (nine value classes: a recomputation of about
+		// 1 ms) every 1,024 of the largest one's would cost more per
+		// request than the rest of the model.
+		basis := b.basis.Load()
+		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
 	}
 	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
 		p.computeModel(ks, now)
@@ -496,6 +503,11 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 // modelEvery is how many times the observations a bucket waits for,
 // against its key's cadence, before the model is recomputed.
 const modelEvery = 4
+
+// modelGrowth: past modelGrowth × modelEvery × autoRecomputeEvery
+// (16,384) observations, a bucket waits for a modelGrowth-th more before
+// the model is recomputed.
+const modelGrowth = 16
 
 // allocSpaced is the number of geometrically spaced candidate delays of a group,
 // beside its quantiles at allocRates.
