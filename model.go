@@ -161,12 +161,15 @@ func (t *bucketTable) find(h uint64) *bucket {
 //
 // With one value instead of labels (BenchmarkDecisionPathValues: a value
 // that scales the latency, nine class buckets whose schedules are used on
-// a third to a half of the requests), BeginWith cost 167–228 ns more than
-// Begin, and 57–68 ns with a value that carries no signal (no bucket):
-// CPU time measured as above, 3 runs side by side at load average 5.0–5.8
-// (it was 389–447 and 39–142 ns before the regression was sampled and
-// the model's recomputations spaced by a sixteenth of a large bucket's
-// observations; wall clock 622–1,215 ns against 446–546 ns for Begin).
+// a third to a half of the requests), BeginWith cost 87–417 ns more than
+// Begin (median 277; 167–228 in the quietest 3 runs), and −81–192 ns
+// with a value that carries no signal (no bucket; median 68): CPU time
+// measured as above, 11 runs side by side at load average 4.7–5.8, where
+// it swung far more than with labels (the nine buckets' sketches do not
+// stay in cache beside other sessions' work). It was 341–729 (median
+// 493) and −11–294 ns (median 142) in the same runs, before the
+// regression was sampled and the model's recomputations spaced by a
+// sixteenth of a large bucket's observations.
 // Past the regression (about 50 ns), it is the class bucket's estimator
 // learning the primary and the model's recomputation over nine buckets,
 // about 1 ms each, made about every 15,000 requests there.

@@ -59,9 +59,10 @@ import (
 // (BenchmarkRegression, 4,000,000 requests under perf stat, 3 runs at
 // load average 4.6–5.9 on the shared 2-core machine; 83–98 ns unsampled
 // in the same runs). On the decision path (BenchmarkDecisionPathValues,
-// the size-scaled latencies), BeginWith with a value cost 167–228 ns
-// more than Begin in CPU time where the classes' buckets are used, and
-// 57–68 ns with a value that carries no signal (BeginWith's doc).
+// the size-scaled latencies), BeginWith with a value cost 87–417 ns
+// (median 277) more than Begin in CPU time where the classes' buckets
+// are used, and at most 192 ns (median 68) with a value that carries no
+// signal, 11 runs at load average 4.7–5.8 (BeginWith's doc).
 
 // regTau is the quantile the regression predicts: near where a hedge delay
 // lies under a budget of a few per cent to 10 %, so the class says where a
