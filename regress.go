@@ -85,7 +85,8 @@ const (
 	// the update's cost on the request path. Sampled from the first
 	// step after warm-up it lost 3 points of the gap closed on the lab's
 	// size-scaled scenario (the SGD's early steps are what it learns
-	// from); from here none (docs/EXPERIMENTS.md §9).
+	// from); from here none with the value alone, 1 with the label too
+	// (docs/EXPERIMENTS.md §9).
 	regSample      = 4
 	regSampleAfter = 20000
 	// regHorizon is the number of observations (steps) the running
