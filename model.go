@@ -42,7 +42,8 @@ import (
 //
 // The schedules are cached and recomputed together at a quarter of the
 // key's pace (when a bucket's observations grow fourfold, or by
-// 4 × autoRecomputeEvery, and on window rotation): never per request. When the key's latency shifts
+// 4 × autoRecomputeEvery — by a sixteenth past 16,384 — and on window
+// rotation): never per request. When the key's latency shifts
 // (shift.go), its buckets restart too. A recomputation costs tens of µs
 // with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
 // paid by the request that triggers it: its search starts from the last
@@ -136,8 +137,9 @@ func (t *bucketTable) find(h uint64) *bucket {
 // labels make a bucket of the class alone. Until some request's class is
 // other than the middle one (÷√2 to ×√2), as with values that carry no
 // signal, the requests are scheduled as their labels alone would be.
-// The regression's class and update cost about 75–130 ns a request
-// (BenchmarkRegression, on a loaded shared 2-core machine).
+// The regression's class and update cost 47–52 ns a request in CPU time
+// (BenchmarkRegression; past 20,000 steps it learns from one primary in
+// four).
 //
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
@@ -156,6 +158,21 @@ func (t *bucketTable) find(h uint64) *bucket {
 // primary, and the model's recomputation amortised (about every 1,100
 // requests on predictable). Short runs weigh the first recomputations
 // (made as the observations double) more.
+//
+// With one value instead of labels (BenchmarkDecisionPathValues: a value
+// that scales the latency, nine class buckets whose schedules are used on
+// a third to a half of the requests), BeginWith cost 87–417 ns more than
+// Begin (median 277; 167–228 in the quietest 3 runs), and −81–192 ns
+// with a value that carries no signal (no bucket; median 68): CPU time
+// measured as above, 11 runs side by side at load average 4.7–5.8, where
+// it swung far more than with labels (the nine buckets' sketches do not
+// stay in cache beside other sessions' work). It was 341–729 (median
+// 493) and −11–294 ns (median 142) in the same runs, before the
+// regression was sampled and the model's recomputations spaced by a
+// sixteenth of a large bucket's observations.
+// Past the regression (about 50 ns), it is the class bucket's estimator
+// learning the primary and the model's recomputation over nine buckets,
+// about 1 ms each, made about every 15,000 requests there.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
 	r := p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
@@ -187,8 +204,14 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
 		// four, BenchmarkModelRecompute{,4} from no guess at load average
 		// 4.3–5.1; less where the last answer holds) at a quarter of the
-		// key's pace.
-		every = modelEvery * autoEvery(b.basis.Load())
+		// key's pace, and once a bucket has many observations when they
+		// have grown by a sixteenth (modelGrowth): a schedule made from n
+		// samples moves little with n/16 more, and on a busy key with
+		// many buckets (nine value classes: a recomputation of about
+		// 1 ms) every 1,024 of the largest one's would cost more per
+		// request than the rest of the model.
+		basis := b.basis.Load()
+		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
 	}
 	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
 		p.computeModel(ks, now)
@@ -496,6 +519,11 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 // modelEvery is how many times the observations a bucket waits for,
 // against its key's cadence, before the model is recomputed.
 const modelEvery = 4
+
+// modelGrowth: past modelGrowth × modelEvery × autoRecomputeEvery
+// (16,384) observations, a bucket waits for a modelGrowth-th more before
+// the model is recomputed.
+const modelGrowth = 16
 
 // allocSpaced is the number of geometrically spaced candidate delays of a group,
 // beside its quantiles at allocRates.

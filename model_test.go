@@ -246,3 +246,45 @@ func FuzzFeatures(f *testing.F) {
 		}
 	})
 }
+
+// The model is recomputed when a bucket's observations since the last
+// computation reach a quarter of the key's pace (4 × autoEvery of its
+// basis) or, past 16,384, a sixteenth of its basis: on a busy key the
+// recomputations thin out as the sample grows.
+func TestModelCadence(t *testing.T) {
+	p, err := New(Config{Predictive: true, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	f := Features{}.With("a")
+	now := time.Unix(1_700_000_000, 0)
+	var b *bucket
+	computes, late := 0, 0
+	for i := range 60_000 {
+		var since, basis int32
+		if b != nil {
+			since, basis = b.sinceCompute.Load(), b.basis.Load()
+		}
+		req := p.BeginWith("k", &f, now)
+		if b == nil {
+			b = bucketOf(t, p, "k", f)
+		} else if b.sinceCompute.Load() < since {
+			computes++
+			if want := max(modelEvery*autoEvery(basis), basis/modelGrowth); since != want {
+				t.Fatalf("request %d: recomputed after %d observations at basis %d, want %d", i, since, basis, want)
+			}
+			if basis/modelGrowth > modelEvery*autoRecomputeEvery {
+				late++
+			}
+		}
+		d := lognormalMS(r, 5)
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(time.Millisecond)
+	}
+	if late == 0 {
+		t.Errorf("%d recomputations, none past a basis of %d", computes, modelGrowth*modelEvery*autoRecomputeEvery)
+	}
+	t.Logf("%d recomputations, %d of them spaced by a sixteenth of the basis", computes, late)
+}

@@ -51,7 +51,18 @@ import (
 // The regression is updated under a mutex taken with TryLock — an update
 // that finds it taken is skipped, so a hot key's requests never wait on
 // one another — and its weights are published to the request path in
-// atomics every regPublish updates.
+// atomics every regPublish updates. Past regSampleAfter steps it learns
+// from one primary in regSample (every fourth, deterministically): its
+// step counts, horizon and publication are then in sampled primaries.
+//
+// Cost: the class and the update, 47–52 ns a request in CPU time
+// (BenchmarkRegression, 4,000,000 requests under perf stat, 3 runs at
+// load average 4.6–5.9 on the shared 2-core machine; 83–98 ns unsampled
+// in the same runs). On the decision path (BenchmarkDecisionPathValues,
+// the size-scaled latencies), BeginWith with a value cost 87–417 ns
+// (median 277) more than Begin in CPU time where the classes' buckets
+// are used, and at most 192 ns (median 68) with a value that carries no
+// signal, 11 runs at load average 4.7–5.8 (BeginWith's doc).
 
 // regTau is the quantile the regression predicts: near where a hedge delay
 // lies under a budget of a few per cent to 10 %, so the class says where a
@@ -68,8 +79,18 @@ const (
 	// regPublish is how many updates the request path's copy of the
 	// weights lags by at most.
 	regPublish = 32
-	// regHorizon is the number of observations the running means,
-	// variances and averaged weights remember.
+	// regSample and regSampleAfter: once the regression has taken
+	// regSampleAfter steps (twice regHorizon), one primary in regSample
+	// updates it (every regSample-th, deterministically): a quarter of
+	// the update's cost on the request path. Sampled from the first
+	// step after warm-up it lost 3 points of the gap closed on the lab's
+	// size-scaled scenario (the SGD's early steps are what it learns
+	// from); from here none with the value alone, 1 with the label too
+	// (docs/EXPERIMENTS.md §9).
+	regSample      = 4
+	regSampleAfter = 20000
+	// regHorizon is the number of observations (steps) the running
+	// means, variances and averaged weights remember.
 	regHorizon = 10000
 	// regEta0 and regEtaMin are the SGD step at the start and its floor;
 	// the step is regEta0/√(1 + t/regEtaT) in between.
@@ -90,8 +111,10 @@ const (
 
 // regressor is one key's online quantile regression.
 type regressor struct {
-	mu   sync.Mutex // guards the fields down to pub
-	n    int64      // SGD steps taken
+	seen atomic.Uint32 // primaries observed once sampled
+	thin atomic.Bool   // regSampleAfter steps taken: sample
+	mu   sync.Mutex    // guards the fields down to pub
+	n    int64         // SGD steps taken
 	cnt  [MaxValues]int64
 	mean [MaxValues]float64
 	vr   [MaxValues]float64 // running variance
@@ -139,7 +162,7 @@ func (g *regressor) class(x *[MaxValues]float32) int8 {
 // observe learns a primary's latency d for values x; censored: the primary
 // was cancelled at d by a winning hedge.
 func (g *regressor) observe(x *[MaxValues]float32, d time.Duration, censored bool) {
-	if !g.mu.TryLock() {
+	if g.thin.Load() && g.seen.Add(1)%regSample != 0 || !g.mu.TryLock() {
 		return
 	}
 	defer g.mu.Unlock()
@@ -187,6 +210,9 @@ func (g *regressor) observe(x *[MaxValues]float32, d time.Duration, censored boo
 		g.w[i+1] += eta * zi
 	}
 	g.n++
+	if g.n == regSampleAfter {
+		g.thin.Store(true)
+	}
 	h := 1 / float64(min(g.n, regHorizon))
 	for i := range g.avg {
 		g.avg[i] += (g.w[i] - g.avg[i]) * h

@@ -305,6 +305,31 @@ func BenchmarkRegression(b *testing.B) {
 	b.ReportMetric(float64(classed)/float64(max(i, 1)), "classed/op")
 }
 
+// The regression takes a step for every primary up to regSampleAfter
+// steps, then for one primary in regSample, and its prediction still
+// holds the synthetic map's p90 (TestRegressionConverges' points, looser).
+func TestRegressionSamples(t *testing.T) {
+	g := &regressor{}
+	r := rand.New(rand.NewPCG(5, 6))
+	const extra = 40_000
+	for i := range regSampleAfter + extra {
+		x, d := quantileMap(r)
+		g.observe(&[MaxValues]float32{float32(x[0]), float32(x[1]), nan32, nan32}, d, false)
+		if i == regSampleAfter-1 && (g.n != regSampleAfter || !g.thin.Load()) {
+			t.Fatalf("after %d primaries: %d steps, sampling %v", regSampleAfter, g.n, g.thin.Load())
+		}
+	}
+	if want := int64(regSampleAfter + extra/regSample); g.n != want {
+		t.Fatalf("%d steps after %d primaries, want %d", g.n, regSampleAfter+extra, want)
+	}
+	for _, x := range [][2]float64{{12, 2}, {14, 0.5}, {10, 3.5}} {
+		got, want := g.quantile(x[:]), mapQuantile(x)
+		if e := math.Abs(float64(got)/float64(want) - 1); e > 0.03 {
+			t.Errorf("p90 at %v: %v, want %v (%.1f %% off)", x, got, want, 100*e)
+		}
+	}
+}
+
 // fastLog is within 1e-7 of math.Log over latencies from 1 ns to hours.
 func TestFastLog(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
