@@ -34,26 +34,23 @@ type classCand struct {
 	lat  []time.Duration
 }
 
-// perClassLimit computes the limit on n requests of sc (seed) at extra
-// hedges per request, up to two hedges. ok is false for a scenario without
-// labels, whose label names the replica (the hedge escapes it), or with
-// more than three labels.
-func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit, bool) {
-	if sc.Label == nil || sc.LabelWhere {
-		return classLimit{}, false
-	}
+// classReq is one request of the per-class limit's draws: its first
+// three attempts' latencies.
+type classReq struct{ x [3]time.Duration }
+
+// perClassDraws draws n requests of sc (seed) on the limit's own stream:
+// their labels in order of first appearance, the requests by label, and
+// all of them.
+func perClassDraws(sc *Scenario, seed uint64, n int) (labels []string, byLabel map[string][]classReq, all []classReq) {
 	r := rand.New(rand.NewPCG(seed, streamPerClass))
-	type req struct{ x [3]time.Duration }
-	byLabel := map[string][]req{}
-	var labels []string
-	var all []req
+	byLabel = map[string][]classReq{}
 	for i := range n {
 		c := Call{Request: i, Requests: n}
 		c.Label = sc.Label(seed, c)
 		if sc.Value != nil {
 			c.Value = sc.Value(seed, c)
 		}
-		var q req
+		var q classReq
 		for a := range q.x {
 			c.Attempt = a
 			q.x[a] = sc.Draw(r, c).Total()
@@ -64,11 +61,46 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 		byLabel[c.Label] = append(byLabel[c.Label], q)
 		all = append(all, q)
 	}
+	return labels, byLabel, all
+}
+
+// classSchedule is the schedule of hedges at d (and 2d when k is 2) on
+// the requests rs: its hedges, and the requests' latencies under it,
+// sorted.
+func classSchedule(rs []classReq, d time.Duration, k int) classCand {
+	c := classCand{d: d, k: k, lat: make([]time.Duration, len(rs))}
+	sent := 0
+	for i, q := range rs {
+		l := q.x[0]
+		if l > d {
+			sent++
+			l = min(l, d+q.x[1])
+		}
+		if k == 2 && q.x[0] > 2*d && q.x[1] > d {
+			sent++
+			l = min(l, 2*d+q.x[2])
+		}
+		c.lat[i] = l
+	}
+	slices.Sort(c.lat)
+	c.cost = float64(sent)
+	return c
+}
+
+// perClassLimit computes the limit on n requests of sc (seed) at extra
+// hedges per request, up to two hedges. ok is false for a scenario without
+// labels, whose label names the replica (the hedge escapes it), or with
+// more than three labels.
+func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit, bool) {
+	if sc.Label == nil || sc.LabelWhere {
+		return classLimit{}, false
+	}
+	labels, byLabel, all := perClassDraws(sc, seed, n)
 	if len(labels) > 3 {
 		return classLimit{}, false
 	}
 	slices.Sort(labels)
-	cands := func(rs []req) []classCand {
+	cands := func(rs []classReq) []classCand {
 		p := make([]time.Duration, len(rs))
 		for i, q := range rs {
 			p[i] = q.x[0]
@@ -94,22 +126,7 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 		var out []classCand
 		for _, d := range ds {
 			for k := 1; k <= 2; k++ {
-				c := classCand{d: d, k: k, lat: make([]time.Duration, len(rs))}
-				sent := 0
-				for i, q := range rs {
-					l := q.x[0]
-					if l > d {
-						sent++
-						l = min(l, d+q.x[1])
-					}
-					if k == 2 && q.x[0] > 2*d && q.x[1] > d {
-						sent++
-						l = min(l, 2*d+q.x[2])
-					}
-					c.lat[i] = l
-				}
-				slices.Sort(c.lat)
-				c.cost = float64(sent)
+				c := classSchedule(rs, d, k)
 				out = append(out, c)
 			}
 		}
