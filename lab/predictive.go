@@ -67,7 +67,8 @@ func expPredictive(o Options) (*Outcome, error) {
 	scs := []*Scenario{pred, skew, sizeScenario(), noiseScenario(), bhope}
 	t := Table{Title: fmt.Sprintf("p99 and extra load, mean of %d seeds (per seed in the last columns)", predictiveSeeds),
 		Header: []string{"scenario", "adaptive p99 ms", "adaptive extra", "predictive p99 ms", "predictive extra", "oracle p99 ms", "oracle extra",
-			"gap closed (mean)", "gap closed per seed", "predictive extra ≤ adaptive's (seeds)", "per-class limit p99 ms", "limit's gap closed per seed"}}
+			"gap closed (mean)", "gap closed per seed", "predictive extra ≤ adaptive's (seeds)", "per-class limit p99 ms", "limit's gap closed per seed",
+			"gap closed, 90 % bootstrap interval per seed"}}
 	type agg struct {
 		closed        []float64
 		noMoreLoad    int
@@ -76,6 +77,7 @@ func expPredictive(o Options) (*Outcome, error) {
 		relP99, relEx float64 // worst |predictive/adaptive − 1|
 		limit         float64 // mean per-class limit, ms
 		limitClosed   []float64
+		interval      []string // per seed, the bootstrap interval of gap closed
 	}
 	res := map[string]*agg{}
 	for _, sc := range scs {
@@ -91,6 +93,11 @@ func expPredictive(o Options) (*Outcome, error) {
 			}
 			ad, pr, or := rs[0], rs[1], rs[2]
 			a.closed = append(a.closed, gapClosed(ad.P99, pr.P99, or.P99))
+			if lo, hi, ok := gapInterval(ad, pr, or, seed); ok {
+				a.interval = append(a.interval, wholePct(lo)+" to "+wholePct(hi))
+			} else {
+				a.interval = append(a.interval, "—")
+			}
 			// The most per-label fixed delays could close, at adaptive's
 			// extra load.
 			if l, ok := perClassLimit(sc, seed, o.requests(limitDraws), ad.ExtraLoad); ok {
@@ -123,7 +130,8 @@ func expPredictive(o Options) (*Outcome, error) {
 			mean = fmt.Sprintf("%.0f %%", sum/float64(n)*100)
 		}
 		t.Rows = append(t.Rows, []string{sc.Name, fmt.Sprintf("%.1f", a.ap), pctf(a.ae), fmt.Sprintf("%.1f", a.pp), pctf(a.pe),
-			fmt.Sprintf("%.1f", a.op), pctf(a.oe), mean, strings.Join(per, " / "), fmt.Sprintf("%d of %d", a.noMoreLoad, predictiveSeeds), lim, limPer})
+			fmt.Sprintf("%.1f", a.op), pctf(a.oe), mean, strings.Join(per, " / "), fmt.Sprintf("%d of %d", a.noMoreLoad, predictiveSeeds), lim, limPer,
+			strings.Join(a.interval, " / ")})
 	}
 	minClosed := func(name string) float64 {
 		m := math.Inf(1)
@@ -186,9 +194,11 @@ func expPredictive(o Options) (*Outcome, error) {
 			"replica-skew: %s (worst %s); bhope: predictive within %.2f %% of adaptive's p99 and %.2f %% of its extra load (no features: the same decisions). "+
 			"The per-class limit (the best fixed delays per label on %d independent draws, one or two hedges, at adaptive's extra load, no queueing) closes %s of the gap on predictable: "+
 			"where a hedge shares the request's slowness (cold requests miss on half their attempts; large requests are large on every attempt) no schedule chosen by label can reach the oracle, "+
-			"which knows the attempt. Where the label names a slow replica that the hedge avoids, it pays.",
+			"which knows the attempt. Where the label names a slow replica that the hedge avoids, it pays. "+
+			"A p99 over one run's requests is itself uncertain: per seed, the 90 %% paired bootstrap interval of the gap closed on predictable "+
+			"(the requests resampled alike in the three runs; not the noise of another run's decisions) is %s.",
 			yesNo(holds), rowClosed(t, 0), pctOrDash(pc), res["predictable"].noMoreLoad, predictiveSeeds, rowClosed(t, 1), pctOrDash(skc),
-			b.relP99*100, b.relEx*100, o.requests(limitDraws), t.Rows[0][11]) +
+			b.relP99*100, b.relEx*100, o.requests(limitDraws), t.Rows[0][11], t.Rows[0][12]) +
 			fmt.Sprintf(" Numeric values on size-scaled: the value closes %s of the gap (per seed %s), the size label %s, both %s; on noise the value leaves the policy's decisions as adaptive's (p99 %s off).",
 				vt.Rows[2][4], vt.Rows[2][5], vt.Rows[1][4], vt.Rows[3][4], vt.Rows[7][7]) + realNote,
 	}, nil
@@ -262,6 +272,16 @@ func perSeed(closed []float64) (per []string, sum float64, n int) {
 		n++
 	}
 	return per, sum, n
+}
+
+// wholePct formats a share as a whole percentage, a negative one with a
+// minus sign (and no "-0").
+func wholePct(f float64) string {
+	v := int(math.Round(f * 100))
+	if v < 0 {
+		return "−" + strconv.Itoa(-v) + " %"
+	}
+	return strconv.Itoa(v) + " %"
 }
 
 func rowClosed(t Table, i int) string { return t.Rows[i][7] }

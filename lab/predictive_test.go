@@ -1,7 +1,9 @@
 package lab
 
 import (
+	"slices"
 	"testing"
+	"time"
 )
 
 func TestParsePredictive(t *testing.T) {
@@ -63,8 +65,8 @@ func TestRunRealPredictive(t *testing.T) {
 
 // On predictable the cold label pays once the buckets' schedules are
 // searched exactly: seed 1 closes at least a third of the adaptive →
-// oracle gap at no more extra load (41 % when written; the per-class
-// limit is 42 % there). Every run is deterministic.
+// oracle gap at no more extra load (41 % when written, 37 % at 7497297;
+// the per-class limit is 64 % there). Every run is deterministic.
 func TestPredictivePredictable(t *testing.T) {
 	cfg := Config{Scenario: mustLookup(t, "predictable"), Seed: 1}
 	rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Oracle}})
@@ -94,6 +96,33 @@ func TestPerClassLimit(t *testing.T) {
 	if _, ok := perClassLimit(mustLookup(t, "bhope"), 1, 1000, 0.09); ok {
 		t.Error("bhope: a per-class limit without labels")
 	}
+}
+
+// The per-class limit's search is fine enough: on predictable's draws it
+// is no worse than the schedule the model settles on (cold requests
+// hedged after 10 ms, warm ones after 31 ms, one hedge each) at that
+// schedule's own cost. With candidate delays 1 % of quantile apart it was
+// 1.1 ms worse (42.47 against 41.38 ms, seed 1, 40,000 draws).
+func TestPerClassLimitFine(t *testing.T) {
+	sc := mustLookup(t, "predictable")
+	const n = 40000
+	_, byLabel, _ := perClassDraws(sc, 1, n)
+	cold := classSchedule(byLabel[labelCold], 10*time.Millisecond, 1)
+	warm := classSchedule(byLabel[labelWarm], 31*time.Millisecond, 1)
+	lat := slices.Sorted(slices.Values(append(slices.Clone(cold.lat), warm.lat...)))
+	p99, cost := pct(int64s(lat), 0.99), (cold.cost+warm.cost)/n
+	l, ok := perClassLimit(sc, 1, n, cost)
+	if !ok || !(l.PerClass <= p99) {
+		t.Errorf("per-class limit %v at extra %.4f; the model's schedule reaches %v", l.PerClass, cost, p99)
+	}
+}
+
+func int64s(ds []time.Duration) []int64 {
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = int64(d)
+	}
+	return out
 }
 
 // The predictive strategy's features parse and print back.
