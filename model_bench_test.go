@@ -164,34 +164,12 @@ func BenchmarkDecisionPathPredictable(b *testing.B) {
 			name = "BeginWith"
 		}
 		b.Run(name, func(b *testing.B) {
-			p, err := New(Config{Predictive: predictive})
-			if err != nil {
-				b.Fatal(err)
-			}
-			t0 := time.Unix(1_700_000_000, 0)
-			b.ReportAllocs()
-			i := 0
-			predicted := 0
-			for b.Loop() {
-				now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
-				lat := lats[i%n]
-				var r Request
+			benchRequests(b, Config{Predictive: predictive}, lats, func(p *Policy, i int, now time.Time) Request {
 				if predictive {
-					r = p.BeginWith("backend:8080", &fs[cls[i%n]], now)
-				} else {
-					r = p.Begin("backend:8080", now)
+					return p.BeginWith("backend:8080", &fs[cls[i%n]], now)
 				}
-				if r.Predicted() {
-					predicted++
-				}
-				if i%100 == 0 {
-					p.Hedge(&r, now)
-				}
-				p.Observe(&r, 0, lat, Completed, now.Add(lat))
-				p.End(&r, 0, now.Add(lat))
-				i++
-			}
-			b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
+				return p.Begin("backend:8080", now)
+			})
 		})
 	}
 }
@@ -218,39 +196,48 @@ func BenchmarkDecisionPathValues(b *testing.B) {
 	}
 	for _, mode := range []string{"Begin", "BeginWith", "NoSignal"} {
 		b.Run(mode, func(b *testing.B) {
-			p, err := New(Config{Predictive: mode != "Begin"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			t0 := time.Unix(1_700_000_000, 0)
-			b.ReportAllocs()
-			i := 0
-			predicted := 0
-			for b.Loop() {
-				now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
-				lat := lats[i%n]
-				var r Request
+			benchRequests(b, Config{Predictive: mode != "Begin"}, lats, func(p *Policy, i int, now time.Time) Request {
 				switch mode {
 				case "Begin":
-					r = p.Begin("backend:8080", now)
+					return p.Begin("backend:8080", now)
 				case "BeginWith":
 					f := Features{}.Value(xs[i%n])
-					r = p.BeginWith("backend:8080", &f, now)
+					return p.BeginWith("backend:8080", &f, now)
 				default:
 					f := Features{}.Value(noise[i%n])
-					r = p.BeginWith("backend:8080", &f, now)
+					return p.BeginWith("backend:8080", &f, now)
 				}
-				if r.Predicted() {
-					predicted++
-				}
-				if i%100 == 0 {
-					p.Hedge(&r, now)
-				}
-				p.Observe(&r, 0, lat, Completed, now.Add(lat))
-				p.End(&r, 0, now.Add(lat))
-				i++
-			}
-			b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
+			})
 		})
 	}
+}
+
+// benchRequests runs b.N requests of a policy of cfg on one key, a request
+// every 100 µs of virtual time, the i-th begun by begin and taking
+// lats[i % len(lats)], one in a hundred hedged: the request path of Begin
+// (or BeginWith), Hedge, Observe and End. It reports the share of requests
+// on their feature bucket's own schedule (predicted/op).
+func benchRequests(b *testing.B, cfg Config, lats []time.Duration, begin func(p *Policy, i int, now time.Time) Request) {
+	p, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	b.ReportAllocs()
+	i, predicted := 0, 0
+	for b.Loop() {
+		now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+		lat := lats[i%len(lats)]
+		r := begin(p, i, now)
+		if r.Predicted() {
+			predicted++
+		}
+		if i%100 == 0 {
+			p.Hedge(&r, now)
+		}
+		p.Observe(&r, 0, lat, Completed, now.Add(lat))
+		p.End(&r, 0, now.Add(lat))
+		i++
+	}
+	b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
 }

@@ -229,22 +229,32 @@ func FuzzFeatures(f *testing.F) {
 		for i := range int(n % 8) {
 			ft = ft.With([]string{a, b, c}[i%3])
 		}
-		for range 3 {
-			now = now.Add(time.Millisecond)
-			req := p.BeginWith("k", &ft, now)
-			if req.Predicted() && ft.Len() == 0 {
-				t.Fatal("a request without labels took a bucket's schedule")
-			}
-			if req.Delay() < 0 {
-				t.Fatalf("negative delay %v", req.Delay())
-			}
-			p.Observe(&req, 0, time.Duration(lat), Completed, now)
-			p.End(&req, 0, now)
-		}
-		if len(p.Buckets("k", now)) > 4 {
-			t.Fatal("more buckets than FeatureBuckets")
-		}
+		now = fuzzRequests(t, p, &ft, lat, now)
 	})
+}
+
+// fuzzRequests runs three requests of features ft and latency lat through
+// p (FeatureBuckets 4) from now, and checks what must hold whatever the
+// input: no bucket's schedule without labels or values, no negative delay,
+// no more buckets than FeatureBuckets. It returns the time it reached.
+func fuzzRequests(t *testing.T, p *Policy, ft *Features, lat int64, now time.Time) time.Time {
+	t.Helper()
+	for range 3 {
+		now = now.Add(time.Millisecond)
+		req := p.BeginWith("k", ft, now)
+		if req.Predicted() && ft.Len() == 0 && ft.NumValues() == 0 {
+			t.Fatal("a request without labels or values took a bucket's schedule")
+		}
+		if req.Delay() < 0 {
+			t.Fatalf("negative delay %v", req.Delay())
+		}
+		p.Observe(&req, 0, time.Duration(lat), Completed, now)
+		p.End(&req, 0, now)
+	}
+	if len(p.Buckets("k", now)) > 4 {
+		t.Fatal("more buckets than FeatureBuckets")
+	}
+	return now
 }
 
 // The model is recomputed when a bucket's observations since the last

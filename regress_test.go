@@ -265,18 +265,7 @@ func FuzzFeaturesValues(f *testing.F) {
 		for i := range int(n % 8) {
 			ft = ft.Value([]float64{a, b}[i%2])
 		}
-		for range 3 {
-			now = now.Add(time.Millisecond)
-			req := p.BeginWith("k", &ft, now)
-			if req.Delay() < 0 {
-				t.Fatalf("negative delay %v", req.Delay())
-			}
-			p.Observe(&req, 0, time.Duration(lat), Completed, now)
-			p.End(&req, 0, now)
-		}
-		if len(p.Buckets("k", now)) > 4 {
-			t.Fatal("more buckets than FeatureBuckets")
-		}
+		now = fuzzRequests(t, p, &ft, lat, now)
 	})
 }
 
