@@ -369,3 +369,42 @@ func TestAutoKeepsItsRegime(t *testing.T) {
 		t.Errorf("grown, gap in force (level %v): delay %v, want the window's own %v", inc.level, got.Delay, own.Delay)
 	}
 }
+
+// TestServedTargetKeepsTheDeepTail: a served target deeper than the
+// Target (servedTarget) is not bought with the deep tail: the schedule
+// chooseServed returns predicts a deep percentile at most autoServedDeep
+// above the Target schedule's, and where the deeper target's own schedule
+// would predict more (with one hedge its denied requests are the deep
+// tail), the Target's schedule is kept.
+func TestServedTargetKeepsTheDeepTail(t *testing.T) {
+	kept := 0
+	for _, hedges := range []int{1, 2} {
+		p, _ := New(Config{Window: time.Hour, MaxHedges: hedges})
+		for name, gen := range autoDists {
+			key := name + strings.Repeat("'", hedges)
+			now := learn(p, key, gen, 20_000)
+			dist, _ := p.keys[key].est.Distribution(now)
+			target := 1 - autoServedDepth*(1-p.cfg.Target)
+			deep := deepOf(target)
+			own, base := p.chooseSchedule(dist, target), p.chooseSchedule(dist, p.cfg.Target)
+			got := p.chooseServed(dist, target)
+			limit := (1 + autoServedDeep) * float64(scheduleQuantile(dist, base, deep))
+			if q := scheduleQuantile(dist, got, deep); float64(q) > limit {
+				t.Errorf("%s, %d hedges: served schedule %+v predicts p%g %v, over %v", name, hedges, got, 100*deep, q, time.Duration(limit))
+			}
+			switch {
+			case float64(scheduleQuantile(dist, own, deep)) > limit:
+				kept++
+				if got.Delay != base.Delay || got.Target != p.cfg.Target {
+					t.Errorf("%s, %d hedges: got %v for the p%g, want the Target's %v", name, hedges, got.Delay, 100*got.Target, base.Delay)
+				}
+			case got.Delay != own.Delay || got.Target != target:
+				t.Errorf("%s, %d hedges: got %v for the p%g, want the served target's own %v", name, hedges, got.Delay, 100*got.Target, own.Delay)
+			}
+			t.Logf("%s, %d hedges: served %v/%d (p%g %v), Target %v/%d (p%g %v)", name, hedges, own.Delay, own.Hedges, 100*deep, scheduleQuantile(dist, own, deep), base.Delay, base.Hedges, 100*deep, scheduleQuantile(dist, base, deep))
+		}
+	}
+	if kept == 0 {
+		t.Error("no distribution where the served target's schedule costs the deep tail (the test's premise)")
+	}
+}
