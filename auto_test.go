@@ -373,11 +373,12 @@ func TestAutoKeepsItsRegime(t *testing.T) {
 // TestServedTargetKeepsTheDeepTail: a served target deeper than the
 // Target (servedTarget) is not bought with the deep tail: the schedule
 // chooseServed returns predicts a deep percentile at most autoServedDeep
-// above the Target schedule's, and where the deeper target's own schedule
+// above the Target schedule's. Where the deeper target's own schedule
 // would predict more (with one hedge its denied requests are the deep
-// tail), the Target's schedule is kept.
+// tail), the best one for it triggering at most at the budget's ratio is
+// taken if it is within the bound, else the Target's schedule is kept.
 func TestServedTargetKeepsTheDeepTail(t *testing.T) {
-	kept := 0
+	var paths [3]int // own schedule, one at the ratio, the Target's
 	for _, hedges := range []int{1, 2} {
 		p, _ := New(Config{Window: time.Hour, MaxHedges: hedges})
 		for name, gen := range autoDists {
@@ -386,25 +387,30 @@ func TestServedTargetKeepsTheDeepTail(t *testing.T) {
 			dist, _ := p.keys[key].est.Distribution(now)
 			target := 1 - autoServedDepth*(1-p.cfg.Target)
 			deep := deepOf(target)
-			own, base := p.chooseSchedule(dist, target), p.chooseSchedule(dist, p.cfg.Target)
-			got := p.chooseServed(dist, target)
-			limit := (1 + autoServedDeep) * float64(scheduleQuantile(dist, base, deep))
-			if q := scheduleQuantile(dist, got, deep); float64(q) > limit {
-				t.Errorf("%s, %d hedges: served schedule %+v predicts p%g %v, over %v", name, hedges, got, 100*deep, q, time.Duration(limit))
-			}
-			switch {
-			case float64(scheduleQuantile(dist, own, deep)) > limit:
-				kept++
-				if got.Delay != base.Delay || got.Target != p.cfg.Target {
-					t.Errorf("%s, %d hedges: got %v for the p%g, want the Target's %v", name, hedges, got.Delay, 100*got.Target, base.Delay)
+			base := p.chooseSchedule(dist, p.cfg.Target)
+			limit := time.Duration((1 + autoServedDeep) * float64(scheduleQuantile(dist, base, deep)))
+			want, path := p.chooseSchedule(dist, target), 0
+			if scheduleQuantile(dist, want, deep) > limit {
+				want, path = p.chooseScheduleUpTo(dist, target, p.budgetRatio), 1
+				if want.HedgeRate > p.budgetRatio*want.Grant*(1+1e-9) {
+					t.Errorf("%s, %d hedges: schedule at the ratio %+v triggers at %v", name, hedges, want, want.HedgeRate/want.Grant)
 				}
-			case got.Delay != own.Delay || got.Target != target:
-				t.Errorf("%s, %d hedges: got %v for the p%g, want the served target's own %v", name, hedges, got.Delay, 100*got.Target, own.Delay)
+				if scheduleQuantile(dist, want, deep) > limit {
+					want, path = base, 2
+				}
 			}
-			t.Logf("%s, %d hedges: served %v/%d (p%g %v), Target %v/%d (p%g %v)", name, hedges, own.Delay, own.Hedges, 100*deep, scheduleQuantile(dist, own, deep), base.Delay, base.Hedges, 100*deep, scheduleQuantile(dist, base, deep))
+			paths[path]++
+			got := p.chooseServed(dist, target)
+			if q := scheduleQuantile(dist, got, deep); q > limit {
+				t.Errorf("%s, %d hedges: served schedule %+v predicts p%g %v, over %v", name, hedges, got, 100*deep, q, limit)
+			}
+			if got.Delay != want.Delay || got.Target != want.Target || got.Hedges != want.Hedges {
+				t.Errorf("%s, %d hedges: got %v/%d for the p%g, want %v/%d for the p%g (path %d)", name, hedges, got.Delay, got.Hedges, 100*got.Target, want.Delay, want.Hedges, 100*want.Target, path)
+			}
+			t.Logf("%s, %d hedges: path %d, %v/%d for the p%g (p%g %v, bound %v)", name, hedges, path, got.Delay, got.Hedges, 100*got.Target, 100*deep, scheduleQuantile(dist, got, deep), limit)
 		}
 	}
-	if kept == 0 {
-		t.Error("no distribution where the served target's schedule costs the deep tail (the test's premise)")
+	if paths[0] == 0 || paths[2] == 0 {
+		t.Errorf("paths taken %v: want both the served target's own schedule and the Target's (the test's premise)", paths)
 	}
 }
