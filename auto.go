@@ -513,8 +513,9 @@ func (p *Policy) chooseScheduleUpTo(dist latency.Distribution, target, maxRate f
 // and too few of them (fewer than autoServedMin above their own Target
 // percentile: the first requests of a warm-up) are not a regime: the
 // Target is kept. Nor is the deeper percentile bought with the deep tail
-// (chooseServed): where its schedule's hedges are denied past what the
-// Target's would be, the Target's schedule is kept.
+// (chooseServed): a schedule for it whose denied hedges would leave the
+// deep percentile more than a quarter above the Target schedule's gives
+// way to one at the budget's ratio, or to the Target's.
 
 // autoServedDepth bounds how far below the Target the auto delay aims after
 // a shift (servedTarget), as a multiple of 1 − Target: the p97 for the
@@ -522,8 +523,8 @@ func (p *Policy) chooseScheduleUpTo(dist latency.Distribution, target, maxRate f
 // than the p98 (2), the best static delay's p99 was below the auto
 // delay's on seed 2 of 1–5 (by 0.05 ms); at the p97.5 (2.5), on seeds 7
 // and 10 of 1–10 (by 0.07 and 0.01 ms); at the p97, on none (the auto
-// delay lower by 0.11–0.66 ms), with a p99.9 of 71–110 ms, as static
-// 26 ms's (73–111 ms on seeds 1–5).
+// delay lower by 0.05–0.70 ms with chooseServed's bound), with a p99.9 of
+// 70–98 ms, as static 26 ms's (73–111 ms on seeds 1–5).
 const autoServedDepth = 3
 
 // autoServedMin is how many of the requests served before a shift must be
