@@ -523,7 +523,7 @@ func (p *Policy) chooseScheduleUpTo(dist latency.Distribution, target, maxRate f
 // than the p98 (2), the best static delay's p99 was below the auto
 // delay's on seed 2 of 1–5 (by 0.05 ms); at the p97.5 (2.5), on seeds 7
 // and 10 of 1–10 (by 0.07 and 0.01 ms); at the p97, on none (the auto
-// delay lower by 0.05–0.70 ms with chooseServed's bound), with a p99.9 of
+// delay lower by 0.06–0.64 ms with chooseServed's bound), with a p99.9 of
 // 70–98 ms, as static 26 ms's (73–111 ms on seeds 1–5).
 const autoServedDepth = 3
 
