@@ -358,7 +358,7 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 	if c := ks.auto.Load(); c != nil && c.epoch == ks.shifts.Load() {
 		inc = c
 	}
-	ch := p.keepRegime(dist, p.chooseSchedule(dist, p.servedTarget(ks, dist, now)), inc)
+	ch := p.keepRegime(dist, p.chooseServed(dist, p.servedTarget(ks, dist, now)), inc)
 	ch.epoch = ks.shifts.Load()
 	ch.noRetry = ch.Hedges == 1 && dist.HedgeWins(2*ch.Delay) < 0.75*dist.HedgeWins(ch.Delay)
 	basis := min(dist.Count(), math.MaxInt32)
@@ -386,6 +386,12 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 // tail. Only the winner gets them, which keeps a recomputation at a dozen
 // tail predictions.
 func (p *Policy) chooseSchedule(dist latency.Distribution, target float64) AutoChoice {
+	return p.chooseScheduleUpTo(dist, target, math.Inf(1))
+}
+
+// chooseScheduleUpTo is chooseSchedule with first-hedge trigger rates
+// above maxRate left out.
+func (p *Policy) chooseScheduleUpTo(dist latency.Distribution, target, maxRate float64) AutoChoice {
 	cap, steps := autoCapShare*p.budgetRatio, autoRateSteps[:]
 	scale := cap
 	if p.budgetModelled {
@@ -394,6 +400,7 @@ func (p *Policy) chooseSchedule(dist latency.Distribution, target float64) AutoC
 		// budget would deny.
 		cap, steps, scale = autoModelledCap*p.budgetRatio, autoModelledSteps[:], p.budgetRatio
 	}
+	cap = min(cap, maxRate)
 	unhedged := dist.Hedged(target)
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
@@ -505,7 +512,10 @@ func (p *Policy) chooseSchedule(dist latency.Distribution, target float64) AutoC
 // an outage) they hold the whole's tail whatever the new schedule does,
 // and too few of them (fewer than autoServedMin above their own Target
 // percentile: the first requests of a warm-up) are not a regime: the
-// Target is kept.
+// Target is kept. Nor is the deeper percentile bought with the deep tail
+// (chooseServed): a schedule for it whose denied hedges would leave the
+// deep percentile more than a fifth above the Target schedule's gives
+// way to one at the budget's ratio, or to the Target's.
 
 // autoServedDepth bounds how far below the Target the auto delay aims after
 // a shift (servedTarget), as a multiple of 1 − Target: the p97 for the
@@ -513,8 +523,8 @@ func (p *Policy) chooseSchedule(dist latency.Distribution, target float64) AutoC
 // than the p98 (2), the best static delay's p99 was below the auto
 // delay's on seed 2 of 1–5 (by 0.05 ms); at the p97.5 (2.5), on seeds 7
 // and 10 of 1–10 (by 0.07 and 0.01 ms); at the p97, on none (the auto
-// delay lower by 0.11–0.66 ms), with a p99.9 of 71–110 ms, as static
-// 26 ms's (73–111 ms on seeds 1–5).
+// delay lower by 0.06–0.64 ms with chooseServed's bound), with a p99.9 of
+// 70–98 ms, as static 26 ms's (73–111 ms on seeds 1–5).
 const autoServedDepth = 3
 
 // autoServedMin is how many of the requests served before a shift must be
@@ -551,6 +561,54 @@ func (p *Policy) servedTarget(ks *keyState, dist latency.Distribution, now time.
 	}
 	return max(1-(1-t)*(s.n+n)/n, 1-autoServedDepth*(1-t))
 }
+
+// chooseServed returns the schedule for target, the percentile
+// servedTarget sets. A target deeper than the Target asks for a higher
+// trigger rate, and past what the budget grants the hedges it denies are
+// the slowest requests: the deeper percentile must not be bought with the
+// deep tail. So the schedule chooseSchedule chooses for it is kept only if
+// its prediction of the deep percentile (deepOf(target)) is at most
+// autoServedDeep above that of the Target's schedule; if not, the best
+// schedule for it whose first hedges trigger at most at the budget's
+// ratio (which leaves room for later hedges, withLater), under the same
+// bound; if neither, the Target's schedule.
+//
+// In the outage experiment (one hedge, everything 10× slower for a third
+// of the run) the served target's own schedule predicted 1.8–2.3 times
+// the Target schedule's p99.7, and its denied requests were 14 and 21 of
+// the 30 slowest on seeds 1 and 3 (7 and 9 aiming at the Target): the
+// run's p99.9 went from 279 and 268 ms to 392 and 442 ms. With the bound
+// it is 279 and 328 ms. On drift the later hedges catch most denied
+// requests and the served target's schedules predict within a tenth, but
+// the one-hedge ones (a trigger rate above the ratio) up to 1.9 times:
+// the Target's schedule in their place (at a bound of a quarter) left the best static delay's p99
+// below the auto delay's on seeds 6, 7 and 10; the one at the ratio, on
+// none of 1–10.
+func (p *Policy) chooseServed(dist latency.Distribution, target float64) AutoChoice {
+	ch := p.chooseSchedule(dist, target)
+	if target >= p.cfg.Target {
+		return ch
+	}
+	kept := p.chooseSchedule(dist, p.cfg.Target)
+	deep := deepOf(target)
+	limit := (1 + autoServedDeep) * float64(scheduleQuantile(dist, kept, deep))
+	if float64(scheduleQuantile(dist, ch, deep)) <= limit {
+		return ch
+	}
+	if ch = p.chooseScheduleUpTo(dist, target, p.budgetRatio); float64(scheduleQuantile(dist, ch, deep)) <= limit {
+		return ch
+	}
+	return kept
+}
+
+// autoServedDeep is how much more deep tail, as a share of the Target
+// schedule's, the schedule of a served target deeper than the Target may
+// predict (chooseServed). In the outage experiment (one hedge) the p99.9
+// of seeds 1 and 3 was 279 and 328 ms at a fifth (268–279 ms aiming at
+// the Target), 312 and 364 ms at a quarter, 312 and 394 ms at 0.35; on
+// drift a tenth and 0.15 left the best static delay's p99 below the auto
+// delay's on seed 10 (by 0.13 and 0.005 ms), a fifth on none of 1–10.
+const autoServedDeep = 0.2
 
 // oneHedge returns the one-hedge schedule at d on dist, for the Target
 // target whose unhedged prediction is unhedged, with its first hedge's

@@ -369,3 +369,48 @@ func TestAutoKeepsItsRegime(t *testing.T) {
 		t.Errorf("grown, gap in force (level %v): delay %v, want the window's own %v", inc.level, got.Delay, own.Delay)
 	}
 }
+
+// TestServedTargetKeepsTheDeepTail: a served target deeper than the
+// Target (servedTarget) is not bought with the deep tail: the schedule
+// chooseServed returns predicts a deep percentile at most autoServedDeep
+// above the Target schedule's. Where the deeper target's own schedule
+// would predict more (with one hedge its denied requests are the deep
+// tail), the best one for it triggering at most at the budget's ratio is
+// taken if it is within the bound, else the Target's schedule is kept.
+func TestServedTargetKeepsTheDeepTail(t *testing.T) {
+	var paths [3]int // own schedule, one at the ratio, the Target's
+	for _, hedges := range []int{1, 2} {
+		p, _ := New(Config{Window: time.Hour, MaxHedges: hedges})
+		for name, gen := range autoDists {
+			key := name + strings.Repeat("'", hedges)
+			now := learn(p, key, gen, 20_000)
+			dist, _ := p.keys[key].est.Distribution(now)
+			target := 1 - autoServedDepth*(1-p.cfg.Target)
+			deep := deepOf(target)
+			base := p.chooseSchedule(dist, p.cfg.Target)
+			limit := time.Duration((1 + autoServedDeep) * float64(scheduleQuantile(dist, base, deep)))
+			want, path := p.chooseSchedule(dist, target), 0
+			if scheduleQuantile(dist, want, deep) > limit {
+				want, path = p.chooseScheduleUpTo(dist, target, p.budgetRatio), 1
+				if want.HedgeRate > p.budgetRatio*want.Grant*(1+1e-9) {
+					t.Errorf("%s, %d hedges: schedule at the ratio %+v triggers at %v", name, hedges, want, want.HedgeRate/want.Grant)
+				}
+				if scheduleQuantile(dist, want, deep) > limit {
+					want, path = base, 2
+				}
+			}
+			paths[path]++
+			got := p.chooseServed(dist, target)
+			if q := scheduleQuantile(dist, got, deep); q > limit {
+				t.Errorf("%s, %d hedges: served schedule %+v predicts p%g %v, over %v", name, hedges, got, 100*deep, q, limit)
+			}
+			if got.Delay != want.Delay || got.Target != want.Target || got.Hedges != want.Hedges {
+				t.Errorf("%s, %d hedges: got %v/%d for the p%g, want %v/%d for the p%g (path %d)", name, hedges, got.Delay, got.Hedges, 100*got.Target, want.Delay, want.Hedges, 100*want.Target, path)
+			}
+			t.Logf("%s, %d hedges: path %d, %v/%d for the p%g (p%g %v, bound %v)", name, hedges, path, got.Delay, got.Hedges, 100*got.Target, 100*deep, scheduleQuantile(dist, got, deep), limit)
+		}
+	}
+	if paths[0] == 0 || paths[2] == 0 {
+		t.Errorf("paths taken %v: want both the served target's own schedule and the Target's (the test's premise)", paths)
+	}
+}

@@ -116,7 +116,20 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 	p, _ := New(Config{Window: 10 * time.Second})
 	r := rand.New(rand.NewPCG(1, 2))
 	now := time.Unix(1_700_000_000, 0)
-	target := func() float64 { return p.Stats().Keys[0].Auto.Target }
+	// served is the percentile servedTarget sets now and the count of the
+	// distribution it is set on (the schedule aimed at it may still be the
+	// Target's: chooseServed, TestServedTargetKeepsTheDeepTail).
+	served := func() (float64, float64) {
+		ks := p.keys["k"]
+		ks.mu.Lock()
+		defer ks.mu.Unlock()
+		dist, ok := ks.est.Distribution(now)
+		if !ok {
+			t.Fatal("no distribution")
+		}
+		return p.servedTarget(ks, dist, now), dist.Count()
+	}
+	target := func() float64 { tg, _ := served(); return tg }
 	now, _ = hedgedRun(p, r, gen, 1, 10_000, now)
 	if got := target(); got != 0.99 {
 		t.Fatalf("steady: target %v, want 0.99", got)
@@ -129,15 +142,16 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 		t.Errorf("1,000 requests after the shift: target %v, want 0.97", got)
 	}
 	now, _ = hedgedRun(p, r, gen, 3, 9_000, now)
-	b, n := p.keys["k"].served.n, p.keys["k"].basis.Load()
-	if want := 1 - 0.01*(b+float64(n))/float64(n); b < 5_000 || math.Abs(target()-want) > 1e-9 || want < 0.97 {
-		t.Errorf("10,000 requests after the shift (%v before, %d after): target %v, want %v", b, n, target(), want)
+	b := p.keys["k"].served.n
+	got, n := served()
+	if want := 1 - 0.01*(b+n)/n; b < 5_000 || math.Abs(got-want) > 1e-9 || want < 0.97 {
+		t.Errorf("10,000 requests after the shift (%v before, %v after): target %v, want %v", b, n, got, want)
 	}
 	now, _ = hedgedRun(p, r, gen, 3, 12_000, now) // past 2 × Window
 	if got := target(); got != 0.99 {
 		t.Errorf("the old requests out of the windows: target %v, want 0.99", got)
 	}
-	_, _ = hedgedRun(p, r, gen, 1, 2_000, now)
+	_, _ = hedgedRun(p, r, gen, 1, 3_000, now) // a downward shift shows slowly (shift.go)
 	if p.Stats().Keys[0].Shifts != 2 {
 		t.Fatalf("%d shifts after the latency fell back, want 2", p.Stats().Keys[0].Shifts)
 	}

@@ -105,7 +105,7 @@ func TestBhopeAutoTargets(t *testing.T) {
 // halfway; default flags, two hedges) the run's p99 is the slow half's
 // p98, and the auto delay, counting the faster requests served before the
 // shift (servedTarget), has a p99 no higher than that of any static delay
-// around the best (24–30 ms; 42.7–43.7 ms against the best static's
+// around the best (24–30 ms; 42.9–43.7 ms against the best static's
 // 43.2–44.3 ms measured) at equal or lower extra load, on seeds 1–5.
 func TestDriftAutoBeatsEveryStatic(t *testing.T) {
 	statics := []string{"static:24ms", "static:25ms", "static:25.5ms", "static:26ms", "static:26.25ms", "static:26.5ms", "static:27ms", "static:28ms", "static:30ms"}
