@@ -38,7 +38,11 @@ import (
 // requests are often slow and their hedges are not, not at all where a
 // hedge would share the slowness. They are used only when that promises a
 // Target at least allocGain lower than the key's schedule on the same
-// requests; otherwise every bucket keeps the key's.
+// requests (a third of it to stay on them); otherwise every bucket keeps
+// the key's. Buckets already on their own schedules keep them unless the
+// new allocation promises a Target holdMargin lower (hysteresis: the
+// estimates' noise would otherwise move the delays between neighbouring
+// candidates from one recomputation to the next).
 //
 // The schedules are cached and recomputed together at a quarter of the
 // key's pace (when a bucket's observations grow fourfold, or by
