@@ -20,21 +20,7 @@ func TestAllocateShortcuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
-	r := rand.New(rand.NewPCG(9, 10))
-	// dist draws n latencies of gen, each × slow with probability miss.
-	dist := func(n int, slow, miss float64) latency.Distribution {
-		s, _ := latency.NewSnapshot(0)
-		for range n {
-			d := gen(r)
-			if r.Float64() < miss {
-				d = time.Duration(float64(d) * slow)
-			}
-			s.Add(d)
-		}
-		d, _ := s.Distribution()
-		return d
-	}
+	dist := slowDraws(rand.New(rand.NewPCG(9, 10)))
 	type class struct {
 		n          int
 		slow, miss float64
@@ -133,5 +119,74 @@ func TestAllocateShortcuts(t *testing.T) {
 		if pruned == 0 {
 			t.Errorf("%s: no candidate pruned", name)
 		}
+	}
+}
+
+// TestHold pins allocate's hysteresis (hold): the groups' schedules in
+// use are put back when the new allocation is not predicted better by
+// holdMargin, and kept out when they are predicted worse, cost more than
+// the budget, or miss the gate's ceiling.
+func TestHold(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist := slowDraws(rand.New(rand.NewPCG(11, 12)))
+	cold, warm := dist(2000, 8, 0.5), dist(18000, 1, 0)
+	groups := func() []allocGroup {
+		return []allocGroup{
+			{i: 0, own: cold, dist: cold, hedge: cold, share: 0.1},
+			{i: 1, own: warm, dist: warm, hedge: warm, share: 0.9},
+		}
+	}
+	const rate = 0.08
+	var guess float64
+	best := groups()
+	opt := p.allocateAt(best, rate, 1, math.Inf(1), &guess)
+	if best[0].delay == 0 || best[1].delay == 0 {
+		t.Fatalf("allocation hedges no group: %v, %v", best[0].delay, best[1].delay)
+	}
+	// run sets every group's schedule in use to held × limit 1 (the
+	// optimum's own where held is 0), marks the new allocation's delays,
+	// holds and reports whether the schedules in use came back.
+	run := func(name string, held [2]time.Duration, ceiling float64, want bool) {
+		gs := groups()
+		for i := range gs {
+			gs[i].held, gs[i].heldLimit = held[i], 1
+			if held[i] == 0 {
+				gs[i].held, gs[i].heldLimit = best[i].delay, best[i].limit
+			}
+			gs[i].delay, gs[i].limit = 12345, 1 // the new allocation, marked
+		}
+		p.hold(gs, rate, ceiling, opt)
+		got := gs[0].delay != 12345
+		if got != want {
+			t.Errorf("%s: held %v, want %v (delays %v, %v)", name, got, want, gs[0].delay, gs[1].delay)
+		}
+		if got && (gs[0].delay != gs[0].held || gs[1].delay != gs[1].held) {
+			t.Errorf("%s: delays %v, %v, want the held %v, %v", name, gs[0].delay, gs[1].delay, gs[0].held, gs[1].held)
+		}
+	}
+	run("the optimum itself", [2]time.Duration{}, math.Inf(1), true)
+	run("no hedge at all (10 s)", [2]time.Duration{10 * time.Second, 10 * time.Second}, math.Inf(1), false)
+	run("over the budget (1 µs)", [2]time.Duration{time.Microsecond, time.Microsecond}, math.Inf(1), false)
+	run("above the gate's ceiling", [2]time.Duration{}, opt*0.9, false)
+}
+
+// slowDraws returns a function that draws n latencies of bhope-like
+// lognormal stragglers from r, each × slow with probability miss.
+func slowDraws(r *rand.Rand) func(n int, slow, miss float64) latency.Distribution {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	return func(n int, slow, miss float64) latency.Distribution {
+		s, _ := latency.NewSnapshot(0)
+		for range n {
+			d := gen(r)
+			if r.Float64() < miss {
+				d = time.Duration(float64(d) * slow)
+			}
+			s.Add(d)
+		}
+		d, _ := s.Distribution()
+		return d
 	}
 }

@@ -38,7 +38,11 @@ import (
 // requests are often slow and their hedges are not, not at all where a
 // hedge would share the slowness. They are used only when that promises a
 // Target at least allocGain lower than the key's schedule on the same
-// requests; otherwise every bucket keeps the key's.
+// requests (a third of it to stay on them); otherwise every bucket keeps
+// the key's. Buckets already on their own schedules keep them unless the
+// new allocation promises a Target holdMargin lower (hysteresis: the
+// estimates' noise would otherwise move the delays between neighbouring
+// candidates from one recomputation to the next).
 //
 // The schedules are cached and recomputed together at a quarter of the
 // key's pace (when a bucket's observations grow fourfold, or by
@@ -304,10 +308,12 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 	}()
 	var scheds []*bucketSchedule
 	for _, b := range t.buckets {
+		restarted := false
 		if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
 			// The key's latency shifted: so did the bucket's, most likely.
 			b.est.Restart(now)
 			b.keyShifts.Store(sh)
+			restarted = true
 		}
 		s := &bucketSchedule{}
 		scheds = append(scheds, s)
@@ -324,7 +330,11 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 				if b.where {
 					hedge = kd
 				}
-				groups = append(groups, allocGroup{i: len(scheds) - 1, own: dist, dist: mixed, hedge: hedge, share: nb / kd.Count()})
+				g := allocGroup{i: len(scheds) - 1, own: dist, dist: mixed, hedge: hedge, share: nb / kd.Count()}
+				if prev := b.sched.Load(); prev != nil && prev.use && !restarted {
+					g.held, g.heldLimit = prev.delay, prev.limit // the incumbent (allocate's hysteresis)
+				}
+				groups = append(groups, g)
 			}
 		}
 		b.basis.Store(int32(basis))
@@ -385,6 +395,12 @@ type allocGroup struct {
 	share float64              // its share of the key's traffic
 	delay time.Duration        // the result: hedges at delay, 2 × delay, …
 	limit int                  // and how many
+
+	// The group's schedule in use since the last recomputation, if any
+	// (heldLimit > 0): allocate keeps it unless the new one is predicted
+	// better by more than holdMargin.
+	held      time.Duration
+	heldLimit int
 
 	cand [2 * (len(allocRates) + allocSpaced)]allocCand
 	n    int
@@ -507,15 +523,101 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 	// Thirty steps in all; after twenty the answer is in [lo, hi], and
 	// the last ten are taken only when the gate below falls between.
 	bisect(20)
-	t := p.allocateAt(gs, max(autoCapShare*p.budgetRatio, ch.HedgeRate), 1, (1-allocGain)*hi, guess)
-	switch {
-	case t <= (1-allocGain)*lo:
-		return true
-	case t > (1-allocGain)*hi:
-		return false
+	// The gate: allocGain to put the groups on their own schedules, and
+	// a third of it to keep them there (every group on its own already),
+	// so that a gain near allocGain does not toggle them from one
+	// recomputation to the next on the estimates' noise.
+	gain, held := allocGain, true
+	for _, g := range gs {
+		held = held && g.heldLimit > 0
 	}
-	bisect(10)
-	return t <= (1-allocGain)*hi
+	if held {
+		gain = allocGain / 3
+	}
+	rate := max(autoCapShare*p.budgetRatio, ch.HedgeRate)
+	t := p.allocateAt(gs, rate, 1, (1-gain)*hi, guess)
+	switch {
+	case t > (1-gain)*hi:
+		return false
+	case t > (1-gain)*lo:
+		bisect(10)
+		if t > (1-gain)*hi {
+			return false
+		}
+	}
+	// The incumbent is kept only where the search was exhaustive (few
+	// groups, allocExact): there the new allocation is the optimum and
+	// the two differ by the estimates alone; past it the relaxation's
+	// answer is itself an approximation, no firm ground to hold against.
+	combos := 1
+	for i := range gs[:len(gs)-1] {
+		combos *= gs[i].n
+		if combos > allocExact {
+			break
+		}
+	}
+	if held && combos <= allocExact {
+		p.hold(gs, rate, (1-gain)*hi, t)
+	}
+	return true
+}
+
+// holdMargin is how much lower a Target percentile a new allocation must
+// promise than the groups' schedules in use, both predicted on the same
+// distributions, to replace them: about the sketches' accuracy (1 %) and
+// a candidate delay's step. Below it the two are equal within the
+// estimates' noise, and switching would only move the delays between
+// neighbouring candidates from one recomputation to the next.
+const holdMargin = 0.01
+
+// hold puts every group of gs back on its schedule in use (held) if that
+// is within the budget, rate × their traffic, its predicted Target
+// percentile is at most ceiling, and the new allocation's, t, is not
+// lower by more than holdMargin: all predicted on the groups' current
+// distributions, each hedge granted.
+func (p *Policy) hold(gs []allocGroup, rate, ceiling, t float64) {
+	var total, cost, top float64
+	for _, g := range gs {
+		total += g.share
+		var c float64
+		for k := 1; k <= g.heldLimit; k++ {
+			v := g.dist.Survival(time.Duration(k) * g.held)
+			for i := 1; i < k; i++ {
+				v *= g.hedge.Survival(time.Duration(k-i) * g.held)
+			}
+			c += v
+		}
+		cost += g.share * c
+		top = max(top, g.dist.Quantile(1).Seconds()*2)
+	}
+	if cost > rate*total+1e-12 {
+		return
+	}
+	allowed := (1 - p.cfg.Target) * total
+	lo, hi := 0.0, top
+	for range 30 {
+		mid := (lo + hi) / 2
+		tt := secondsDur(mid)
+		var slow float64
+		for _, g := range gs {
+			v := g.dist.Survival(tt)
+			for k := 1; k <= g.heldLimit; k++ {
+				v *= g.hedge.Survival(tt - time.Duration(k)*g.held)
+			}
+			slow += g.share * v
+		}
+		if slow <= allowed+1e-12 {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if hi > ceiling || t < (1-holdMargin)*hi {
+		return
+	}
+	for i := range gs {
+		gs[i].delay, gs[i].limit = gs[i].held, gs[i].heldLimit
+	}
 }
 
 // modelEvery is how many times the observations a bucket waits for,
