@@ -37,12 +37,8 @@ func TestCensoredKaplanMeier(t *testing.T) {
 		e, _ := New(Config{Window: time.Hour})
 		naive, _ := New(Config{Window: time.Hour})
 		// Hedge at the p90 of the true distribution.
-		s, _ := NewSnapshot(0)
 		r := rand.New(rand.NewPCG(1, 1))
-		for range 50_000 {
-			s.Add(gen(r))
-		}
-		sd, _ := s.Distribution()
+		sd := sampled(gen, r, 50_000)
 		delay := sd.Quantile(0.9)
 		hedgedPrimaries(e, gen, delay, 50_000, now)
 		// The naive record: the same primaries, censored ones as if done.
@@ -131,13 +127,9 @@ func TestRestart(t *testing.T) {
 // TestHedgedGranted: a grant of 1 is Hedged, a grant of 0 no hedging, and
 // in between the prediction lies between the two.
 func TestHedgedGranted(t *testing.T) {
-	s, _ := NewSnapshot(0)
 	r := rand.New(rand.NewPCG(2, 3))
 	gen := generators["lognormal mean 5ms sd 2ms, 5% x10"]
-	for range 50_000 {
-		s.Add(gen(r))
-	}
-	d, _ := s.Distribution()
+	d := sampled(gen, r, 50_000)
 	at := []time.Duration{d.Quantile(0.92), 2 * d.Quantile(0.92)}
 	full, none := d.Hedged(0.99, at...), d.Hedged(0.99)
 	if got := d.HedgedGranted(0.99, at, []float64{1, 1}); got != full {

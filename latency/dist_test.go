@@ -134,11 +134,7 @@ func TestDistributionBlendsWindows(t *testing.T) {
 func TestHedgedSurvivalInvertsHedgedGranted(t *testing.T) {
 	for name, gen := range generators {
 		r := rand.New(rand.NewPCG(7, 8))
-		s, _ := NewSnapshot(0)
-		for range 20_000 {
-			s.Add(gen(r))
-		}
-		d, _ := s.Distribution()
+		d := sampled(gen, r, 20_000)
 		delay := d.Quantile(0.9)
 		for _, tt := range []struct {
 			at []time.Duration
@@ -168,11 +164,7 @@ func TestHedgedSurvivalInvertsHedgedGranted(t *testing.T) {
 func TestHedgeWinsAgainstMonteCarlo(t *testing.T) {
 	for name, gen := range generators {
 		r := rand.New(rand.NewPCG(9, 10))
-		s, _ := NewSnapshot(0)
-		for range 100_000 {
-			s.Add(gen(r))
-		}
-		d, _ := s.Distribution()
+		d := sampled(gen, r, 100_000)
 		for _, q := range []float64{0.5, 0.9, 0.97} {
 			a := d.Quantile(q)
 			var out, won int
@@ -253,11 +245,7 @@ func TestSurvivals(t *testing.T) {
 func BenchmarkSurvivals(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	gen := generators["lognormal mean 5ms sd 2ms, 5% x10"]
-	s, _ := NewSnapshot(0)
-	for range 20_000 {
-		s.Add(gen(r))
-	}
-	d, _ := s.Distribution()
+	d := sampled(gen, r, 20_000)
 	t := d.Quantile(0.99)
 	var ts [49]time.Duration
 	for i := range ts {
@@ -353,4 +341,14 @@ func TestScratch(t *testing.T) {
 			t.Fatalf("round %d: %d slices still held after Release", round, len(sc.bufs))
 		}
 	}
+}
+
+// sampled returns the distribution of a sketch of n draws of gen from r.
+func sampled(gen func(*rand.Rand) time.Duration, r *rand.Rand, n int) Distribution {
+	s, _ := NewSnapshot(0)
+	for range n {
+		s.Add(gen(r))
+	}
+	d, _ := s.Distribution()
+	return d
 }
