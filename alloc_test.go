@@ -190,3 +190,62 @@ func slowDraws(r *rand.Rand) func(n int, slow, miss float64) latency.Distributio
 		return d
 	}
 }
+
+// TestMarkLow pins the hedge priority's values (hedgeValue, markLow) on
+// the predictable scenario's classes: a cold request still out at its
+// delay is a cache miss that its hedge, missing half the time too,
+// brings below the Target percentile less often than a warm straggler's
+// hedge does, so the cold bucket is low and the warm one is not; the
+// values are shares in (0, 1]; a hedge due at or after t is worth
+// nothing; alike groups, or a group alone, have none low.
+func TestMarkLow(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist := slowDraws(rand.New(rand.NewPCG(13, 14)))
+	alloc := func(a, b latency.Distribution, sa float64) ([]allocGroup, []*bucketSchedule, time.Duration) {
+		gs := []allocGroup{
+			{i: 0, own: a, dist: a, hedge: a, share: sa},
+			{i: 1, own: b, dist: b, hedge: b, share: 1 - sa},
+		}
+		var guess float64
+		at := secondsDur(p.allocateAt(gs, 0.09, 1, math.Inf(1), &guess))
+		scheds := []*bucketSchedule{{}, {}}
+		markLow(gs, scheds, at)
+		return gs, scheds, at
+	}
+
+	gs, s, at := alloc(dist(5000, 8, 0.5), dist(45000, 1, 0), 0.1)
+	if gs[0].delay == 0 || gs[1].delay == 0 || gs[0].delay >= gs[1].delay {
+		t.Fatalf("allocation: cold at %v, warm at %v; want both hedged, cold earlier", gs[0].delay, gs[1].delay)
+	}
+	cold, warm := s[0].value, s[1].value
+	if !(cold > 0 && warm <= 1 && cold < lowValue*warm) {
+		t.Errorf("values at %v: cold %.3f, warm %.3f; want 0 < cold < %.1f × warm ≤ 1", at, cold, warm, lowValue)
+	}
+	if !s[0].low || s[1].low {
+		t.Errorf("low: cold %v, warm %v; want the cold bucket alone", s[0].low, s[1].low)
+	}
+	late := gs[1]
+	late.delay = at
+	if v := hedgeValue(&late, at); v != 0 {
+		t.Errorf("a hedge due at the Target percentile itself is worth %v, want 0", v)
+	}
+	late.limit = 0
+	late.delay = gs[1].delay
+	if v := hedgeValue(&late, at); v != 0 {
+		t.Errorf("a group that sends no hedge is worth %v, want 0", v)
+	}
+
+	_, s, _ = alloc(dist(10000, 1, 0), dist(10000, 1, 0), 0.5)
+	if s[0].low || s[1].low {
+		t.Errorf("alike groups: low %v, %v (values %.3f, %.3f), want neither", s[0].low, s[1].low, s[0].value, s[1].value)
+	}
+	one := []allocGroup{gs[0]}
+	scheds := []*bucketSchedule{{}}
+	markLow(one, scheds, at)
+	if scheds[0].low || scheds[0].value != cold {
+		t.Errorf("a group alone: low %v, value %.3f; want not low, value %.3f", scheds[0].low, scheds[0].value, cold)
+	}
+}
