@@ -249,3 +249,66 @@ func TestMarkLow(t *testing.T) {
 		t.Errorf("a group alone: low %v, value %.3f; want not low, value %.3f", scheds[0].low, scheds[0].value, cold)
 	}
 }
+
+// TestFill pins fill: on the predictable scenario's classes, the
+// allocation on its grid of candidate delays leaves part of the budget
+// unspent; fill spends up to fillShare of it (the spend moves in steps,
+// one per sketch bin) by lowering one group's delay, leaves the other's alone, and predicts no
+// more requests slower than the Target percentile than before; with
+// nothing left to spend it changes nothing.
+func TestFill(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist := slowDraws(rand.New(rand.NewPCG(17, 18)))
+	cold, warm := dist(5000, 8, 0.5), dist(45000, 1, 0)
+	const rate = 0.09
+	gs := []allocGroup{
+		{i: 0, own: cold, dist: cold, hedge: cold, share: 0.1},
+		{i: 1, own: warm, dist: warm, hedge: warm, share: 0.9},
+	}
+	var guess float64
+	at := p.allocateAt(gs, rate, 1, math.Inf(1), &guess)
+	spend := func(gs []allocGroup) (cost, slow float64) {
+		for _, g := range gs {
+			cost += g.share * g.cost(g.delay, g.limit)
+			slow += g.share * g.slower(secondsDur(at), g.delay, g.limit)
+		}
+		return cost, slow
+	}
+	before := append([]allocGroup(nil), gs...)
+	c0, s0 := spend(gs)
+	if !(c0 < rate) {
+		t.Fatalf("the allocation spends %.5f of %.5f: nothing to fill", c0, rate)
+	}
+	p.fill(gs, rate, at)
+	c1, s1 := spend(gs)
+	// The predicted spend is a step function of the delay (one step per
+	// sketch bin): fill reaches the last step at or below its target.
+	if want := c0 + fillShare*(rate-c0); !(c1 > c0 && c1 <= want+1e-12) {
+		t.Errorf("spend after fill %.6f, want above %.6f and at most %.6f (rate %.2f)", c1, c0, want, rate)
+	}
+	moved := 0
+	for i := range gs {
+		switch {
+		case gs[i].delay < before[i].delay:
+			moved++
+		case gs[i].delay > before[i].delay:
+			t.Errorf("group %d: delay raised from %v to %v", i, before[i].delay, gs[i].delay)
+		}
+	}
+	if moved != 1 {
+		t.Errorf("fill lowered %d groups' delays, want 1: %v, %v → %v, %v", moved, before[0].delay, before[1].delay, gs[0].delay, gs[1].delay)
+	}
+	if s1 > s0 {
+		t.Errorf("requests slower than %v: %.6f after fill, %.6f before", secondsDur(at), s1, s0)
+	}
+	full := append([]allocGroup(nil), gs...)
+	p.fill(full, c1, at)
+	for i := range full {
+		if full[i].delay != gs[i].delay {
+			t.Errorf("fill with nothing left moved group %d from %v to %v", i, gs[i].delay, full[i].delay)
+		}
+	}
+}

@@ -305,8 +305,8 @@ func TestModelCadence(t *testing.T) {
 // take their own schedules and the cold one is low. With the budget down
 // to between one and two tokens, a cold request's first hedge is denied
 // and a warm one's granted; a cold request denied is not asked again at
-// its next slot, nor is a warm one past its schedule; with tokens to
-// spare the cold hedge goes.
+// its next slot, and a warm one once; with tokens to spare the cold hedge
+// goes.
 func TestHedgePriority(t *testing.T) {
 	b, err := budget.NewRatio(0.1, 10, -1)
 	if err != nil {
@@ -360,8 +360,9 @@ func TestHedgePriority(t *testing.T) {
 	if d := p.Hedge(&c1, now); d != DenyMaxHedges {
 		t.Errorf("cold request's second ask: %v, want %v (no retry past its schedule)", d, DenyMaxHedges)
 	}
-	// The budget is empty now: a warm request is denied, and not asked
-	// again past its one-hedge schedule.
+	// The budget is empty now: a warm request is denied, asked again
+	// once a fifth of its delay later (denied again here), and not a
+	// third time.
 	w2 := p.BeginWith("k", &warm, now)
 	for b.Tokens(now) >= 1 {
 		b.Withdraw(now)
@@ -369,11 +370,17 @@ func TestHedgePriority(t *testing.T) {
 	if w2.MaxHedges() != 1 {
 		t.Fatalf("warm schedule of %d hedges, want 1", w2.MaxHedges())
 	}
+	if got, want := w2.HedgeAt(2), w2.Delay()+w2.Delay()/reaskGap; got != want {
+		t.Errorf("warm request's second slot at %v, want %v (a fifth of the delay %v later)", got, want, w2.Delay())
+	}
 	if d := p.Hedge(&w2, now); d != DenyBudget {
 		t.Errorf("warm first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, DenyBudget)
 	}
+	if d := p.Hedge(&w2, now); d != DenyBudget {
+		t.Errorf("warm request's second ask at %.2f tokens: %v, want %v (asked again once)", b.Tokens(now), d, DenyBudget)
+	}
 	if d := p.Hedge(&w2, now); d != DenyMaxHedges {
-		t.Errorf("warm request's second ask: %v, want %v (no retry past its schedule)", d, DenyMaxHedges)
+		t.Errorf("warm request's third ask: %v, want %v (once only)", d, DenyMaxHedges)
 	}
 	for b.Tokens(now) < 3 {
 		b.Deposit(now)
