@@ -190,3 +190,125 @@ func slowDraws(r *rand.Rand) func(n int, slow, miss float64) latency.Distributio
 		return d
 	}
 }
+
+// TestMarkLow pins the hedge priority's values (hedgeValue, markLow) on
+// the predictable scenario's classes: a cold request still out at its
+// delay is a cache miss that its hedge, missing half the time too,
+// brings below the Target percentile less often than a warm straggler's
+// hedge does, so the cold bucket is low and the warm one is not; the
+// values are shares in (0, 1]; a hedge due at or after t is worth
+// nothing; alike groups, or a group alone, have none low.
+func TestMarkLow(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist := slowDraws(rand.New(rand.NewPCG(13, 14)))
+	alloc := func(a, b latency.Distribution, sa float64) ([]allocGroup, []*bucketSchedule, time.Duration) {
+		gs := []allocGroup{
+			{i: 0, own: a, dist: a, hedge: a, share: sa},
+			{i: 1, own: b, dist: b, hedge: b, share: 1 - sa},
+		}
+		var guess float64
+		at := secondsDur(p.allocateAt(gs, 0.09, 1, math.Inf(1), &guess))
+		scheds := []*bucketSchedule{{}, {}}
+		markLow(gs, scheds, at)
+		return gs, scheds, at
+	}
+
+	gs, s, at := alloc(dist(5000, 8, 0.5), dist(45000, 1, 0), 0.1)
+	if gs[0].delay == 0 || gs[1].delay == 0 || gs[0].delay >= gs[1].delay {
+		t.Fatalf("allocation: cold at %v, warm at %v; want both hedged, cold earlier", gs[0].delay, gs[1].delay)
+	}
+	cold, warm := s[0].value, s[1].value
+	if !(cold > 0 && warm <= 1 && cold < lowValue*warm) {
+		t.Errorf("values at %v: cold %.3f, warm %.3f; want 0 < cold < %.1f × warm ≤ 1", at, cold, warm, lowValue)
+	}
+	if !s[0].low || s[1].low {
+		t.Errorf("low: cold %v, warm %v; want the cold bucket alone", s[0].low, s[1].low)
+	}
+	late := gs[1]
+	late.delay = at
+	if v := hedgeValue(&late, at); v != 0 {
+		t.Errorf("a hedge due at the Target percentile itself is worth %v, want 0", v)
+	}
+	late.limit = 0
+	late.delay = gs[1].delay
+	if v := hedgeValue(&late, at); v != 0 {
+		t.Errorf("a group that sends no hedge is worth %v, want 0", v)
+	}
+
+	_, s, _ = alloc(dist(10000, 1, 0), dist(10000, 1, 0), 0.5)
+	if s[0].low || s[1].low {
+		t.Errorf("alike groups: low %v, %v (values %.3f, %.3f), want neither", s[0].low, s[1].low, s[0].value, s[1].value)
+	}
+	one := []allocGroup{gs[0]}
+	scheds := []*bucketSchedule{{}}
+	markLow(one, scheds, at)
+	if scheds[0].low || scheds[0].value != cold {
+		t.Errorf("a group alone: low %v, value %.3f; want not low, value %.3f", scheds[0].low, scheds[0].value, cold)
+	}
+}
+
+// TestFill pins fill: on the predictable scenario's classes, the
+// allocation on its grid of candidate delays leaves part of the budget
+// unspent; fill spends up to fillShare of it (the spend moves in steps,
+// one per sketch bin) by lowering one group's delay, leaves the other's alone, and predicts no
+// more requests slower than the Target percentile than before; with
+// nothing left to spend it changes nothing.
+func TestFill(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist := slowDraws(rand.New(rand.NewPCG(17, 18)))
+	cold, warm := dist(5000, 8, 0.5), dist(45000, 1, 0)
+	const rate = 0.09
+	gs := []allocGroup{
+		{i: 0, own: cold, dist: cold, hedge: cold, share: 0.1},
+		{i: 1, own: warm, dist: warm, hedge: warm, share: 0.9},
+	}
+	var guess float64
+	at := p.allocateAt(gs, rate, 1, math.Inf(1), &guess)
+	spend := func(gs []allocGroup) (cost, slow float64) {
+		for _, g := range gs {
+			cost += g.share * g.cost(g.delay, g.limit)
+			slow += g.share * g.slower(secondsDur(at), g.delay, g.limit)
+		}
+		return cost, slow
+	}
+	before := append([]allocGroup(nil), gs...)
+	c0, s0 := spend(gs)
+	if !(c0 < rate) {
+		t.Fatalf("the allocation spends %.5f of %.5f: nothing to fill", c0, rate)
+	}
+	p.fill(gs, rate, at)
+	c1, s1 := spend(gs)
+	// The predicted spend is a step function of the delay (one step per
+	// sketch bin): fill reaches the last step at or below its target.
+	if want := c0 + fillShare*(rate-c0); !(c1 > c0 && c1 <= want+1e-12) {
+		t.Errorf("spend after fill %.6f, want above %.6f and at most %.6f (rate %.2f)", c1, c0, want, rate)
+	}
+	moved := 0
+	for i := range gs {
+		switch {
+		case gs[i].delay < before[i].delay:
+			moved++
+		case gs[i].delay > before[i].delay:
+			t.Errorf("group %d: delay raised from %v to %v", i, before[i].delay, gs[i].delay)
+		}
+	}
+	if moved != 1 {
+		t.Errorf("fill lowered %d groups' delays, want 1: %v, %v → %v, %v", moved, before[0].delay, before[1].delay, gs[0].delay, gs[1].delay)
+	}
+	if s1 > s0 {
+		t.Errorf("requests slower than %v: %.6f after fill, %.6f before", secondsDur(at), s1, s0)
+	}
+	full := append([]allocGroup(nil), gs...)
+	p.fill(full, c1, at)
+	for i := range full {
+		if full[i].delay != gs[i].delay {
+			t.Errorf("fill with nothing left moved group %d from %v to %v", i, gs[i].delay, full[i].delay)
+		}
+	}
+}

@@ -860,19 +860,37 @@ func evenSchedule(at []time.Duration, d, g time.Duration, n int) []time.Duration
 // half its burst unless the auto delay chose a quarter). A budget that
 // does not tell its balance decides alone.
 func (p *Policy) roomForLater(ks *keyState, now time.Time) bool {
+	tokens, burst, ok := p.balance(now)
+	if !ok {
+		return true
+	}
+	reserve := math.Float64frombits(ks.reserve.Load())
+	if reserve == 0 {
+		reserve = defaultReserve
+	}
+	return tokens > burst*reserve
+}
+
+// roomFor reports whether the budget holds at least one token more than
+// reserve × its burst: room for a hedge that must leave that reserve. A
+// budget that does not tell its balance decides alone.
+func (p *Policy) roomFor(reserve float64, now time.Time) bool {
+	tokens, burst, ok := p.balance(now)
+	return !ok || tokens >= 1+burst*reserve
+}
+
+// balance returns the budget's tokens at now and its burst, if it tells
+// them (as budget.Ratio does).
+func (p *Policy) balance(now time.Time) (tokens, burst float64, ok bool) {
 	b, ok := p.cfg.Budget.(interface {
 		Tokens(time.Time) float64
 		Limits() (ratio, burst, floor float64)
 	})
 	if !ok {
-		return true
+		return 0, 0, false
 	}
-	_, burst, _ := b.Limits()
-	reserve := math.Float64frombits(ks.reserve.Load())
-	if reserve == 0 {
-		reserve = defaultReserve
-	}
-	return b.Tokens(now) > burst*reserve
+	_, burst, _ = b.Limits()
+	return b.Tokens(now), burst, true
 }
 
 // clamp bounds d to [MinDelay, MaxDelay].

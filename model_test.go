@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tailcut/tailcut/budget"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -297,4 +298,95 @@ func TestModelCadence(t *testing.T) {
 		t.Errorf("%d recomputations, none past a basis of %d", computes, modelGrowth*modelEvery*autoRecomputeEvery)
 	}
 	t.Logf("%d recomputations, %d of them spaced by a sixteenth of the basis", computes, late)
+}
+
+// The hedge priority on the request path: on predictable-like traffic
+// (10 % of requests cold, half their attempts 8× slower) both buckets
+// take their own schedules and the cold one is low. With the budget down
+// to between one and two tokens, a cold request's first hedge is denied
+// and a warm one's granted; a cold request denied is not asked again at
+// its next slot, and a warm one once; with tokens to spare the cold hedge
+// goes.
+func TestHedgePriority(t *testing.T) {
+	b, err := budget.NewRatio(0.1, 10, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Predictive: true, Window: time.Hour, Budget: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(15, 16))
+	cold, warm := Features{}.With("cold"), Features{}.With("warm")
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 60_000 {
+		f, d := &warm, gen(r)
+		if i%10 == 0 {
+			f = &cold
+			if r.IntN(2) == 0 {
+				d *= 8
+			}
+		}
+		req := p.BeginWith("k", f, now)
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(time.Millisecond)
+	}
+	stats := map[string]BucketStats{}
+	for _, s := range p.Buckets("k", now) {
+		stats[s.Labels[0]] = s
+	}
+	if c, w := stats["cold"], stats["warm"]; !c.Predicted || !w.Predicted || !c.Low || w.Low || !(c.Value < w.Value) {
+		t.Fatalf("buckets: cold %+v, warm %+v; want both predicted, the cold one low and worth less", c, w)
+	}
+	// Drain the budget to between one and two tokens.
+	for b.Tokens(now) >= 2 {
+		b.Withdraw(now)
+	}
+	c1, w1 := p.BeginWith("k", &cold, now), p.BeginWith("k", &warm, now)
+	for b.Tokens(now) >= 2 { // the two deposits
+		b.Withdraw(now)
+	}
+	if !c1.Predicted() || !w1.Predicted() {
+		t.Fatal("requests not on their buckets' schedules")
+	}
+	if d := p.Hedge(&c1, now); d != DenyBudget {
+		t.Errorf("cold first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, DenyBudget)
+	}
+	if d := p.Hedge(&w1, now); d != Send {
+		t.Errorf("warm first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, Send)
+	}
+	if d := p.Hedge(&c1, now); d != DenyMaxHedges {
+		t.Errorf("cold request's second ask: %v, want %v (no retry past its schedule)", d, DenyMaxHedges)
+	}
+	// The budget is empty now: a warm request is denied, asked again
+	// once a fifth of its delay later (denied again here), and not a
+	// third time.
+	w2 := p.BeginWith("k", &warm, now)
+	for b.Tokens(now) >= 1 {
+		b.Withdraw(now)
+	}
+	if w2.MaxHedges() != 1 {
+		t.Fatalf("warm schedule of %d hedges, want 1", w2.MaxHedges())
+	}
+	if got, want := w2.HedgeAt(2), w2.Delay()+w2.Delay()/reaskGap; got != want {
+		t.Errorf("warm request's second slot at %v, want %v (a fifth of the delay %v later)", got, want, w2.Delay())
+	}
+	if d := p.Hedge(&w2, now); d != DenyBudget {
+		t.Errorf("warm first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, DenyBudget)
+	}
+	if d := p.Hedge(&w2, now); d != DenyBudget {
+		t.Errorf("warm request's second ask at %.2f tokens: %v, want %v (asked again once)", b.Tokens(now), d, DenyBudget)
+	}
+	if d := p.Hedge(&w2, now); d != DenyMaxHedges {
+		t.Errorf("warm request's third ask: %v, want %v (once only)", d, DenyMaxHedges)
+	}
+	for b.Tokens(now) < 3 {
+		b.Deposit(now)
+	}
+	c2 := p.BeginWith("k", &cold, now)
+	if d := p.Hedge(&c2, now); d != Send {
+		t.Errorf("cold first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, Send)
+	}
 }

@@ -260,6 +260,7 @@ type Request struct {
 	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (shift.go)
 	b        *bucket // the feature bucket that learns the primary (model.go); nil without features
 	pred     bool    // the schedule is the bucket's own
+	low      bool    // and its first hedge leaves a reserve in the budget (model.go, lowReserve)
 
 	// Numeric features (regress.go): the regression that learns the
 	// primary, nil without values, and the request's values (NaN where
@@ -339,9 +340,14 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // The fuses are checked in this order, cheapest first, and the first that
 // refuses names the denial: MaxHedges (a request on an auto schedule of
 // fewer hedges than MaxHedges asks at most that many times where the
-// auto delay says so, AutoChoice.noRetry), room in the budget for a second or
-// later hedge (more than half its burst left, or the auto delay's chosen
-// reserve, else [DenyBudget]),
+// auto delay says so, AutoChoice.noRetry; a request on its feature
+// bucket's own schedule asks once past it, or never if the bucket is
+// low), room in the budget for a
+// second or later hedge (more than half its burst left, or the auto
+// delay's chosen reserve, else [DenyBudget]) and for the first hedge of a
+// feature bucket whose hedges are worth less than half the best bucket's
+// (one token beyond the hedge's own and a tenth of the burst; see
+// BucketStats.Low),
 // pushback, breaker, sampling, load signal, in-flight cap, budget. The
 // budget comes last because asking it is paying.
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
@@ -356,14 +362,21 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	switch {
 	case r.hedges+int(r.would) >= r.limit:
 		d = DenyMaxHedges
-	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges && ks.noRetry():
+	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges && (r.pred && (r.low || int(r.asks) > r.limit+1) || ks.noRetry()):
 		// The auto delay's schedule allows fewer hedges than the caller
 		// times slots for, and a hedge at the next slot would pay less
 		// than the token's use by another request's first hedge
-		// (AutoChoice.noRetry): a denied hedge is not asked for again
-		// at a slot past the schedule's own.
+		// (AutoChoice.noRetry); or the schedule is a feature bucket's
+		// (model.go, hedge priority): a low bucket's denied hedge is not
+		// asked for again, another's once, soon after (its gap is a
+		// fifth of its delay), while the request is still worth it.
 		d = DenyMaxHedges
 	case r.hedges+int(r.would) >= 1 && !p.roomForLater(ks, now):
+		d = DenyBudget
+	case r.low && r.hedges+int(r.would) == 0 && !p.roomFor(lowReserve, now):
+		// The first hedge of a bucket worth less than half the best
+		// (model.go, hedgeValue) leaves the budget a reserve for the
+		// better ones.
 		d = DenyBudget
 	case n < ks.pausedUntil.Load():
 		d = DenyPushback
