@@ -267,7 +267,7 @@ func perSeed(closed []float64) (per []string, sum float64, n int) {
 			per = append(per, "—")
 			continue
 		}
-		per = append(per, strconv.Itoa(int(math.Round(c*100)))+" %")
+		per = append(per, pct1(c))
 		sum += c
 		n++
 	}
@@ -290,7 +290,21 @@ func pctOrDash(f float64) string {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return "—"
 	}
-	return fmt.Sprintf("%.0f %%", f*100)
+	return pct1(f)
+}
+
+// pct1 formats a seed's share of the gap closed to a tenth of a percent:
+// the target is a threshold (50 %), and a whole percent would round 49.8
+// up to it.
+func pct1(f float64) string {
+	s := strconv.FormatFloat(f*100, 'f', 1, 64)
+	if s == "-0.0" {
+		s = "0.0"
+	}
+	if strings.HasPrefix(s, "-") {
+		s = "−" + s[1:]
+	}
+	return s + " %"
 }
 
 func millis(d time.Duration) float64 { return float64(d) / 1e6 }
