@@ -36,9 +36,13 @@ import (
 // twice it) are chosen together to minimise the Target percentile of their
 // requests mixed by traffic share (allocate) — hedging early where
 // requests are often slow and their hedges are not, not at all where a
-// hedge would share the slowness. They are used only when that promises a
-// Target at least allocGain lower than the key's schedule on the same
-// requests (a third of it to stay on them); otherwise every bucket keeps
+// hedge would share the slowness; the spend of those schedules is
+// predicted from each bucket's own latencies, the blend's shares kept
+// within costSE standard errors of them (the blend is a prior for the
+// choice, and a bias in the sum of the buckets' spend). They are used
+// only when that promises a Target at least allocGain lower than the
+// key's schedule on the same requests (a third of it to stay on them);
+// otherwise every bucket keeps
 // the key's. Buckets already on their own schedules keep them unless the
 // new allocation promises a Target holdMargin lower (hysteresis: the
 // estimates' noise would otherwise move the delays between neighbouring
