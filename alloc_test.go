@@ -312,3 +312,81 @@ func TestFill(t *testing.T) {
 		}
 	}
 }
+
+// TestAllocateSpendOwn pins the allocation's spend to the buckets' own
+// trigger rates (costSE): a key of one large bucket of ordinary requests
+// and four small buckets of slow ones (100 requests each, every one 16×
+// slower: all still out at any delay the large bucket would use), as on
+// the lab's size-scaled scenario with values. The blend puts a third of
+// the key's distribution into each small bucket, and predicts that about
+// a third of its requests end before a delay that none of them does; an
+// allocation that costs its schedules on the blend plans within the
+// budget and spends beyond it. Here each group's predicted trigger rate
+// is within costSE standard errors of its own share, and the schedules'
+// spend on the groups' own distributions is within the budget (the small
+// buckets' slack of costSE counts, 2 %, aside).
+func TestAllocateSpendOwn(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dist := slowDraws(rand.New(rand.NewPCG(21, 22)))
+	ns := []int{20000, 100, 100, 100, 100}
+	owns := make([]latency.Distribution, len(ns))
+	var total float64
+	for i, n := range ns {
+		slow, miss := 1.0, 0.0
+		if i > 0 {
+			slow, miss = 16, 1
+		}
+		owns[i] = dist(n, slow, miss)
+		total += float64(n)
+	}
+	key := owns[0]
+	for _, o := range owns[1:] {
+		key = latency.Mix(key, o, key.Count()/(key.Count()+o.Count()))
+	}
+	gs := make([]allocGroup, len(ns))
+	for i, n := range ns {
+		mixed := latency.Mix(owns[i], key, float64(n)/(float64(n)+predictPrior))
+		gs[i] = allocGroup{i: i, own: owns[i], dist: mixed, hedge: mixed, share: float64(n) / total}
+	}
+	// The blend's bias that the cost must not carry: at the large
+	// bucket's p90, a small bucket's requests are all still out, the
+	// blend's about two thirds.
+	d := owns[0].Quantile(0.9)
+	if o, m := owns[1].Survival(d), gs[1].dist.Survival(d); o < 0.99 || m > 0.8 {
+		t.Fatalf("small bucket at %v: own share %.3f, blend %.3f: want about 1 and at most 0.8", d, o, m)
+	}
+	for i := range gs {
+		g := &gs[i]
+		n := g.own.Count()
+		for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
+			d := g.dist.Quantile(q)
+			o := g.own.Survival(d)
+			se := math.Sqrt(o*(1-o)/n) + 1/n
+			if c := g.cost(d, 1); math.Abs(c-o) > costSE*se+1e-12 {
+				t.Errorf("group %d at %v (blend's p%g): cost %.4f, own share %.4f ± %d × %.4f", i, d, 100*q, c, o, costSE, se)
+			}
+		}
+	}
+	const rate = 0.08
+	var guess float64
+	if tt := p.allocateAt(gs, rate, 1, math.Inf(1), &guess); math.IsInf(tt, 0) {
+		t.Fatal("no allocation")
+	}
+	var spend, hedged float64
+	for _, g := range gs {
+		own := allocGroup{own: g.own, dist: g.own, hedge: g.own}
+		spend += g.share * own.cost(g.delay, g.limit)
+		if g.limit > 0 {
+			hedged += g.share
+		}
+	}
+	if hedged <= float64(ns[0])/total {
+		t.Fatalf("the small buckets are not hedged (delays %v): the test shows nothing", []time.Duration{gs[1].delay, gs[2].delay})
+	}
+	if spend > rate*1.02 {
+		t.Errorf("spend on the groups' own distributions %.4f of the traffic, budget %.4f", spend, rate)
+	}
+}
