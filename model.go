@@ -186,7 +186,8 @@ func (t *bucketTable) find(h uint64) *bucket {
 // regression was sampled and the model's recomputations spaced by a
 // sixteenth of a large bucket's observations. At load average 2.5 (3
 // runs, the same method) it was +168–197 ns with the value, +72–81 ns
-// without signal, and +78–97 ns with predictable's labels.
+// without signal, and +78–97 ns with predictable's labels (+92–104 ns
+// after the hedge priority and fill, 3 runs at load average 1.0–1.3).
 // Past the regression (about 50 ns), it is the class bucket's estimator
 // learning the primary and the model's recomputation over nine buckets,
 // about 1 ms each, made about every 15,000 requests there.
