@@ -412,8 +412,8 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 // three) as of the cold ones' (a cache miss at 9 ms: one time in four).
 // So a bucket's first hedge that is worth less than half the best
 // bucket's is sent only while the budget keeps a small reserve, which the
-// more valuable hedges may spend; the buckets' spend is unchanged in the
-// mean.
+// more valuable hedges may spend: the plan is unchanged, the reserve
+// decides who spends the last tokens.
 const (
 	// lowValue: a bucket whose hedgeValue is below lowValue × the best
 	// bucket's is low.
@@ -657,10 +657,10 @@ const fillShare = 0.5
 // whose delay, lowered continuously until it costs that much more, cuts
 // the most requests slower than t (seconds), the allocation's Target
 // percentile (the predicted spend moves in steps, one per sketch bin: it
-// stops at the last at or below its target). Half, not all: the spend is a prediction, and a schedule
-// held from one recomputation to the next (hold) is filled again, so the
-// buckets approach the planned rate from below. The key's own schedule
-// does as much: its delay is continuous.
+// stops at the last at or below its target). Half, not all: the spend is
+// a prediction, and a schedule held from one recomputation to the next
+// (hold) is filled again, so the buckets approach the planned rate from
+// below. The key's own schedule does as much: its delay is continuous.
 func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 	var total, cost float64
 	for i := range gs {
@@ -1171,8 +1171,11 @@ type BucketStats struct {
 	Current, Previous int
 	// Predicted is true when its requests take its own schedule: its
 	// latencies differ significantly from the key's. Delay, Gap and
-	// Hedges are that schedule, and Auto what the auto delay chose and
-	// predicted for it (nil when the delay is pinned or not predicted).
+	// Hedges are that schedule (on a one-hedge schedule that is not
+	// Low, Gap is how long after the first slot a denied first hedge is
+	// asked for again; 0 means Delay), and Auto what the auto delay chose
+	// and predicted for it (nil when the delay is pinned or not
+	// predicted).
 	Predicted  bool
 	Delay, Gap time.Duration
 	Hedges     int
