@@ -63,19 +63,28 @@ func TestRunRealPredictive(t *testing.T) {
 	}
 }
 
-// On predictable the cold label pays once the buckets' schedules are
-// searched exactly: seed 1 closes at least a third of the adaptive →
-// oracle gap at no more extra load (41 % when written, 37 % at 7497297;
-// the per-class limit is 64 % there). Every run is deterministic.
+// On predictable the cold label pays: seeds 1–3 each close at least
+// 45 % of the adaptive → oracle gap, half of it on the mean, at no more
+// extra load (49.5, 49.8 and 55.7 % with the hedge priority and fill;
+// seed 1 was 37 % before them, 41 % when this test was first written; the
+// per-class limit is 64–74 % there). Every run is deterministic.
 func TestPredictivePredictable(t *testing.T) {
-	cfg := Config{Scenario: mustLookup(t, "predictable"), Seed: 1}
-	rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Oracle}})
-	if err != nil {
-		t.Fatal(err)
+	var sum float64
+	for seed := uint64(1); seed <= 3; seed++ {
+		cfg := Config{Scenario: mustLookup(t, "predictable"), Seed: seed}
+		rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Oracle}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, p, o := rs[0], rs[1], rs[2]
+		c := gapClosed(a.P99, p.P99, o.P99)
+		sum += c
+		if !(c >= 0.45) || p.ExtraLoad > a.ExtraLoad {
+			t.Errorf("predictable seed %d: adaptive p99 %v at %.4f, predictive %v at %.4f, oracle %v: %.1f %% of the gap", seed, a.P99, a.ExtraLoad, p.P99, p.ExtraLoad, o.P99, c*100)
+		}
 	}
-	a, p, o := rs[0], rs[1], rs[2]
-	if c := gapClosed(a.P99, p.P99, o.P99); !(c >= 1.0/3) || p.ExtraLoad > a.ExtraLoad {
-		t.Errorf("predictable: adaptive p99 %v at %.3f, predictive %v at %.3f, oracle %v: %.0f %% of the gap", a.P99, a.ExtraLoad, p.P99, p.ExtraLoad, o.P99, c*100)
+	if mean := sum / 3; !(mean >= 0.5) {
+		t.Errorf("predictable seeds 1–3: %.1f %% of the gap on the mean, want at least 50 %%", mean*100)
 	}
 }
 
