@@ -169,9 +169,10 @@ type Config struct {
 
 	// FeatureBuckets is the most feature buckets (label sequences) a key
 	// keeps with Predictive; past it the least recently used is forgotten.
-	// Zero means 16. Each bucket holds at most about 9 KiB of sketch, so a
-	// key holds at most FeatureBuckets × 9 KiB (144 KiB at 16) besides its
-	// own 16 KiB.
+	// Zero means 16. Each bucket holds at most about 9 KiB of sketch (18
+	// KiB for a bucket of Features.Where, whose hedges are learned apart),
+	// so a key holds at most FeatureBuckets × 18 KiB (288 KiB at 16; 144
+	// KiB without Where) besides its own 16 KiB.
 	FeatureBuckets int
 
 	// Logger receives the diagnosis warning (one per episode and key) when

@@ -91,9 +91,12 @@ func (f Features) With(label string) Features {
 // Where returns f with label added as a label that names where the
 // request's primary goes — a replica, a zone — rather than what the
 // request is. The request's hedges go elsewhere: the model then predicts
-// their latency from the key's distribution instead of from the bucket's
-// (a request to a slow replica is worth hedging early, because its hedge
-// is not slow). Features with and without Where are different buckets.
+// their latency from their own, learned apart by the bucket (and blended
+// with the key's distribution by their count), instead of from the
+// bucket's primaries (a request to a slow replica is worth hedging early,
+// because its hedge is not slow; one whose hedges land on the slow
+// replica, less). Such a bucket holds twice the memory. Features with and
+// without Where are different buckets.
 func (f Features) Where(label string) Features {
 	if label == "" || int(f.n) >= MaxLabels {
 		return f

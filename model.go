@@ -22,6 +22,11 @@ import (
 // at most about 9 KiB) fed with the primaries of its requests, as the
 // key's is. Its distribution is blended with the key's by sample count —
 // shrinkage: weight n/(n + predictPrior) on the bucket's n observations.
+// A bucket of Features.Where (its label names where the primary goes; its
+// hedges go elsewhere) has a second such estimator, fed with its
+// requests' hedges — completed, or censored when cancelled — whose
+// distribution, blended with the key's the same way, predicts them: at
+// most about 18 KiB for such a bucket.
 //
 // A bucket whose distribution is not significantly different from its
 // key's (the features carry no signal there, or it has too few samples)
@@ -80,10 +85,14 @@ var featureSeed = maphash.MakeSeed()
 
 // bucket is what the model knows of one feature bucket of one key.
 type bucket struct {
-	hash     uint64
-	labels   []string // a copy of the labels, for reports
-	where    bool     // Features.Where: hedges are predicted from the key's distribution
-	est      *latency.Estimator
+	hash   uint64
+	labels []string // a copy of the labels, for reports
+	where  bool     // Features.Where: its hedges go elsewhere than its primaries
+	est    *latency.Estimator
+	// hedges learns the latencies of a Where bucket's hedges (nil
+	// otherwise): they go elsewhere, and neither the bucket's nor the
+	// key's distribution is theirs (Policy.Observe).
+	hedges   *latency.Estimator
 	lastUsed atomic.Int64 // UnixNano of the last BeginWith
 
 	sinceCompute atomic.Int32 // observations since sched was computed
@@ -263,6 +272,9 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 	}
 	est, _ := latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins}) // validated in New
 	b := &bucket{hash: h, est: est, labels: f.bucketLabels(), where: f.where}
+	if f.where {
+		b.hedges, _ = latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins})
+	}
 	b.lastUsed.Store(now.UnixNano())
 	b.keyShifts.Store(ks.shifts.Load())
 	t := &bucketTable{}
@@ -325,6 +337,9 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 		if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
 			// The key's latency shifted: so did the bucket's, most likely.
 			b.est.Restart(now)
+			if b.hedges != nil {
+				b.hedges.Restart(now)
+			}
 			b.keyShifts.Store(sh)
 			restarted = true
 		}
@@ -339,11 +354,19 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 				nb := dist.Count()
 				mixed := latency.MixWith(&sc, dist, kd, nb/(nb+predictPrior))
 				s.use, s.limit = true, 1
-				hedge := mixed
+				g := allocGroup{i: len(scheds) - 1, own: dist, dist: mixed, hedge: mixed, elsewhere: b.where, share: nb / kd.Count()}
 				if b.where {
-					hedge = kd
+					// Its hedges go elsewhere: their own latencies,
+					// learned apart, blended with the key's by their
+					// count as the primaries' are — the key's alone
+					// until they are known.
+					g.hedge = kd
+					if hd, ok := b.hedges.DistributionWith(&sc, now); ok {
+						nh := hd.Count()
+						g.hedge = latency.MixWith(&sc, hd, kd, nh/(nh+predictPrior))
+						g.hedgeOwn = hd
+					}
 				}
-				g := allocGroup{i: len(scheds) - 1, own: dist, dist: mixed, hedge: hedge, keyHedge: b.where, share: nb / kd.Count()}
 				if prev := b.sched.Load(); prev != nil && prev.use && !restarted {
 					g.held, g.heldLimit = prev.delay, prev.limit // the incumbent (allocate's hysteresis)
 				}
@@ -471,13 +494,16 @@ type allocGroup struct {
 	i     int                  // index of its schedule
 	own   latency.Distribution // the bucket's latencies
 	dist  latency.Distribution // blended with the key's: what the choice is made on
-	hedge latency.Distribution // its hedges' latency: dist, or the key's (Features.Where)
-	// keyHedge is set when hedge is the key's distribution; the hedges'
-	// cost is then predicted from it as is (hedgeOut).
-	keyHedge bool
-	share    float64       // its share of the key's traffic
-	delay    time.Duration // the result: hedges at delay, 2 × delay, …
-	limit    int           // and how many
+	hedge latency.Distribution // its hedges' latency: dist, or (Features.Where) their own blended with the key's
+	// elsewhere is set when the hedges go elsewhere than the primaries
+	// (Features.Where): hedge is then not dist, and the hedges' cost is
+	// predicted from it (hedgeOut), kept within costSE standard errors
+	// of hedgeOwn, the hedges' own latencies, once they are known.
+	elsewhere bool
+	hedgeOwn  latency.Distribution
+	share     float64       // its share of the key's traffic
+	delay     time.Duration // the result: hedges at delay, 2 × delay, …
+	limit     int           // and how many
 
 	// The group's schedule in use since the last recomputation, if any
 	// (heldLimit > 0): allocate keeps it unless the new one is predicted
@@ -748,22 +774,30 @@ const costSE = 2
 // and one count of slack for a share near 0 or 1, as in differs) of the
 // bucket's own.
 func (g *allocGroup) trigger(d time.Duration) float64 {
-	m := g.dist.Survival(d)
-	n := g.own.Count()
+	return limited(g.dist.Survival(d), g.own, d)
+}
+
+// limited is m, a blend's share of latencies above d, kept within costSE
+// standard errors of own's (binomial, and one count of slack): m itself
+// when own is empty.
+func limited(m float64, own latency.Distribution, d time.Duration) float64 {
+	n := own.Count()
 	if n <= 0 {
 		return m
 	}
-	o := g.own.Survival(d)
+	o := own.Survival(d)
 	se := costSE * (math.Sqrt(o*(1-o)/n) + 1/n)
 	return min(max(m, o-se), o+se)
 }
 
 // hedgeOut is the predicted share of g's hedges still out d after they
-// went, for the cost of the later hedges: the key's distribution for a
-// bucket whose hedges go elsewhere (Features.Where), else trigger's.
+// went, for the cost of the later hedges: for a bucket whose hedges go
+// elsewhere (Features.Where), their distribution's — the hedges' own
+// blended with the key's, within costSE standard errors of their own as
+// trigger keeps the primaries' — else trigger's.
 func (g *allocGroup) hedgeOut(d time.Duration) float64 {
-	if g.keyHedge {
-		return g.hedge.Survival(d)
+	if g.elsewhere {
+		return limited(g.hedge.Survival(d), g.hedgeOwn, d)
 	}
 	return g.trigger(d)
 }
@@ -1158,6 +1192,19 @@ func (b *bucket) observe(d time.Duration, censored bool, now time.Time) {
 		b.est.Add(d, now)
 	}
 	b.sinceCompute.Add(1)
+}
+
+// observeHedge learns the latency of a hedge of a Where bucket's request,
+// from when it went: censored when it was cancelled (an earlier attempt
+// won). Every hedge sent ends one way or the other, so the completed
+// ones are not only the fast ones: the cancelled ones are the tail's
+// lower bounds, spread over the longer hedges (Kaplan–Meier).
+func (b *bucket) observeHedge(d time.Duration, censored bool, now time.Time) {
+	if censored {
+		b.hedges.AddCensored(d, now)
+	} else {
+		b.hedges.Add(d, now)
+	}
 }
 
 // BucketStats describe one feature bucket of a key, from [Policy.Buckets].

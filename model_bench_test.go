@@ -241,3 +241,37 @@ func benchRequests(b *testing.B, cfg Config, lats []time.Duration, begin func(p 
 	}
 	b.ReportMetric(float64(predicted)/float64(max(i, 1)), "predicted/op")
 }
+
+// BenchmarkObserveHedge is one Observe of a hedge on a request with a
+// label: With, whose bucket learns its primaries only (the hedge is
+// recorded by the breaker and dropped), and Where, whose bucket learns its
+// hedges apart too — the difference is what a Where request's hedge adds
+// to the decision path (one estimator Add), paid once per hedge sent.
+func BenchmarkObserveHedge(b *testing.B) {
+	for _, where := range []bool{false, true} {
+		name := "With"
+		f := Features{}.With("replica:3")
+		if where {
+			name, f = "Where", Features{}.Where("replica:3")
+		}
+		b.Run(name, func(b *testing.B) {
+			p, err := New(Config{Predictive: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			now := time.Unix(1_700_000_000, 0)
+			r := p.BeginWith("backend:8080", &f, now)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				lat := time.Duration(1+i%10) * time.Millisecond
+				o := Completed
+				if i%2 == 0 {
+					o = Canceled
+				}
+				p.Observe(&r, 1, lat, o, now.Add(lat))
+				i++
+			}
+		})
+	}
+}

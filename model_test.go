@@ -167,37 +167,53 @@ func TestModelFallsBack(t *testing.T) {
 // at most FeatureBuckets buckets, and the heap grows by no more than their
 // sketches (about 9 KiB each) and the key's own.
 func TestModelMemoryBound(t *testing.T) {
-	p, err := New(Config{Predictive: true, FeatureBuckets: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(5, 6))
-	now := time.Unix(1_700_000_000, 0)
-	var before, after runtime.MemStats
-	run := func(n, from int) {
-		for i := range n {
-			f := Features{}.With("user:" + strconv.Itoa(from+i))
-			req := p.BeginWith("k", &f, now)
-			d := lognormalMS(r, 5)
-			p.Observe(&req, 0, d, Completed, now.Add(d))
-			p.End(&req, 0, now.Add(d))
-			now = now.Add(time.Millisecond)
+	for _, where := range []bool{false, true} {
+		// A Where bucket holds a second estimator, for its hedges: at
+		// most about 18 KiB.
+		kib := int64(9)
+		if where {
+			kib = 18
 		}
-	}
-	run(100, 0) // the key and its first buckets exist
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	run(10_000, 100)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if n := len(p.key("k", now).model.Load().buckets); n != 16 {
-		t.Errorf("%d buckets after 10,100 distinct values, want 16", n)
-	}
-	if n := len(p.Buckets("k", now)); n != 16 {
-		t.Errorf("Buckets: %d", n)
-	}
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16*9<<10+256<<10 {
-		t.Errorf("heap grew %d KiB over 10,000 distinct values, want at most 16 buckets' worth", grew>>10)
+		p, err := New(Config{Predictive: true, FeatureBuckets: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(5, 6))
+		now := time.Unix(1_700_000_000, 0)
+		var before, after runtime.MemStats
+		run := func(n, from int) {
+			for i := range n {
+				f := Features{}.With("user:" + strconv.Itoa(from+i))
+				if where {
+					f = Features{}.Where("replica:" + strconv.Itoa(from+i))
+				}
+				req := p.BeginWith("k", &f, now)
+				d := lognormalMS(r, 5)
+				p.Observe(&req, 0, d, Completed, now.Add(d))
+				if where {
+					p.Observe(&req, 1, d/2, Canceled, now.Add(d)) // a hedge
+				}
+				p.End(&req, 0, now.Add(d))
+				now = now.Add(time.Millisecond)
+			}
+		}
+		run(100, 0) // the key and its first buckets exist
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		run(10_000, 100)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if n := len(p.key("k", now).model.Load().buckets); n != 16 {
+			t.Errorf("where %v: %d buckets after 10,100 distinct values, want 16", where, n)
+		}
+		if n := len(p.Buckets("k", now)); n != 16 {
+			t.Errorf("where %v: Buckets: %d", where, n)
+		}
+		grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("where %v: heap grew %d KiB", where, grew>>10)
+		if grew > 16*kib<<10+256<<10 {
+			t.Errorf("where %v: heap grew %d KiB over 10,000 distinct values, want at most 16 buckets' worth", where, grew>>10)
+		}
 	}
 }
 
@@ -388,5 +404,122 @@ func TestHedgePriority(t *testing.T) {
 	c2 := p.BeginWith("k", &cold, now)
 	if d := p.Hedge(&c2, now); d != Send {
 		t.Errorf("cold first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, Send)
+	}
+}
+
+// A Where bucket learns its hedges' own latencies: one replica of four is
+// 4× slower, and the first hedge of a request whose primary went to
+// replica r goes to replica r+1 (mod 4), so replica 3's hedges land on the
+// slow replica 0, and the other replicas' on fast ones. Replica 3's
+// bucket predicts its hedges from their own latencies, not the key's: its
+// hedges' median is about the slow replica's, and its first hedge is
+// predicted to bring its request below the Target far less often than
+// replica 1's (whose primaries are alike, its hedges fast): hedgeValue,
+// which orders the buckets' claims on the budget (Policy.Hedge).
+func TestModelWhereHedges(t *testing.T) {
+	p, err := New(Config{Predictive: true, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(17, 18))
+	draw := func(rep int) time.Duration {
+		d := gen(r)
+		if rep == 0 {
+			d *= 4
+		}
+		return d
+	}
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 60_000 {
+		rep := i % 4
+		f := Features{}.Where(replicaName(rep))
+		req := p.BeginWith("k", &f, now)
+		d, at := draw(rep), req.Delay()
+		if d <= at || p.Hedge(&req, now.Add(at)) != Send {
+			p.Observe(&req, 0, d, Completed, now.Add(d))
+			p.End(&req, 0, now.Add(d))
+		} else if h := draw((rep + 1) % 4); at+h < d {
+			p.Observe(&req, 1, h, Completed, now.Add(at+h))
+			p.Observe(&req, 0, at+h, Canceled, now.Add(at+h))
+			p.End(&req, 1, now.Add(at+h))
+		} else {
+			p.Observe(&req, 0, d, Completed, now.Add(d))
+			p.Observe(&req, 1, d-at, Canceled, now.Add(d))
+			p.End(&req, 0, now.Add(d))
+		}
+		now = now.Add(250 * time.Microsecond)
+	}
+	stats := map[string]BucketStats{}
+	for _, s := range p.Buckets("k", now) {
+		stats[s.Labels[0]] = s
+	}
+	r1, r3 := stats["r1"], stats["r3"]
+	if !r1.Predicted || !r3.Predicted {
+		t.Fatalf("replicas 1 and 3 not on their own schedules: %+v, %+v", r1, r3)
+	}
+	h1, _ := bucketOf(t, p, "k", Features{}.Where("r1")).hedges.Distribution(now)
+	h3, _ := bucketOf(t, p, "k", Features{}.Where("r3")).hedges.Distribution(now)
+	if m1, m3 := h1.Quantile(0.5), h3.Quantile(0.5); float64(m3) < 3*float64(m1) {
+		t.Errorf("hedges' median: replica 3's %v, replica 1's %v; want about 4× (replica 3's land on the slow replica)", m3, m1)
+	}
+	// From the key's distribution the two were worth about the same
+	// (0.94–1.24 × on seeds 1–8 and 17), from their own 0.58–0.71 ×.
+	if !(r3.Value < 0.8*r1.Value) {
+		t.Errorf("replica 3's first hedge (%d at %v) worth %.3f, replica 1's (%d at %v) %.3f; want replica 3's below 0.8×",
+			r3.Hedges, r3.Delay, r3.Value, r1.Hedges, r1.Delay, r1.Value)
+	}
+}
+
+// A bucket filled to its sketches' bounds — both windows, latencies over
+// eight decades, completed and censored — holds about 9 KiB, a Where
+// bucket (its hedges' estimator besides) about twice that.
+func TestModelMemoryFilled(t *testing.T) {
+	for _, where := range []bool{false, true} {
+		p, err := New(Config{Predictive: true, FeatureBuckets: 16, Window: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(7, 8))
+		now := time.Unix(1_700_000_000, 0)
+		draw := func() time.Duration { return time.Duration(math.Exp(r.Float64()*math.Log(1e8)) * 1e4) } // 10 µs – 1,000 s
+		fill := func(labels int) {
+			for w := range 2 { // both windows
+				for i := range 16 * 10_000 {
+					var f Features
+					if labels > 0 {
+						f = Features{}.With(strconv.Itoa(i % labels))
+						if where {
+							f = Features{}.Where(strconv.Itoa(i % labels))
+						}
+					}
+					req := p.BeginWith("k", &f, now)
+					o := Completed
+					if i%2 == 1 {
+						o = Canceled
+					}
+					p.Observe(&req, 0, draw(), o, now)
+					p.Observe(&req, 1, draw(), o, now)
+				}
+				now = now.Add(time.Duration(w+1) * time.Minute / 2)
+			}
+		}
+		var before, after runtime.MemStats
+		fill(0) // the key, filled
+		runtime.GC()
+		runtime.GC() // the pools' victims too
+		runtime.ReadMemStats(&before)
+		fill(16)
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if n := len(p.Buckets("k", now)); n != 16 {
+			t.Fatalf("where %v: %d buckets, want 16", where, n)
+		}
+		each := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / 16
+		t.Logf("where %v: %.1f KiB a bucket", where, float64(each)/1024)
+		if max := int64(9 << 10); where && each > 2*max || !where && each > max {
+			t.Errorf("where %v: %.1f KiB a bucket, want at most %d", where, float64(each)/1024, map[bool]int{false: 9, true: 18}[where])
+		}
 	}
 }

@@ -453,11 +453,21 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	}
 	// Only the primary is a fair sample of the downstream's latency: a
 	// hedge is observed only when it races, and the ones that finish are
-	// the fast ones. A primary cancelled because a hedge won is learned as
+	// the fast ones. (A Where bucket's hedges, which go elsewhere, are
+	// learned apart, each one sent: completed, or censored when
+	// cancelled.) A primary cancelled because a hedge won is learned as
 	// censored at its cancellation time (below); a primary cancelled
 	// before the delay (a per-request delay shorter than the policy's) says
 	// nothing about the quantiles the delay is made of and is skipped.
-	if attempt != 0 || (o == Canceled && latency < r.delay) {
+	if attempt != 0 {
+		if b := r.b; b != nil && b.hedges != nil {
+			// A hedge of a Where bucket's request: it went elsewhere,
+			// and its bucket learns its latency apart (model.go).
+			b.observeHedge(latency, o == Canceled, now)
+		}
+		return
+	}
+	if o == Canceled && latency < r.delay {
 		return
 	}
 	if r.share >= 0 {
