@@ -734,13 +734,20 @@ func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 func (g *allocGroup) cost(d time.Duration, k int) float64 {
 	var c float64
 	for j := 1; j <= k; j++ {
-		v := g.trigger(time.Duration(j) * d)
-		for i := 1; i < j; i++ {
-			v *= g.hedgeOut(time.Duration(j-i) * d)
-		}
-		c += v
+		c += g.hedgeRate(d, j)
 	}
 	return c
+}
+
+// hedgeRate is the predicted share of g's requests that send hedge j
+// (j ≥ 1) on a schedule at d, 2d, …: the primary still out at j × d and
+// every earlier hedge i still out (j − i) × d after it went.
+func (g *allocGroup) hedgeRate(d time.Duration, j int) float64 {
+	v := g.trigger(time.Duration(j) * d)
+	for i := 1; i < j; i++ {
+		v *= g.hedgeOut(time.Duration(j-i) * d)
+	}
+	return v
 }
 
 // costSE is how many standard errors of a bucket's own share of requests
@@ -930,11 +937,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 			// k hedges cost the first k of those terms.
 			var cost float64
 			for k := 1; k <= hedges; k++ {
-				c := g.trigger(time.Duration(k) * d)
-				for i := 1; i < k; i++ {
-					c *= g.hedgeOut(time.Duration(k-i) * d)
-				}
-				cost += c
+				cost += g.hedgeRate(d, k)
 				g.cand[g.n] = allocCand{d: d, k: k, cost: cost}
 				g.n++
 			}

@@ -367,15 +367,17 @@ func TestHedgePriority(t *testing.T) {
 	if !c1.Predicted() || !w1.Predicted() {
 		t.Fatal("requests not on their buckets' schedules")
 	}
-	if d := p.Hedge(&c1, now); d != DenyBudget {
-		t.Errorf("cold first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, DenyBudget)
+	// ask asks for r's next hedge and checks the decision.
+	ask := func(r *Request, want Decision, what string) {
+		t.Helper()
+		tokens := b.Tokens(now)
+		if d := p.Hedge(r, now); d != want {
+			t.Errorf("%s at %.2f tokens: %v, want %v", what, tokens, d, want)
+		}
 	}
-	if d := p.Hedge(&w1, now); d != Send {
-		t.Errorf("warm first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, Send)
-	}
-	if d := p.Hedge(&c1, now); d != DenyMaxHedges {
-		t.Errorf("cold request's second ask: %v, want %v (no retry past its schedule)", d, DenyMaxHedges)
-	}
+	ask(&c1, DenyBudget, "cold first hedge")
+	ask(&w1, Send, "warm first hedge")
+	ask(&c1, DenyMaxHedges, "cold request's second ask (no retry past its schedule)")
 	// The budget is empty now: a warm request is denied, asked again
 	// once a fifth of its delay later (denied again here), and not a
 	// third time.
@@ -389,22 +391,14 @@ func TestHedgePriority(t *testing.T) {
 	if got, want := w2.HedgeAt(2), w2.Delay()+w2.Delay()/reaskGap; got != want {
 		t.Errorf("warm request's second slot at %v, want %v (a fifth of the delay %v later)", got, want, w2.Delay())
 	}
-	if d := p.Hedge(&w2, now); d != DenyBudget {
-		t.Errorf("warm first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, DenyBudget)
-	}
-	if d := p.Hedge(&w2, now); d != DenyBudget {
-		t.Errorf("warm request's second ask at %.2f tokens: %v, want %v (asked again once)", b.Tokens(now), d, DenyBudget)
-	}
-	if d := p.Hedge(&w2, now); d != DenyMaxHedges {
-		t.Errorf("warm request's third ask: %v, want %v (once only)", d, DenyMaxHedges)
-	}
+	ask(&w2, DenyBudget, "warm first hedge")
+	ask(&w2, DenyBudget, "warm request's second ask (asked again once)")
+	ask(&w2, DenyMaxHedges, "warm request's third ask (once only)")
 	for b.Tokens(now) < 3 {
 		b.Deposit(now)
 	}
 	c2 := p.BeginWith("k", &cold, now)
-	if d := p.Hedge(&c2, now); d != Send {
-		t.Errorf("cold first hedge at %.2f tokens: %v, want %v", b.Tokens(now), d, Send)
-	}
+	ask(&c2, Send, "cold first hedge")
 }
 
 // A Where bucket learns its hedges' own latencies: one replica of four is
