@@ -204,12 +204,12 @@ func expPredictive(o Options) (*Outcome, error) {
 			"The per-class limit (the best fixed delays per label on %d independent draws, one or two hedges, at adaptive's extra load, no queueing) closes %s of the gap on predictable: "+
 			"where a hedge shares the request's slowness (cold requests miss on half their attempts; large requests are large on every attempt) no schedule chosen by label can reach the oracle, "+
 			"which knows the attempt. Where the label names a slow replica that the hedge avoids, it pays. "+
-			fmt.Sprintf("On predictable %d of %d seeds close half the gap or more at no more extra load; the mean over the seeds is %s (90 %% bootstrap interval over the seeds %s to %s). ",
-				pa.both, nSeeds, pctOrDash(meanOf(pa.closed)), pctOrDash(meanLo), pctOrDash(meanHi))+
 			"A p99 over one run's requests is itself uncertain: per seed, the 90 %% paired bootstrap interval of the gap closed on predictable "+
 			"(the requests resampled alike in the three runs; not the noise of another run's decisions) is %s.",
 			yesNo(holds), rowClosed(t, 0), pctOrDash(pc), pa.noMoreLoad, nSeeds, rowClosed(t, 1), pctOrDash(skc),
 			b.relP99*100, b.relEx*100, o.requests(limitDraws), t.Rows[0][11], t.Rows[0][12]) +
+			fmt.Sprintf(" On predictable %d of %d seeds close half the gap or more at no more extra load; the mean over the seeds is %s (90 %% bootstrap interval over the seeds %s to %s).",
+				pa.both, nSeeds, pctOrDash(meanOf(pa.closed)), pctOrDash(meanLo), pctOrDash(meanHi)) +
 			fmt.Sprintf(" Numeric values on size-scaled: the value closes %s of the gap (per seed %s), the size label %s, both %s; on noise the value leaves the policy's decisions as adaptive's (p99 %s off).",
 				vt.Rows[2][4], vt.Rows[2][5], vt.Rows[1][4], vt.Rows[3][4], vt.Rows[7][7]) + realNote,
 	}, nil

@@ -235,7 +235,8 @@ func TestPredictiveSeedsOption(t *testing.T) {
 	if row[0] != "predictable" || strings.Count(row[8], " / ") != 1 || !strings.HasSuffix(row[9], "of 2") {
 		t.Errorf("predictable row with 2 seeds: %q", row)
 	}
-	if !strings.Contains(out.Setup, "2 seeds each (from 3)") || !strings.Contains(out.Verdict, "of 2 seeds close half the gap") {
+	if !strings.Contains(out.Setup, "2 seeds each (from 3)") || !strings.Contains(out.Verdict, "of 2 seeds close half the gap") ||
+		!strings.Contains(out.Verdict, "bootstrap interval over the seeds") || strings.Contains(out.Verdict, "%!") {
 		t.Errorf("setup %q\nverdict %q", out.Setup, out.Verdict)
 	}
 }
