@@ -32,6 +32,11 @@ type Options struct {
 	// an in-process server (see [RunReal]); only lock and predictive
 	// support it.
 	Real bool
+	// Seeds is how many seeds, from Seed on, an experiment that runs
+	// several runs; zero means the experiment's own number. Only
+	// predictive supports it (five by default): a target set per seed is
+	// better judged over more of them.
+	Seeds int
 }
 
 func (o Options) requests(n int) int {
@@ -40,6 +45,14 @@ func (o Options) requests(n int) int {
 		s = 1
 	}
 	return max(int(float64(n)*s), 200)
+}
+
+// seeds is o.Seeds, or def when it is zero.
+func (o Options) seeds(def int) int {
+	if o.Seeds > 0 {
+		return o.Seeds
+	}
+	return def
 }
 
 func (o Options) step(format string, args ...any) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,13 +66,15 @@ func expPredictive(o Options) (*Outcome, error) {
 	skew, _ := Lookup("replica-skew")
 	bhope, _ := Lookup("bhope")
 	scs := []*Scenario{pred, skew, sizeScenario(), noiseScenario(), bhope}
-	t := Table{Title: fmt.Sprintf("p99 and extra load, mean of %d seeds (per seed in the last columns)", predictiveSeeds),
+	nSeeds := o.seeds(predictiveSeeds)
+	t := Table{Title: fmt.Sprintf("p99 and extra load, mean of %d seeds (per seed in the last columns)", nSeeds),
 		Header: []string{"scenario", "adaptive p99 ms", "adaptive extra", "predictive p99 ms", "predictive extra", "oracle p99 ms", "oracle extra",
 			"gap closed (mean)", "gap closed per seed", "predictive extra ≤ adaptive's (seeds)", "per-class limit p99 ms", "limit's gap closed per seed",
 			"gap closed, 90 % bootstrap interval per seed"}}
 	type agg struct {
 		closed        []float64
 		noMoreLoad    int
+		both          int // seeds with half the gap closed or more at no more extra load
 		ap, pp, op    float64
 		ae, pe, oe    float64
 		relP99, relEx float64 // worst |predictive/adaptive − 1|
@@ -83,7 +86,7 @@ func expPredictive(o Options) (*Outcome, error) {
 	for _, sc := range scs {
 		a := &agg{}
 		res[sc.Name] = a
-		for i := range predictiveSeeds {
+		for i := range nSeeds {
 			seed := o.Seed + uint64(i)
 			o.step("predictive %s seed %d", sc.Name, seed)
 			cfg := Config{Scenario: sc, Requests: o.requests(sc.Defaults.Requests), Seed: seed}
@@ -101,18 +104,22 @@ func expPredictive(o Options) (*Outcome, error) {
 			// The most per-label fixed delays could close, at adaptive's
 			// extra load.
 			if l, ok := perClassLimit(sc, seed, o.requests(limitDraws), ad.ExtraLoad); ok {
-				a.limit += millis(l.PerClass) / predictiveSeeds
+				a.limit += millis(l.PerClass) / float64(nSeeds)
 				a.limitClosed = append(a.limitClosed, gapClosed(ad.P99, l.PerClass, or.P99))
 			}
 			if pr.ExtraLoad <= ad.ExtraLoad {
 				a.noMoreLoad++
+				if c := a.closed[len(a.closed)-1]; c >= 0.5 {
+					a.both++
+				}
 			}
-			a.ap += millis(ad.P99) / predictiveSeeds
-			a.pp += millis(pr.P99) / predictiveSeeds
-			a.op += millis(or.P99) / predictiveSeeds
-			a.ae += ad.ExtraLoad / predictiveSeeds
-			a.pe += pr.ExtraLoad / predictiveSeeds
-			a.oe += or.ExtraLoad / predictiveSeeds
+			ns := float64(nSeeds)
+			a.ap += millis(ad.P99) / ns
+			a.pp += millis(pr.P99) / ns
+			a.op += millis(or.P99) / ns
+			a.ae += ad.ExtraLoad / ns
+			a.pe += pr.ExtraLoad / ns
+			a.oe += or.ExtraLoad / ns
 			a.relP99 = max(a.relP99, math.Abs(float64(pr.P99)/float64(ad.P99)-1))
 			if ad.ExtraLoad > 0 {
 				a.relEx = max(a.relEx, math.Abs(pr.ExtraLoad/ad.ExtraLoad-1))
@@ -130,7 +137,7 @@ func expPredictive(o Options) (*Outcome, error) {
 			mean = fmt.Sprintf("%.0f %%", sum/float64(n)*100)
 		}
 		t.Rows = append(t.Rows, []string{sc.Name, fmt.Sprintf("%.1f", a.ap), pctf(a.ae), fmt.Sprintf("%.1f", a.pp), pctf(a.pe),
-			fmt.Sprintf("%.1f", a.op), pctf(a.oe), mean, strings.Join(per, " / "), fmt.Sprintf("%d of %d", a.noMoreLoad, predictiveSeeds), lim, limPer,
+			fmt.Sprintf("%.1f", a.op), pctf(a.oe), mean, strings.Join(per, " / "), fmt.Sprintf("%d of %d", a.noMoreLoad, nSeeds), lim, limPer,
 			strings.Join(a.interval, " / ")})
 	}
 	minClosed := func(name string) float64 {
@@ -172,9 +179,11 @@ func expPredictive(o Options) (*Outcome, error) {
 	tables = append(tables, vt)
 	pc, skc := minClosed("predictable"), minClosed("replica-skew")
 	b := res["bhope"]
-	holds := pc >= 0.5 && res["predictable"].noMoreLoad == predictiveSeeds && b.relP99 <= 0.01 && b.relEx <= 0.01
+	holds := pc >= 0.5 && res["predictable"].noMoreLoad == nSeeds && b.relP99 <= 0.01 && b.relEx <= 0.01
+	pa := res["predictable"]
+	meanLo, meanHi := meanInterval(pa.closed, o.Seed)
 	return &Outcome{
-		Setup: "Five scenarios, five seeds each, 50,000 requests at 1,000 requests/s, budget 10 %, the policy's defaults (auto delay, two hedges). " +
+		Setup: fmt.Sprintf("Five scenarios, %d seeds each (from %d), ", nSeeds, o.Seed) + "50,000 requests at 1,000 requests/s, budget 10 %, the policy's defaults (auto delay, two hedges). " +
 			"predictable: 10 % of requests carry a cache-miss hint (label cold), and each of their attempts misses with probability 1/2 and is then 8× slower; " +
 			"replica-skew: one replica of four is 4× slower and the label names the replica the primary goes to (tailcut.Features.Where: its hedges go elsewhere); " +
 			"size: the issue's example, 10 % of requests large and every attempt of them 8× slower; noise: a random label of four values; bhope: no label. " +
@@ -197,8 +206,10 @@ func expPredictive(o Options) (*Outcome, error) {
 			"which knows the attempt. Where the label names a slow replica that the hedge avoids, it pays. "+
 			"A p99 over one run's requests is itself uncertain: per seed, the 90 %% paired bootstrap interval of the gap closed on predictable "+
 			"(the requests resampled alike in the three runs; not the noise of another run's decisions) is %s.",
-			yesNo(holds), rowClosed(t, 0), pctOrDash(pc), res["predictable"].noMoreLoad, predictiveSeeds, rowClosed(t, 1), pctOrDash(skc),
+			yesNo(holds), rowClosed(t, 0), pctOrDash(pc), pa.noMoreLoad, nSeeds, rowClosed(t, 1), pctOrDash(skc),
 			b.relP99*100, b.relEx*100, o.requests(limitDraws), t.Rows[0][11], t.Rows[0][12]) +
+			fmt.Sprintf(" On predictable %d of %d seeds close half the gap or more at no more extra load; the mean over the seeds is %s (90 %% bootstrap interval over the seeds %s to %s).",
+				pa.both, nSeeds, pctOrDash(meanOf(pa.closed)), pctOrDash(meanLo), pctOrDash(meanHi)) +
 			fmt.Sprintf(" Numeric values on size-scaled: the value closes %s of the gap (per seed %s), the size label %s, both %s; on noise the value leaves the policy's decisions as adaptive's (p99 %s off).",
 				vt.Rows[2][4], vt.Rows[2][5], vt.Rows[1][4], vt.Rows[3][4], vt.Rows[7][7]) + realNote,
 	}, nil
@@ -208,14 +219,16 @@ func expPredictive(o Options) (*Outcome, error) {
 // the labels: on size-scaled, where the size scales every attempt, and on
 // noise, whose value carries no signal.
 func valuesTable(o Options) (Table, error) {
-	t := Table{Title: fmt.Sprintf("numeric values (Features.Value) against labels: p99 and extra load, mean of %d seeds", predictiveSeeds),
+	nSeeds := o.seeds(predictiveSeeds)
+	ns := float64(nSeeds)
+	t := Table{Title: fmt.Sprintf("numeric values (Features.Value) against labels: p99 and extra load, mean of %d seeds", nSeeds),
 		Header: []string{"scenario", "strategy", "p99 ms", "extra", "gap closed (mean)", "gap closed per seed", "extra ≤ adaptive's (seeds)", "worst |p99 / adaptive's − 1|"}}
 	scaled, _ := Lookup("size-scaled")
 	sts := []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Predictive, Features: ValuesOnly}, {Kind: Predictive, Features: LabelsValues}, {Kind: Oracle}}
 	for _, sc := range []*Scenario{scaled, noiseScenario()} {
 		p99 := make([][]time.Duration, len(sts))
 		extra := make([][]float64, len(sts))
-		for i := range predictiveSeeds {
+		for i := range nSeeds {
 			seed := o.Seed + uint64(i)
 			o.step("predictive (values) %s seed %d", sc.Name, seed)
 			rs, err := Compare(Config{Scenario: sc, Requests: o.requests(sc.Defaults.Requests), Seed: seed}, sts)
@@ -232,9 +245,9 @@ func valuesTable(o Options) (Table, error) {
 			var mp, me, worst float64
 			var closed []float64
 			noMore := 0
-			for i := range predictiveSeeds {
-				mp += millis(p99[j][i]) / predictiveSeeds
-				me += extra[j][i] / predictiveSeeds
+			for i := range nSeeds {
+				mp += millis(p99[j][i]) / ns
+				me += extra[j][i] / ns
 				closed = append(closed, gapClosed(p99[0][i], p99[j][i], p99[last][i]))
 				if extra[j][i] <= extra[0][i] {
 					noMore++
@@ -248,12 +261,50 @@ func valuesTable(o Options) (Table, error) {
 				if n > 0 {
 					row[4] = fmt.Sprintf("%.0f %%", sum/float64(n)*100)
 				}
-				row[6], row[7] = fmt.Sprintf("%d of %d", noMore, predictiveSeeds), fmt.Sprintf("%.2f %%", worst*100)
+				row[6], row[7] = fmt.Sprintf("%d of %d", noMore, nSeeds), fmt.Sprintf("%.2f %%", worst*100)
 			}
 			t.Rows = append(t.Rows, row)
 		}
 	}
 	return t, nil
+}
+
+// meanOf is the mean of the shares of the gap closed, seeds whose oracle
+// is no better (NaN) left out; NaN when none is left.
+func meanOf(closed []float64) float64 {
+	_, sum, n := perSeed(closed)
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}
+
+// meanInterval is the 90 % bootstrap interval of the mean share of the gap
+// closed over the seeds (the seeds resampled with replacement, 4,000
+// times, from a generator seeded by seed): how far another set of as many
+// seeds could put the mean. NaN with fewer than two seeds.
+func meanInterval(closed []float64, seed uint64) (lo, hi float64) {
+	var xs []float64
+	for _, c := range closed {
+		if !math.IsNaN(c) {
+			xs = append(xs, c)
+		}
+	}
+	if len(xs) < 2 {
+		return math.NaN(), math.NaN()
+	}
+	const resamples = 4000
+	r := rand.New(rand.NewPCG(seed, 0x5eed5))
+	means := make([]float64, resamples)
+	for k := range means {
+		var sum float64
+		for range xs {
+			sum += xs[r.IntN(len(xs))]
+		}
+		means[k] = sum / float64(len(xs))
+	}
+	slices.Sort(means)
+	return means[resamples*5/100], means[resamples*95/100-1]
 }
 
 // limitDraws is the number of requests the per-class limit draws.

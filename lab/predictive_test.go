@@ -1,7 +1,9 @@
 package lab
 
 import (
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -187,5 +189,54 @@ func TestRunRealPredictiveValues(t *testing.T) {
 	}
 	if r.Errors != 0 || r.Attempts < 400 {
 		t.Errorf("errors %d (first %q), attempts %d", r.Errors, r.FirstError, r.Attempts)
+	}
+}
+
+func TestMeanInterval(t *testing.T) {
+	// Equal seeds: the mean cannot move.
+	if lo, hi := meanInterval([]float64{0.5, 0.5, 0.5}, 1); lo != 0.5 || hi != 0.5 {
+		t.Errorf("equal seeds: %v to %v, want 0.5 to 0.5", lo, hi)
+	}
+	// Spread seeds: the interval holds the mean, lies within the seeds'
+	// range, is narrower than it, and a NaN (oracle no better) is left out.
+	xs := []float64{0.42, 0.49, 0.55, 0.57, 0.58, 0.63, 0.70, 0.80, math.NaN()}
+	lo, hi := meanInterval(xs, 7)
+	m := meanOf(xs)
+	if !(0.42 < lo && lo < m && m < hi && hi < 0.80) || hi-lo > 0.38/2 {
+		t.Errorf("interval %.3f to %.3f around mean %.3f", lo, hi, m)
+	}
+	if lo2, hi2 := meanInterval(xs, 7); lo2 != lo || hi2 != hi {
+		t.Error("not reproducible for one seed")
+	}
+	if lo, hi := meanInterval([]float64{0.5, math.NaN()}, 1); !math.IsNaN(lo) || !math.IsNaN(hi) {
+		t.Errorf("one seed: %v to %v, want NaN", lo, hi)
+	}
+}
+
+func TestPredictiveSeedsOption(t *testing.T) {
+	if got := (Options{}).seeds(predictiveSeeds); got != 5 {
+		t.Errorf("default: %d seeds", got)
+	}
+	if got := (Options{Seeds: 2}).seeds(predictiveSeeds); got != 2 {
+		t.Errorf("Seeds 2: %d seeds", got)
+	}
+	if testing.Short() {
+		t.Skip("runs the predictive experiment")
+	}
+	x, err := LookupExperiment("predictive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := x.Run(Options{Seed: 3, Seeds: 2, Scale: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := out.Tables[0].Rows[0]
+	if row[0] != "predictable" || strings.Count(row[8], " / ") != 1 || !strings.HasSuffix(row[9], "of 2") {
+		t.Errorf("predictable row with 2 seeds: %q", row)
+	}
+	if !strings.Contains(out.Setup, "2 seeds each (from 3)") || !strings.Contains(out.Verdict, "of 2 seeds close half the gap") ||
+		!strings.Contains(out.Verdict, "bootstrap interval over the seeds") || strings.Contains(out.Verdict, "%!") {
+		t.Errorf("setup %q\nverdict %q", out.Setup, out.Verdict)
 	}
 }
