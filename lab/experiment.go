@@ -32,10 +32,10 @@ type Options struct {
 	// an in-process server (see [RunReal]); only lock and predictive
 	// support it.
 	Real bool
-	// Seeds is how many seeds, from Seed on, an experiment that runs
-	// several runs; zero means the experiment's own number. Only
-	// predictive supports it (five by default): a target set per seed is
-	// better judged over more of them.
+	// Seeds is how many seeds, from Seed on, an experiment of several
+	// seeds runs; zero means its own number. Only predictive takes it
+	// (five by default): a target set on every seed is better judged
+	// over more of them.
 	Seeds int
 }
 
