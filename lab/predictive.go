@@ -153,24 +153,33 @@ func expPredictive(o Options) (*Outcome, error) {
 	tables := []Table{t}
 	realNote := ""
 	if o.Real {
-		rt := Table{Title: "predictable for real (loopback HTTP through hedgehttp.Transport) against the simulation, same seed and requests",
-			Header: []string{"strategy", "simulated p99 ms", "real p99 ms", "real / simulated", "simulated extra", "real extra", "errors"}}
-		cfg := Config{Scenario: pred, Requests: o.requests(5000), Seed: o.Seed}
-		for _, st := range []Strategy{{Kind: Adaptive}, {Kind: Predictive}} {
-			o.step("predictive (real) %s", st)
-			sim, err := Run(cfg, st)
-			if err != nil {
-				return nil, err
+		rt := Table{Title: "predictable (labels) and size-scaled (values) for real (loopback HTTP through hedgehttp.Transport) against the simulation, same seed and requests",
+			Header: []string{"scenario", "strategy", "simulated p99 ms", "real p99 ms", "real / simulated", "simulated extra", "real extra", "errors"}}
+		scaled, _ := Lookup("size-scaled")
+		for _, run := range []struct {
+			sc  *Scenario
+			sts []Strategy
+		}{
+			{pred, []Strategy{{Kind: Adaptive}, {Kind: Predictive}}},
+			{scaled, []Strategy{{Kind: Adaptive}, {Kind: Predictive, Features: ValuesOnly}}},
+		} {
+			cfg := Config{Scenario: run.sc, Requests: o.requests(5000), Seed: o.Seed}
+			for _, st := range run.sts {
+				o.step("predictive (real) %s %s", run.sc.Name, st)
+				sim, err := Run(cfg, st)
+				if err != nil {
+					return nil, err
+				}
+				real, err := RunReal(cfg, st)
+				if err != nil {
+					return nil, err
+				}
+				rt.Rows = append(rt.Rows, []string{run.sc.Name, st.String(), Millis(sim.P99), Millis(real.P99), fmt.Sprintf("%.2f", float64(real.P99)/float64(sim.P99)),
+					pctf(sim.ExtraLoad), pctf(real.ExtraLoad), fmt.Sprint(real.Errors)})
 			}
-			real, err := RunReal(cfg, st)
-			if err != nil {
-				return nil, err
-			}
-			rt.Rows = append(rt.Rows, []string{st.String(), Millis(sim.P99), Millis(real.P99), fmt.Sprintf("%.2f", float64(real.P99)/float64(sim.P99)),
-				pctf(sim.ExtraLoad), pctf(real.ExtraLoad), fmt.Sprint(real.Errors)})
 		}
 		tables = append(tables, rt)
-		realNote = " The real run's table is beside the simulated one."
+		realNote = " The real runs' table is beside the simulated one."
 	}
 	vt, err := valuesTable(o)
 	if err != nil {

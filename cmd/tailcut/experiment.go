@@ -46,7 +46,7 @@ writes one self-contained report with every table and chart.`,
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report to `FILE`")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
 	fl.IntVar(&f.seeds, "seeds", 0, "predictive only: run `N` seeds from --seed on instead of 5, and report how many meet the target and the mean's 90 % interval over the seeds")
-	fl.BoolVar(&f.real, "real", false, "lock and predictive only: also run for real against an in-process Go HTTP server over loopback (lock: A, B and C with a real sync.Mutex, reading contention from the mutex profile; predictive: adaptive and predictive on predictable, beside the simulation)")
+	fl.BoolVar(&f.real, "real", false, "lock and predictive only: also run for real against an in-process Go HTTP server over loopback (lock: A, B and C with a real sync.Mutex, reading contention from the mutex profile; predictive: adaptive and predictive on predictable, adaptive and predictive:values on size-scaled, beside the simulation)")
 	return cmd
 }
 
