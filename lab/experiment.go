@@ -37,6 +37,10 @@ type Options struct {
 	// (five by default): a target set on every seed is better judged
 	// over more of them.
 	Seeds int
+	// Requests is how many requests each simulated run of an experiment
+	// that takes it draws; zero means its own number (with Scale). Only
+	// predictive takes it (200,000 by default).
+	Requests int
 }
 
 func (o Options) requests(n int) int {
@@ -45,6 +49,14 @@ func (o Options) requests(n int) int {
 		s = 1
 	}
 	return max(int(float64(n)*s), 200)
+}
+
+// runRequests is o.Requests, or o.requests(def) when it is zero.
+func (o Options) runRequests(def int) int {
+	if o.Requests > 0 {
+		return o.Requests
+	}
+	return o.requests(def)
 }
 
 // seeds is o.Seeds, or def when it is zero.

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -65,28 +66,30 @@ func TestRunRealPredictive(t *testing.T) {
 	}
 }
 
-// On predictable the cold label pays: seeds 1–3 each close at least
-// 45 % of the adaptive → oracle gap, half of it on the mean, at no more
-// extra load (49.5, 49.8 and 55.7 % with the hedge priority and fill;
-// seed 1 was 37 % before them, 41 % when this test was first written; the
-// per-class limit is 64–74 % there). Every run is deterministic.
+// On predictable the cold label pays, and meets issue 16's bar as the
+// experiment runs it: on each of seeds 1–5, at 200,000 requests a run,
+// predictive closes at least half the adaptive → oracle p99 gap at no
+// more extra load than adaptive (50.5, 57.7, 54.1, 57.1 and 75.6 %; at
+// 50,000 requests seeds 1 and 2 are at 49.5 and 49.8 %, which is why the
+// experiment runs longer: docs/EXPERIMENTS.md §9, "How long a run").
+// Every run is deterministic; the seeds run side by side.
 func TestPredictivePredictable(t *testing.T) {
-	var sum float64
-	for seed := uint64(1); seed <= 3; seed++ {
-		cfg := Config{Scenario: mustLookup(t, "predictable"), Seed: seed}
-		rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Oracle}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, p, o := rs[0], rs[1], rs[2]
-		c := gapClosed(a.P99, p.P99, o.P99)
-		sum += c
-		if !(c >= 0.45) || p.ExtraLoad > a.ExtraLoad {
-			t.Errorf("predictable seed %d: adaptive p99 %v at %.4f, predictive %v at %.4f, oracle %v: %.1f %% of the gap", seed, a.P99, a.ExtraLoad, p.P99, p.ExtraLoad, o.P99, c*100)
-		}
+	if testing.Short() {
+		t.Skip("five runs of 200,000 requests")
 	}
-	if mean := sum / 3; !(mean >= 0.5) {
-		t.Errorf("predictable seeds 1–3: %.1f %% of the gap on the mean, want at least 50 %%", mean*100)
+	for seed := uint64(1); seed <= 5; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{Scenario: mustLookup(t, "predictable"), Requests: predictiveRequests, Seed: seed}
+			rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Oracle}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, p, o := rs[0], rs[1], rs[2]
+			if c := gapClosed(a.P99, p.P99, o.P99); !(c >= 0.5) || p.ExtraLoad > a.ExtraLoad {
+				t.Errorf("adaptive p99 %v at %.4f, predictive %v at %.4f, oracle %v: %.1f %% of the gap", a.P99, a.ExtraLoad, p.P99, p.ExtraLoad, o.P99, c*100)
+			}
+		})
 	}
 }
 
@@ -220,6 +223,14 @@ func TestPredictiveSeedsOption(t *testing.T) {
 	if got := (Options{Seeds: 2}).seeds(predictiveSeeds); got != 2 {
 		t.Errorf("Seeds 2: %d seeds", got)
 	}
+	for _, c := range []struct {
+		o    Options
+		want int
+	}{{Options{}, 200000}, {Options{Scale: 0.1}, 20000}, {Options{Requests: 3000, Scale: 0.1}, 3000}} {
+		if got := c.o.runRequests(predictiveRequests); got != c.want {
+			t.Errorf("%+v: %d requests a run, want %d", c.o, got, c.want)
+		}
+	}
 	if testing.Short() {
 		t.Skip("runs the predictive experiment")
 	}
@@ -227,7 +238,7 @@ func TestPredictiveSeedsOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := x.Run(Options{Seed: 3, Seeds: 2, Scale: 0.1})
+	out, err := x.Run(Options{Seed: 3, Seeds: 2, Requests: 5000, Scale: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +246,16 @@ func TestPredictiveSeedsOption(t *testing.T) {
 	if row[0] != "predictable" || strings.Count(row[8], " / ") != 1 || !strings.HasSuffix(row[9], "of 2") {
 		t.Errorf("predictable row with 2 seeds: %q", row)
 	}
-	if !strings.Contains(out.Setup, "2 seeds each (from 3)") || !strings.Contains(out.Verdict, "of 2 seeds close half the gap") ||
+	if !strings.Contains(out.Setup, "2 seeds each (from 3), 5,000 requests a run") || !strings.Contains(out.Verdict, "of 2 seeds close half the gap") ||
 		!strings.Contains(out.Verdict, "bootstrap interval over the seeds") || strings.Contains(out.Verdict, "%!") {
 		t.Errorf("setup %q\nverdict %q", out.Setup, out.Verdict)
+	}
+}
+
+func TestGrouped(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 50000: "50,000", 200000: "200,000", 1234567: "1,234,567", -4000: "-4,000"} {
+		if got := grouped(n); got != want {
+			t.Errorf("grouped(%d) = %q, want %q", n, got, want)
+		}
 	}
 }

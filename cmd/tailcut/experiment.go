@@ -15,12 +15,13 @@ import (
 
 // experimentFlags are the flags of `tailcut lab experiment`.
 type experimentFlags struct {
-	list  bool
-	json  bool
-	html  string
-	seed  uint64
-	seeds int
-	real  bool
+	list     bool
+	json     bool
+	html     string
+	seed     uint64
+	seeds    int
+	requests int
+	real     bool
 }
 
 // newExperimentCmd is `tailcut lab experiment`, added under lab.
@@ -46,6 +47,7 @@ writes one self-contained report with every table and chart.`,
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report to `FILE`")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
 	fl.IntVar(&f.seeds, "seeds", 0, "predictive only: run `N` seeds from --seed on instead of 5, and report how many meet the target and the mean's 90 % interval over the seeds")
+	fl.IntVar(&f.requests, "requests", 0, "predictive only: simulate `N` requests a run instead of 200,000 (50,000 is bhope's run; the per-seed figures get noisier)")
 	fl.BoolVar(&f.real, "real", false, "lock and predictive only: also run for real against an in-process Go HTTP server over loopback (lock: A, B and C with a real sync.Mutex, reading contention from the mutex profile; predictive: adaptive and predictive on predictable, adaptive and predictive:values on size-scaled, beside the simulation)")
 	return cmd
 }
@@ -68,6 +70,12 @@ func runExperiments(e *env, f *experimentFlags, args []string) error {
 	if f.seeds > 0 && args[0] != "predictive" {
 		return usagef("--seeds: only the predictive experiment takes a number of seeds")
 	}
+	if f.requests < 0 {
+		return usagef("--requests: %d requests; give a positive number", f.requests)
+	}
+	if f.requests > 0 && args[0] != "predictive" {
+		return usagef("--requests: only the predictive experiment takes a number of requests")
+	}
 	if f.real && args[0] != "lock" && args[0] != "predictive" {
 		return usagef("--real: only the lock and predictive experiments have a real mode")
 	}
@@ -83,7 +91,7 @@ func runExperiments(e *env, f *experimentFlags, args []string) error {
 	sp := newSpinner(e)
 	var outs []*lab.Outcome
 	for _, x := range todo {
-		out, err := x.Run(lab.Options{Seed: f.seed, Seeds: f.seeds, Progress: sp.step, Real: f.real})
+		out, err := x.Run(lab.Options{Seed: f.seed, Seeds: f.seeds, Requests: f.requests, Progress: sp.step, Real: f.real})
 		if err != nil {
 			sp.finish()
 			return err

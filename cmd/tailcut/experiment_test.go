@@ -50,7 +50,8 @@ func TestExperimentLockTextJSONAndHTML(t *testing.T) {
 
 func TestExperimentBadInput(t *testing.T) {
 	for _, args := range [][]string{{"lab", "experiment", "nope"}, {"lab", "experiment"}, {"lab", "experiment", "a", "b"}, {"lab", "experiment", "lock", "--seed", "x"},
-		{"lab", "experiment", "lock", "--seeds", "3"}, {"lab", "experiment", "predictive", "--seeds", "-1"}, {"lab", "experiment", "all", "--seeds", "20"}} {
+		{"lab", "experiment", "lock", "--seeds", "3"}, {"lab", "experiment", "predictive", "--seeds", "-1"}, {"lab", "experiment", "all", "--seeds", "20"},
+		{"lab", "experiment", "lock", "--requests", "1000"}, {"lab", "experiment", "predictive", "--requests", "-5"}} {
 		if code, _, errs := runCLI(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errs)
 		}
