@@ -114,7 +114,7 @@ func Experiments() []*Experiment {
 		{Name: "budget", Title: "The cost table: hedging with and without a budget", Summary: "before / hedging without budget / hedging with budget: p99, mean, volume, utilisation", run: expBudget},
 		{Name: "drift", Title: "Drift: adaptive against every static delay", Summary: "the latency triples halfway; adaptive against a sweep of static delays", run: expDrift},
 		{Name: "delay", Title: "Where to put the delay", Summary: "p90 / p95 / p99 and the SLA-capped min(p90, SLA) × 0.8 on the p99–extra-load frontier", run: expDelay},
-		{Name: "predictive", Title: "Predictive hedging: how much of the gap to the oracle features close", Summary: "adaptive / predictive / oracle on predictable, replica-skew, size, noise and bhope, 5 seeds", run: expPredictive},
+		{Name: "predictive", Title: "Predictive hedging: how much of the gap to the oracle features close", Summary: "adaptive / predictive / oracle on predictable, replica-skew, size, noise and bhope, 5 seeds of 200,000 requests", run: expPredictive},
 		{Name: "bigtable", Title: "The Tail at Scale: 1,000 keys over 100 servers", Summary: "hedge after 10 ms: p99.9 of a 1,000-key read, and the extra requests", run: expBigtable},
 	}
 }
