@@ -522,20 +522,29 @@ type allocGroup struct {
 	sv  [2][len(allocRates) + allocSpaced]float64
 	nds int
 
-	// The candidates pick may choose at the t under test, in order.
-	live  [2 * (len(allocRates) + allocSpaced)]uint8
-	nlive int
+	// The candidates pick may choose at the t under test, in order, and
+	// their surv and cost.
+	live     [2 * (len(allocRates) + allocSpaced)]uint8
+	liveSurv [2 * (len(allocRates) + allocSpaced)]float64
+	liveCost [2 * (len(allocRates) + allocSpaced)]float64
+	nlive    int
 }
 
 // pick returns the candidate of g of least surv + λ × cost at the t
 // under test (the first of two within 1e-15), λ ≥ 0: of the live ones,
 // which are the only ones it can be.
+//
+// The live candidates' shares and costs are read from arrays of their
+// own (liveSurv, liveCost), in order: the same sums as from the
+// candidates, without the indirection — pick is most of the relaxation's
+// cost, 20 or so calls per t over every group.
 func (g *allocGroup) pick(lambda float64) int {
 	best, bv := 0, math.Inf(1)
-	for _, j := range g.live[:g.nlive] {
-		c := &g.cand[j]
-		if v := c.surv + lambda*c.cost; v < bv-1e-15 {
-			best, bv = int(j), v
+	surv := g.liveSurv[:g.nlive]
+	cost := g.liveCost[:len(surv)]
+	for i, s := range surv {
+		if v := s + lambda*cost[i]; v < bv-1e-15 {
+			best, bv = int(g.live[i]), v
 		}
 	}
 	return best
@@ -739,6 +748,57 @@ func (g *allocGroup) cost(d time.Duration, k int) float64 {
 	return c
 }
 
+// candidates sets the candidates of g, one to hedges (1 or 2) hedges at
+// each of its distinct delays g.ds, with their cost: hedge j goes at
+// j × d while every earlier attempt is out, so k hedges cost the first k
+// of those terms — hedgeRate(d, 1) + hedgeRate(d, 2), the same sums.
+// The shares are asked for all delays at once, in falling order
+// (Survivals: one walk down the bins instead of a search per delay), and
+// trigger(d), which the second hedge's term uses again, once: this was a
+// quarter of a recomputation with nine buckets.
+func (g *allocGroup) candidates(hedges int) {
+	const nc = len(allocRates) + allocSpaced
+	n := g.nds
+	// Falling delays d and 2d, and the shares there: the blend's and the
+	// bucket's own (trigger), and for the second hedge's wait those of
+	// the hedges (hedgeOut).
+	var down, down2 [nc]time.Duration
+	var sd, so, sd2, so2, sh, sho [nc]float64
+	for m, d := range g.ds[:n] {
+		down[n-1-m] = d
+		down2[n-1-m] = 2 * d
+	}
+	g.dist.Survivals(down[:n], sd[:n])
+	g.own.Survivals(down[:n], so[:n])
+	if hedges >= 2 {
+		g.dist.Survivals(down2[:n], sd2[:n])
+		g.own.Survivals(down2[:n], so2[:n])
+		if g.elsewhere {
+			g.hedge.Survivals(down[:n], sh[:n])
+			g.hedgeOwn.Survivals(down[:n], sho[:n])
+		}
+	}
+	nOwn, nHedgeOwn := g.own.Count(), g.hedgeOwn.Count()
+	g.n = 0
+	for m, d := range g.ds[:n] {
+		r := n - 1 - m
+		c1 := limitedAt(sd[r], so[r], nOwn) // hedgeRate(d, 1): trigger(d)
+		g.cand[g.n] = allocCand{d: d, k: 1, cost: c1}
+		g.n++
+		if hedges < 2 {
+			continue
+		}
+		out := c1 // hedgeOut(d)
+		if g.elsewhere {
+			out = limitedAt(sh[r], sho[r], nHedgeOwn)
+		}
+		v := limitedAt(sd2[r], so2[r], nOwn) // trigger(2d)
+		v *= out
+		g.cand[g.n] = allocCand{d: d, k: 2, cost: c1 + v}
+		g.n++
+	}
+}
+
 // hedgeRate is the predicted share of g's requests that send hedge j
 // (j ≥ 1) on a schedule at d, 2d, …: the primary still out at j × d and
 // every earlier hedge i still out (j − i) × d after it went.
@@ -792,7 +852,14 @@ func limited(m float64, own latency.Distribution, d time.Duration) float64 {
 	if n <= 0 {
 		return m
 	}
-	o := own.Survival(d)
+	return limitedAt(m, own.Survival(d), n)
+}
+
+// limitedAt is limited with own's share o above d and its count n given.
+func limitedAt(m, o, n float64) float64 {
+	if n <= 0 {
+		return m
+	}
 	se := costSE * (math.Sqrt(o*(1-o)/n) + 1/n)
 	return min(max(m, o-se), o+se)
 }
@@ -928,20 +995,13 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		slices.Sort(ds[:nd])
 		g.nds = 0
 		for _, d := range ds[:nd] {
-			if g.n > 0 && g.cand[g.n-1].d == d {
+			if g.nds > 0 && g.ds[g.nds-1] == d {
 				continue
 			}
 			g.ds[g.nds] = d
 			g.nds++
-			// Hedge j goes at j × d while every earlier attempt is out:
-			// k hedges cost the first k of those terms.
-			var cost float64
-			for k := 1; k <= hedges; k++ {
-				cost += g.hedgeRate(d, k)
-				g.cand[g.n] = allocCand{d: d, k: k, cost: cost}
-				g.n++
-			}
 		}
+		g.candidates(hedges)
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
 	}
 	budget := rate * total
@@ -1076,6 +1136,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 					// λ ≥ 0.
 					if a, b := &g.cand[max(j-1, 0)], &g.cand[max(j-hedges, 0)]; (k == 0 || a.surv > s || a.cost > c.cost) && (m == 0 || b.surv > s || b.cost > c.cost) {
 						g.live[g.nlive] = uint8(j)
+						g.liveSurv[g.nlive], g.liveCost[g.nlive] = s, c.cost
 						g.nlive++
 					}
 				}
