@@ -1248,13 +1248,10 @@ func differs(b, k latency.Distribution, d float64) bool {
 	return false
 }
 
-// observe learns the latency of a primary of the bucket.
-func (b *bucket) observe(d time.Duration, censored bool, now time.Time) {
-	if censored {
-		b.est.AddCensored(d, now)
-	} else {
-		b.est.Add(d, now)
-	}
+// observe learns the latency of a primary of the bucket, and key, its
+// key's estimator, learns it first: one sketch bin for both (AddBoth).
+func (b *bucket) observe(key *latency.Estimator, d time.Duration, censored bool, now time.Time) {
+	key.AddBoth(b.est, d, censored, now)
 	b.sinceCompute.Add(1)
 }
 

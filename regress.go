@@ -141,16 +141,17 @@ func regressorOf(ks *keyState) *regressor {
 	return ks.reg.Load()
 }
 
-// class returns the class of a request of values x (NaN: missing): the
-// power of two nearest its predicted quantile's ratio to the key's average
-// request's, within ±regClasses; 0 before the regression is ready.
-func (g *regressor) class(x *[MaxValues]float32) int8 {
+// class returns the class of a request of values x (NaN: missing; at
+// most MaxValues, the values past len(x) missing): the power of two
+// nearest its predicted quantile's ratio to the key's average request's,
+// within ±regClasses; 0 before the regression is ready.
+func (g *regressor) class(x []float32) int8 {
 	if !g.ready.Load() {
 		return 0
 	}
 	var s float64
-	for i, v := range x {
-		if v != v { // NaN: missing, or no value i
+	for i, v := range x[:min(len(x), MaxValues)] {
+		if v != v { // NaN: missing
 			continue
 		}
 		p := &g.pub[i]
@@ -295,7 +296,7 @@ func (p *Policy) beginValues(r *Request, f *Features, now time.Time) {
 		r.x[i] = float32(math.NaN())
 	}
 	copy(r.x[:], f.vals[:f.nv])
-	c := g.class(&r.x)
+	c := g.class(f.vals[:f.nv]) // the values it has: the rest are missing
 	if c != 0 && !g.spread.Load() {
 		g.spread.Store(true)
 	}

@@ -153,6 +153,49 @@ func (e *Estimator) Add(d time.Duration, now time.Time) {
 	e.mu.Unlock()
 }
 
+// AddBoth records one latency observed at now in e and then in o, as
+// e.Add and o.Add (censored: AddCensored) would, with the sketch bin of d
+// computed once when both have the same relative accuracy: the logarithm
+// of the mapping is most of an Add's own cost (the tailcut policy adds
+// each primary to its key's estimator and to its feature bucket's).
+func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now time.Time) {
+	v := max(d.Seconds(), 0)
+	// The sketches' mappings are made from the relative accuracy alone,
+	// and a value outside their indexable range is left to Add (the
+	// zero bin, or an error).
+	if e.cfg.RelativeAccuracy != o.cfg.RelativeAccuracy || !(v > e.mapping.MinIndexableValue() && v <= e.mapping.MaxIndexableValue()) {
+		e.add(v, censored, now)
+		o.add(v, censored, now)
+		return
+	}
+	i := e.mapping.Index(v)
+	e.addIndex(i, censored, now)
+	o.addIndex(i, censored, now)
+}
+
+// add is Add (AddCensored when censored) of v in seconds.
+func (e *Estimator) add(v float64, censored bool, now time.Time) {
+	e.mu.Lock()
+	e.rotate(now)
+	_ = e.cur.Add(v)
+	if censored {
+		_ = e.ccur.Add(v)
+	}
+	e.mu.Unlock()
+}
+
+// addIndex is add of a positive value whose bin is i: what the sketch's
+// Add does with it.
+func (e *Estimator) addIndex(i int, censored bool, now time.Time) {
+	e.mu.Lock()
+	e.rotate(now)
+	e.cur.GetPositiveValueStore().AddWithCount(i, 1)
+	if censored {
+		e.ccur.GetPositiveValueStore().AddWithCount(i, 1)
+	}
+	e.mu.Unlock()
+}
+
 // AddCensored records, at now, an observation known only to be longer than
 // d: a request abandoned at d (a hedged primary cancelled because its hedge
 // won). [Estimator.Quantile] and [Estimator.Snapshot] count it at d, a lower
