@@ -1172,6 +1172,10 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 	// so far where the search is exact (monotone), and evaluates it
 	// otherwise.
 	yes, no := math.Inf(1), math.Inf(-1) // the least feasible t, the most infeasible
+	// chosen is the choice feasible left at chosenAt, the last t it
+	// found feasible: the answer is mostly that t, whose choice is then
+	// not searched again.
+	chosen, chosenAt := make([]int, len(gs)), math.NaN()
 	known := func(t float64) bool {
 		switch {
 		case exact && t >= yes:
@@ -1181,6 +1185,8 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		}
 		if feasible(t) {
 			yes = min(yes, t)
+			copy(chosen, choice)
+			chosenAt = t
 			return true
 		}
 		no = max(no, t)
@@ -1219,9 +1225,12 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		}
 	}
 	*guess = hi
-	feasible(hi) // the choice at the best t
+	if hi != chosenAt {
+		feasible(hi) // the choice at the best t
+		copy(chosen, choice)
+	}
 	for i := range gs {
-		gs[i].delay, gs[i].limit = gs[i].cand[choice[i]].d, gs[i].cand[choice[i]].k
+		gs[i].delay, gs[i].limit = gs[i].cand[chosen[i]].d, gs[i].cand[chosen[i]].k
 	}
 	return hi
 }
