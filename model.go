@@ -200,8 +200,8 @@ func (t *bucketTable) find(h uint64) *bucket {
 // Past the regression (about 50 ns), it is the class bucket's estimator
 // learning the primary and the model's recomputation over nine buckets,
 // about 1 ms each, made about every 15,000 requests there.
-func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
-	r := p.Begin(key, now)
+func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
+	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
 		return r
 	}
