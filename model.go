@@ -127,9 +127,22 @@ type bucketSchedule struct {
 type bucketTable struct {
 	hashes  []uint64
 	buckets []*bucket
+	// byClass[c + regClasses] is find's answer for the requests of value
+	// class c without labels (regress.go): their bucket, without hashing
+	// or scanning.
+	byClass [2*regClasses + 1]*bucket
 
 	guess float64 // the last allocation's Target percentile (allocateAt); keyState.modelMu guards it
 }
+
+// classHashes are the bucket hashes of the value classes without labels.
+var classHashes = func() (h [2*regClasses + 1]uint64) {
+	for c := range h {
+		f := Features{class: int8(c - regClasses)}
+		h[c] = f.hash(featureSeed)
+	}
+	return h
+}()
 
 func (t *bucketTable) find(h uint64) *bucket {
 	if t == nil {
@@ -216,10 +229,16 @@ func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 // predict1 sets r's schedule from the bucket of f.
 func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	ks := r.ks
-	h := f.hash(featureSeed)
-	b := ks.model.Load().find(h)
+	t := ks.model.Load()
+	var b *bucket
+	if f.n == 0 && t != nil {
+		b = t.byClass[int(f.class)+regClasses]
+	}
 	if b == nil {
-		b = p.addBucket(ks, h, f, now)
+		h := f.hash(featureSeed)
+		if b = t.find(h); b == nil {
+			b = p.addBucket(ks, h, f, now)
+		}
 	}
 	n := now.UnixNano()
 	if b.lastUsed.Load() != n {
@@ -294,6 +313,9 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		t.hashes[v], t.buckets[v] = h, b
 	} else {
 		t.hashes, t.buckets = append(t.hashes, h), append(t.buckets, b)
+	}
+	for c, ch := range classHashes {
+		t.byClass[c] = t.find(ch)
 	}
 	ks.model.Store(t)
 	return b
