@@ -59,6 +59,10 @@ import (
 // rotation): never per request. When the key's latency shifts
 // (shift.go), its buckets restart too. A recomputation costs tens of µs
 // with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
+// about half a millisecond with nine value classes
+// (BenchmarkModelRecomputeValues: 460–505 µs, 3 runs at load average
+// 1.3; 690–734 µs before the candidates' costs were taken in one walk of
+// the bins and pick read packed arrays, side by side),
 // paid by the request that triggers it: its search starts from the last
 // answer (allocateAt), and its distributions borrow their storage from a
 // pool (latency.Scratch).
@@ -212,7 +216,16 @@ func (t *bucketTable) find(h uint64) *bucket {
 // after the hedge priority and fill, 3 runs at load average 1.0–1.3).
 // Past the regression (about 50 ns), it is the class bucket's estimator
 // learning the primary and the model's recomputation over nine buckets,
-// about 1 ms each, made about every 15,000 requests there.
+// about 0.5 ms each (1 ms before), made about every 15,000 requests
+// there.
+//
+// On a quieter machine (load average 1.2–1.4), side by side with the
+// code before the cheaper recomputation, the key's and the bucket's
+// estimators sharing a sketch bin (latency.Estimator.AddBoth), the
+// window test without Sub and the class buckets found by class: +210–244
+// ns with the value against +230–308 ns before (5 runs; wall-clock
+// +191–225 against +204–271), and +66–74 ns with predictable's labels
+// against +92–93 (3 runs), CPU time as above.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
@@ -249,13 +262,17 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 		// A recomputation of the model (every bucket's distribution and
 		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
 		// four, BenchmarkModelRecompute{,4} from no guess at load average
-		// 4.3–5.1; less where the last answer holds) at a quarter of the
-		// key's pace, and once a bucket has many observations when they
-		// have grown by a sixteenth (modelGrowth): a schedule made from n
-		// samples moves little with n/16 more, and on a busy key with
-		// many buckets (nine value classes: a recomputation of about
-		// 1 ms) every 1,024 of the largest one's would cost more per
-		// request than the rest of the model.
+		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
+		// answer holds) at a quarter of the key's pace, and once a
+		// bucket has many observations when they have grown by a
+		// sixteenth (modelGrowth): a schedule made from n samples moves
+		// little with n/16 more, and on a busy key with many buckets
+		// (nine value classes: a recomputation of about 0.5 ms,
+		// BenchmarkModelRecomputeValues) every 1,024 of the largest
+		// one's would cost more per request than the rest of the model.
+		// (Recomputing the value classes' buckets at an eighth instead
+		// made BenchmarkDecisionPathValues slower, not faster: +264–270
+		// ns against +202–245, 3 runs side by side.)
 		basis := b.basis.Load()
 		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
 	}
