@@ -59,6 +59,10 @@ import (
 // rotation): never per request. When the key's latency shifts
 // (shift.go), its buckets restart too. A recomputation costs tens of µs
 // with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
+// about half a millisecond with nine value classes
+// (BenchmarkModelRecomputeValues: 460–505 µs, 3 runs at load average
+// 1.3; 690–734 µs before the candidates' costs were taken in one walk of
+// the bins and pick read packed arrays, side by side),
 // paid by the request that triggers it: its search starts from the last
 // answer (allocateAt), and its distributions borrow their storage from a
 // pool (latency.Scratch).
@@ -127,9 +131,22 @@ type bucketSchedule struct {
 type bucketTable struct {
 	hashes  []uint64
 	buckets []*bucket
+	// byClass[c + regClasses] is find's answer for the requests of value
+	// class c without labels (regress.go): their bucket, without hashing
+	// or scanning.
+	byClass [2*regClasses + 1]*bucket
 
 	guess float64 // the last allocation's Target percentile (allocateAt); keyState.modelMu guards it
 }
+
+// classHashes are the bucket hashes of the value classes without labels.
+var classHashes = func() (h [2*regClasses + 1]uint64) {
+	for c := range h {
+		f := Features{class: int8(c - regClasses)}
+		h[c] = f.hash(featureSeed)
+	}
+	return h
+}()
 
 func (t *bucketTable) find(h uint64) *bucket {
 	if t == nil {
@@ -199,9 +216,18 @@ func (t *bucketTable) find(h uint64) *bucket {
 // after the hedge priority and fill, 3 runs at load average 1.0–1.3).
 // Past the regression (about 50 ns), it is the class bucket's estimator
 // learning the primary and the model's recomputation over nine buckets,
-// about 1 ms each, made about every 15,000 requests there.
-func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
-	r := p.Begin(key, now)
+// about 0.5 ms each (1 ms before), made about every 15,000 requests
+// there.
+//
+// On a quieter machine (load average 1.2–1.4), side by side with the
+// code before the cheaper recomputation, the key's and the bucket's
+// estimators sharing a sketch bin (latency.Estimator.AddBoth), the
+// window test without Sub and the class buckets found by class: +210–244
+// ns with the value against +230–308 ns before (5 runs; wall-clock
+// +191–225 against +204–271), and +66–74 ns with predictable's labels
+// against +92–93 (3 runs), CPU time as above.
+func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
+	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
 		return r
 	}
@@ -216,10 +242,16 @@ func (p *Policy) BeginWith(key string, f *Features, now time.Time) Request {
 // predict1 sets r's schedule from the bucket of f.
 func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	ks := r.ks
-	h := f.hash(featureSeed)
-	b := ks.model.Load().find(h)
+	t := ks.model.Load()
+	var b *bucket
+	if f.n == 0 && t != nil {
+		b = t.byClass[int(f.class)+regClasses]
+	}
 	if b == nil {
-		b = p.addBucket(ks, h, f, now)
+		h := f.hash(featureSeed)
+		if b = t.find(h); b == nil {
+			b = p.addBucket(ks, h, f, now)
+		}
 	}
 	n := now.UnixNano()
 	if b.lastUsed.Load() != n {
@@ -230,13 +262,17 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 		// A recomputation of the model (every bucket's distribution and
 		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
 		// four, BenchmarkModelRecompute{,4} from no guess at load average
-		// 4.3–5.1; less where the last answer holds) at a quarter of the
-		// key's pace, and once a bucket has many observations when they
-		// have grown by a sixteenth (modelGrowth): a schedule made from n
-		// samples moves little with n/16 more, and on a busy key with
-		// many buckets (nine value classes: a recomputation of about
-		// 1 ms) every 1,024 of the largest one's would cost more per
-		// request than the rest of the model.
+		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
+		// answer holds) at a quarter of the key's pace, and once a
+		// bucket has many observations when they have grown by a
+		// sixteenth (modelGrowth): a schedule made from n samples moves
+		// little with n/16 more, and on a busy key with many buckets
+		// (nine value classes: a recomputation of about 0.5 ms,
+		// BenchmarkModelRecomputeValues) every 1,024 of the largest
+		// one's would cost more per request than the rest of the model.
+		// (Recomputing the value classes' buckets at an eighth instead
+		// made BenchmarkDecisionPathValues slower, not faster: +264–270
+		// ns against +202–245, 3 runs side by side.)
 		basis := b.basis.Load()
 		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
 	}
@@ -294,6 +330,9 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		t.hashes[v], t.buckets[v] = h, b
 	} else {
 		t.hashes, t.buckets = append(t.hashes, h), append(t.buckets, b)
+	}
+	for c, ch := range classHashes {
+		t.byClass[c] = t.find(ch)
 	}
 	ks.model.Store(t)
 	return b
@@ -522,20 +561,29 @@ type allocGroup struct {
 	sv  [2][len(allocRates) + allocSpaced]float64
 	nds int
 
-	// The candidates pick may choose at the t under test, in order.
-	live  [2 * (len(allocRates) + allocSpaced)]uint8
-	nlive int
+	// The candidates pick may choose at the t under test, in order, and
+	// their surv and cost.
+	live     [2 * (len(allocRates) + allocSpaced)]uint8
+	liveSurv [2 * (len(allocRates) + allocSpaced)]float64
+	liveCost [2 * (len(allocRates) + allocSpaced)]float64
+	nlive    int
 }
 
 // pick returns the candidate of g of least surv + λ × cost at the t
 // under test (the first of two within 1e-15), λ ≥ 0: of the live ones,
 // which are the only ones it can be.
+//
+// The live candidates' shares and costs are read from arrays of their
+// own (liveSurv, liveCost), in order: the same sums as from the
+// candidates, without the indirection — pick is most of the relaxation's
+// cost, 20 or so calls per t over every group.
 func (g *allocGroup) pick(lambda float64) int {
 	best, bv := 0, math.Inf(1)
-	for _, j := range g.live[:g.nlive] {
-		c := &g.cand[j]
-		if v := c.surv + lambda*c.cost; v < bv-1e-15 {
-			best, bv = int(j), v
+	surv := g.liveSurv[:g.nlive]
+	cost := g.liveCost[:len(surv)]
+	for i, s := range surv {
+		if v := s + lambda*cost[i]; v < bv-1e-15 {
+			best, bv = int(g.live[i]), v
 		}
 	}
 	return best
@@ -739,6 +787,57 @@ func (g *allocGroup) cost(d time.Duration, k int) float64 {
 	return c
 }
 
+// candidates sets the candidates of g, one to hedges (1 or 2) hedges at
+// each of its distinct delays g.ds, with their cost: hedge j goes at
+// j × d while every earlier attempt is out, so k hedges cost the first k
+// of those terms — hedgeRate(d, 1) + hedgeRate(d, 2), the same sums.
+// The shares are asked for all delays at once, in falling order
+// (Survivals: one walk down the bins instead of a search per delay), and
+// trigger(d), which the second hedge's term uses again, once: this was a
+// quarter of a recomputation with nine buckets.
+func (g *allocGroup) candidates(hedges int) {
+	const nc = len(allocRates) + allocSpaced
+	n := g.nds
+	// Falling delays d and 2d, and the shares there: the blend's and the
+	// bucket's own (trigger), and for the second hedge's wait those of
+	// the hedges (hedgeOut).
+	var down, down2 [nc]time.Duration
+	var sd, so, sd2, so2, sh, sho [nc]float64
+	for m, d := range g.ds[:n] {
+		down[n-1-m] = d
+		down2[n-1-m] = 2 * d
+	}
+	g.dist.Survivals(down[:n], sd[:n])
+	g.own.Survivals(down[:n], so[:n])
+	if hedges >= 2 {
+		g.dist.Survivals(down2[:n], sd2[:n])
+		g.own.Survivals(down2[:n], so2[:n])
+		if g.elsewhere {
+			g.hedge.Survivals(down[:n], sh[:n])
+			g.hedgeOwn.Survivals(down[:n], sho[:n])
+		}
+	}
+	nOwn, nHedgeOwn := g.own.Count(), g.hedgeOwn.Count()
+	g.n = 0
+	for m, d := range g.ds[:n] {
+		r := n - 1 - m
+		c1 := limitedAt(sd[r], so[r], nOwn) // hedgeRate(d, 1): trigger(d)
+		g.cand[g.n] = allocCand{d: d, k: 1, cost: c1}
+		g.n++
+		if hedges < 2 {
+			continue
+		}
+		out := c1 // hedgeOut(d)
+		if g.elsewhere {
+			out = limitedAt(sh[r], sho[r], nHedgeOwn)
+		}
+		v := limitedAt(sd2[r], so2[r], nOwn) // trigger(2d)
+		v *= out
+		g.cand[g.n] = allocCand{d: d, k: 2, cost: c1 + v}
+		g.n++
+	}
+}
+
 // hedgeRate is the predicted share of g's requests that send hedge j
 // (j ≥ 1) on a schedule at d, 2d, …: the primary still out at j × d and
 // every earlier hedge i still out (j − i) × d after it went.
@@ -792,7 +891,14 @@ func limited(m float64, own latency.Distribution, d time.Duration) float64 {
 	if n <= 0 {
 		return m
 	}
-	o := own.Survival(d)
+	return limitedAt(m, own.Survival(d), n)
+}
+
+// limitedAt is limited with own's share o above d and its count n given.
+func limitedAt(m, o, n float64) float64 {
+	if n <= 0 {
+		return m
+	}
 	se := costSE * (math.Sqrt(o*(1-o)/n) + 1/n)
 	return min(max(m, o-se), o+se)
 }
@@ -928,20 +1034,13 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		slices.Sort(ds[:nd])
 		g.nds = 0
 		for _, d := range ds[:nd] {
-			if g.n > 0 && g.cand[g.n-1].d == d {
+			if g.nds > 0 && g.ds[g.nds-1] == d {
 				continue
 			}
 			g.ds[g.nds] = d
 			g.nds++
-			// Hedge j goes at j × d while every earlier attempt is out:
-			// k hedges cost the first k of those terms.
-			var cost float64
-			for k := 1; k <= hedges; k++ {
-				cost += g.hedgeRate(d, k)
-				g.cand[g.n] = allocCand{d: d, k: k, cost: cost}
-				g.n++
-			}
 		}
+		g.candidates(hedges)
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
 	}
 	budget := rate * total
@@ -1076,6 +1175,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 					// λ ≥ 0.
 					if a, b := &g.cand[max(j-1, 0)], &g.cand[max(j-hedges, 0)]; (k == 0 || a.surv > s || a.cost > c.cost) && (m == 0 || b.surv > s || b.cost > c.cost) {
 						g.live[g.nlive] = uint8(j)
+						g.liveSurv[g.nlive], g.liveCost[g.nlive] = s, c.cost
 						g.nlive++
 					}
 				}
@@ -1111,6 +1211,10 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 	// so far where the search is exact (monotone), and evaluates it
 	// otherwise.
 	yes, no := math.Inf(1), math.Inf(-1) // the least feasible t, the most infeasible
+	// chosen is the choice feasible left at chosenAt, the last t it
+	// found feasible: the answer is mostly that t, whose choice is then
+	// not searched again.
+	chosen, chosenAt := make([]int, len(gs)), math.NaN()
 	known := func(t float64) bool {
 		switch {
 		case exact && t >= yes:
@@ -1120,6 +1224,8 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		}
 		if feasible(t) {
 			yes = min(yes, t)
+			copy(chosen, choice)
+			chosenAt = t
 			return true
 		}
 		no = max(no, t)
@@ -1158,9 +1264,12 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		}
 	}
 	*guess = hi
-	feasible(hi) // the choice at the best t
+	if hi != chosenAt {
+		feasible(hi) // the choice at the best t
+		copy(chosen, choice)
+	}
 	for i := range gs {
-		gs[i].delay, gs[i].limit = gs[i].cand[choice[i]].d, gs[i].cand[choice[i]].k
+		gs[i].delay, gs[i].limit = gs[i].cand[chosen[i]].d, gs[i].cand[chosen[i]].k
 	}
 	return hi
 }
@@ -1187,13 +1296,10 @@ func differs(b, k latency.Distribution, d float64) bool {
 	return false
 }
 
-// observe learns the latency of a primary of the bucket.
-func (b *bucket) observe(d time.Duration, censored bool, now time.Time) {
-	if censored {
-		b.est.AddCensored(d, now)
-	} else {
-		b.est.Add(d, now)
-	}
+// observe learns the latency of a primary of the bucket, and key, its
+// key's estimator, learns it first: one sketch bin for both (AddBoth).
+func (b *bucket) observe(key *latency.Estimator, d time.Duration, censored bool, now time.Time) {
+	key.AddBoth(b.est, d, censored, now)
 	b.sinceCompute.Add(1)
 }
 

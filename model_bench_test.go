@@ -275,3 +275,42 @@ func BenchmarkObserveHedge(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkModelRecomputeValues is one recomputation of a key's model on
+// BenchmarkDecisionPathValues's requests (a value that scales the
+// latency: nine class buckets, past allocExact — the Lagrangian
+// relaxation), after 200,000 of them: what the request that triggers it
+// pays, about every 15,000 requests there.
+func BenchmarkModelRecomputeValues(b *testing.B) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	for range 200_000 {
+		x := 14 + r.NormFloat64()/math.Ln2
+		d := time.Duration(float64(gen(r)) * math.Exp2(x-14))
+		f := Features{}.Value(x)
+		req := p.BeginWith("k", &f, now)
+		p.Observe(&req, 0, d, Completed, now.Add(d))
+		p.End(&req, 0, now.Add(d))
+		now = now.Add(100 * time.Microsecond)
+	}
+	ks := p.key("k", now)
+	b.ReportAllocs()
+	for b.Loop() {
+		ks.modelMu.Lock()
+		p.computeModel(ks, now)
+		ks.modelMu.Unlock()
+	}
+	own := 0
+	for _, s := range p.Buckets("k", now) {
+		if s.Predicted {
+			own++
+		}
+	}
+	b.ReportMetric(float64(own), "buckets-own/op")
+	b.ReportMetric(float64(len(ks.model.Load().buckets)), "buckets/op")
+}

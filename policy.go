@@ -480,18 +480,20 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 			ks.over.Add(1)
 		}
 	}
-	if o == Canceled {
+	switch {
+	case r.b != nil:
+		// The key's estimator and the feature bucket's learn it
+		// (predictive hedging, model.go).
+		r.b.observe(ks.est, latency, o == Canceled, now)
+	case o == Canceled:
 		// Censored: the primary would have taken longer. The estimator
 		// counts it at latency for quantiles and spreads it over the
 		// longer primaries for the auto delay's predictions.
 		ks.est.AddCensored(latency, now)
-	} else {
+	default:
 		ks.est.Add(latency, now)
 	}
 	ks.sinceCompute.Add(1)
-	if r.b != nil {
-		r.b.observe(latency, o == Canceled, now) // predictive hedging (model.go)
-	}
 	if r.reg != nil {
 		r.reg.observe(&r.x, latency, o == Canceled) // regress.go
 	}

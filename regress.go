@@ -63,7 +63,9 @@ import (
 // (median 277) more than Begin in CPU time where the classes' buckets
 // are used, and at most 192 ns (median 68) with a value that carries no
 // signal, 11 runs at load average 4.7–5.8; +168–197 ns and +72–81 ns
-// in 3 runs at load average 2.5 (BeginWith's doc).
+// in 3 runs at load average 2.5; +210–244 ns with the value, 5 runs at
+// load average 1.2–1.4 after the model's recomputation was made cheaper
+// (BeginWith's doc).
 
 // regTau is the quantile the regression predicts: near where a hedge delay
 // lies under a budget of a few per cent to 10 %, so the class says where a
@@ -141,16 +143,17 @@ func regressorOf(ks *keyState) *regressor {
 	return ks.reg.Load()
 }
 
-// class returns the class of a request of values x (NaN: missing): the
-// power of two nearest its predicted quantile's ratio to the key's average
-// request's, within ±regClasses; 0 before the regression is ready.
-func (g *regressor) class(x *[MaxValues]float32) int8 {
+// class returns the class of a request of values x (NaN: missing; at
+// most MaxValues, the values past len(x) missing): the power of two
+// nearest its predicted quantile's ratio to the key's average request's,
+// within ±regClasses; 0 before the regression is ready.
+func (g *regressor) class(x []float32) int8 {
 	if !g.ready.Load() {
 		return 0
 	}
 	var s float64
-	for i, v := range x {
-		if v != v { // NaN: missing, or no value i
+	for i, v := range x[:min(len(x), MaxValues)] {
+		if v != v { // NaN: missing
 			continue
 		}
 		p := &g.pub[i]
@@ -295,7 +298,7 @@ func (p *Policy) beginValues(r *Request, f *Features, now time.Time) {
 		r.x[i] = float32(math.NaN())
 	}
 	copy(r.x[:], f.vals[:f.nv])
-	c := g.class(&r.x)
+	c := g.class(f.vals[:f.nv]) // the values it has: the rest are missing
 	if c != 0 && !g.spread.Load() {
 		g.spread.Store(true)
 	}

@@ -53,7 +53,7 @@ func TestRegressionConverges(t *testing.T) {
 			// request's (x = 12, 2), within ±3.
 			ratio := (mapLog(x) - mapLog([2]float64{12, 2})) / math.Ln2
 			wc := max(-regClasses, min(math.Round(ratio), regClasses))
-			c := g.class(&[MaxValues]float32{float32(x[0]), float32(x[1]), nan32, nan32})
+			c := g.class([]float32{float32(x[0]), float32(x[1]), nan32, nan32})
 			if math.Abs(ratio-math.Round(ratio)) < 0.4 && float64(c) != wc {
 				t.Errorf("x = %v: class %d, want %v (log2 ratio %.2f)", x, c, wc, ratio)
 			}
@@ -285,7 +285,7 @@ func BenchmarkRegression(b *testing.B) {
 	b.ReportAllocs()
 	i, classed := 0, 0
 	for b.Loop() {
-		if g.class(&xs[i%n]) != 0 {
+		if g.class(xs[i%n][:]) != 0 {
 			classed++
 		}
 		g.observe(&xs[i%n], ds[i%n], false)

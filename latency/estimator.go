@@ -90,6 +90,7 @@ type Estimator struct {
 	ccur  *ddsketch.DDSketch
 	cprev *ddsketch.DDSketch
 	start time.Time // start of the current window; zero before the first use
+	end   time.Time // start + Window, once start is set: rotate's test
 	gen   uint64    // incremented on every rotation
 }
 
@@ -121,7 +122,14 @@ func (e *Estimator) Config() Config { return e.cfg }
 // rotate moves the windows forward to now. e.mu must be held.
 func (e *Estimator) rotate(now time.Time) {
 	if e.start.IsZero() {
-		e.start = now
+		e.start, e.end = now, now.Add(e.cfg.Window)
+		return
+	}
+	// Within the window: now − start < Window, as Sub would find it
+	// (on the monotonic clock where both have it), without Sub's
+	// overflow checks — a third of an Add's own cost on times without a
+	// monotonic reading, as a simulation's are.
+	if now.Before(e.end) {
 		return
 	}
 	elapsed := now.Sub(e.start)
@@ -139,6 +147,7 @@ func (e *Estimator) rotate(now time.Time) {
 	e.cur.Clear()
 	e.ccur.Clear()
 	e.start = e.start.Add(n * e.cfg.Window)
+	e.end = e.start.Add(e.cfg.Window)
 	e.gen++
 }
 
@@ -150,6 +159,49 @@ func (e *Estimator) Add(d time.Duration, now time.Time) {
 	// Add only fails for values beyond the mapping's range (about 10^308 s)
 	// or NaN, neither of which a Duration can produce.
 	_ = e.cur.Add(v)
+	e.mu.Unlock()
+}
+
+// AddBoth records one latency observed at now in e and then in o, as
+// e.Add and o.Add (censored: AddCensored) would, with the sketch bin of d
+// computed once when both have the same relative accuracy: the logarithm
+// of the mapping is most of an Add's own cost (the tailcut policy adds
+// each primary to its key's estimator and to its feature bucket's).
+func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now time.Time) {
+	v := max(d.Seconds(), 0)
+	// The sketches' mappings are made from the relative accuracy alone,
+	// and a value outside their indexable range is left to Add (the
+	// zero bin, or an error).
+	if e.cfg.RelativeAccuracy != o.cfg.RelativeAccuracy || !(v > e.mapping.MinIndexableValue() && v <= e.mapping.MaxIndexableValue()) {
+		e.add(v, censored, now)
+		o.add(v, censored, now)
+		return
+	}
+	i := e.mapping.Index(v)
+	e.addIndex(i, censored, now)
+	o.addIndex(i, censored, now)
+}
+
+// add is Add (AddCensored when censored) of v in seconds.
+func (e *Estimator) add(v float64, censored bool, now time.Time) {
+	e.mu.Lock()
+	e.rotate(now)
+	_ = e.cur.Add(v)
+	if censored {
+		_ = e.ccur.Add(v)
+	}
+	e.mu.Unlock()
+}
+
+// addIndex is add of a positive value whose bin is i: what the sketch's
+// Add does with it.
+func (e *Estimator) addIndex(i int, censored bool, now time.Time) {
+	e.mu.Lock()
+	e.rotate(now)
+	e.cur.GetPositiveValueStore().AddWithCount(i, 1)
+	if censored {
+		e.ccur.GetPositiveValueStore().AddWithCount(i, 1)
+	}
 	e.mu.Unlock()
 }
 
@@ -210,7 +262,7 @@ func (e *Estimator) Restart(now time.Time) {
 	for _, w := range []*ddsketch.DDSketch{e.cur, e.prev, e.ccur, e.cprev} {
 		w.Clear()
 	}
-	e.start = now
+	e.start, e.end = now, now.Add(e.cfg.Window)
 	e.gen++
 }
 

@@ -271,3 +271,57 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestAddBoth checks that AddBoth leaves both estimators as Add and
+// AddCensored would, zero and tiny latencies included, across rotations
+// and with estimators of different sizes (a policy's key and bucket).
+func TestAddBoth(t *testing.T) {
+	mk := func(bins int) *Estimator {
+		e, err := New(Config{Window: time.Second, MaxBins: bins})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := mk(1024), mk(256) // by AddBoth
+	c, d := mk(1024), mk(256) // by Add and AddCensored
+	r := rand.New(rand.NewPCG(3, 4))
+	now := t0
+	for i := range 20000 {
+		lat := time.Duration(r.ExpFloat64() * 5e6)
+		switch i % 97 {
+		case 0:
+			lat = 0
+		case 1:
+			lat = 1
+		}
+		cens := r.IntN(10) == 0
+		a.AddBoth(b, lat, cens, now)
+		for _, e := range []*Estimator{c, d} {
+			if cens {
+				e.AddCensored(lat, now)
+			} else {
+				e.Add(lat, now)
+			}
+		}
+		now = now.Add(time.Duration(r.IntN(200)) * time.Microsecond)
+	}
+	for _, p := range [][2]*Estimator{{a, c}, {b, d}} {
+		x, okx := p[0].Distribution(now)
+		y, oky := p[1].Distribution(now)
+		if okx != oky || x.Count() != y.Count() {
+			t.Fatalf("counts %v %v, want %v %v", okx, x.Count(), oky, y.Count())
+		}
+		for q := 0.0; q <= 1; q += 0.01 {
+			if x.Quantile(q) != y.Quantile(q) {
+				t.Fatalf("q%.2f: %v, want %v", q, x.Quantile(q), y.Quantile(q))
+			}
+		}
+		for ms := range 100 {
+			at := time.Duration(ms) * 300 * time.Microsecond
+			if x.Survival(at) != y.Survival(at) {
+				t.Fatalf("survival at %v: %v, want %v", at, x.Survival(at), y.Survival(at))
+			}
+		}
+	}
+}
