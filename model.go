@@ -99,12 +99,23 @@ type bucket struct {
 	hedges   *latency.Estimator
 	lastUsed atomic.Int64 // UnixNano of the last BeginWith
 
-	sinceCompute atomic.Int32 // observations since sched was computed
-	basis        atomic.Int32 // observations the last computation saw
-	validUntil   atomic.Int64 // UnixNano after which sched is recomputed
-	keyShifts    atomic.Int64 // the key's shift count at the last computation
-	sched        atomic.Pointer[bucketSchedule]
-	begun        atomic.Int64 // requests begun on the bucket's own schedule
+	// The model is recomputed when the bucket's estimator has been
+	// given dueAt observations (latency.Estimator.Added): base, its
+	// count at the last computation, plus the cadence of that
+	// computation's basis (bucketEvery). observe sets due once it gets
+	// there, from the count AddBoth returns under the estimator's lock;
+	// the request path loads due. (A count of the bucket's own, added to
+	// per observation and compared per request with a cadence worked out
+	// per request, cost a locked atomic add and the arithmetic each
+	// time.)
+	due        atomic.Bool
+	dueAt      atomic.Uint64
+	base       atomic.Uint64 // the estimator's Added at the last computation
+	basis      atomic.Int32  // observations the last computation saw
+	validUntil atomic.Int64  // UnixNano after which sched is recomputed
+	keyShifts  atomic.Int64  // the key's shift count at the last computation
+	sched      atomic.Pointer[bucketSchedule]
+	begun      atomic.Int64 // requests begun on the bucket's own schedule
 }
 
 // bucketSchedule is a bucket's computed schedule; use is false while it
@@ -257,26 +268,7 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	if b.lastUsed.Load() != n {
 		b.lastUsed.Store(n)
 	}
-	every := int32(recomputeEvery)
-	if p.auto {
-		// A recomputation of the model (every bucket's distribution and
-		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
-		// four, BenchmarkModelRecompute{,4} from no guess at load average
-		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
-		// answer holds) at a quarter of the key's pace, and once a
-		// bucket has many observations when they have grown by a
-		// sixteenth (modelGrowth): a schedule made from n samples moves
-		// little with n/16 more, and on a busy key with many buckets
-		// (nine value classes: a recomputation of about 0.5 ms,
-		// BenchmarkModelRecomputeValues) every 1,024 of the largest
-		// one's would cost more per request than the rest of the model.
-		// (Recomputing the value classes' buckets at an eighth instead
-		// made BenchmarkDecisionPathValues slower, not faster: +264–270
-		// ns against +202–245, 3 runs side by side.)
-		basis := b.basis.Load()
-		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
-	}
-	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
+	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
 		p.computeModel(ks, now)
 		ks.modelMu.Unlock()
 	}
@@ -297,6 +289,31 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	}
 }
 
+// bucketEvery is how many observations a bucket waits for, from a
+// computation of the model that saw basis of them, before the model is
+// recomputed.
+func (p *Policy) bucketEvery(basis int32) int32 {
+	every := int32(recomputeEvery)
+	if p.auto {
+		// A recomputation of the model (every bucket's distribution and
+		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
+		// four, BenchmarkModelRecompute{,4} from no guess at load average
+		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
+		// answer holds) at a quarter of the key's pace, and once a
+		// bucket has many observations when they have grown by a
+		// sixteenth (modelGrowth): a schedule made from n samples moves
+		// little with n/16 more, and on a busy key with many buckets
+		// (nine value classes: a recomputation of about 0.5 ms,
+		// BenchmarkModelRecomputeValues) every 1,024 of the largest
+		// one's would cost more per request than the rest of the model.
+		// (Recomputing the value classes' buckets at an eighth instead
+		// made BenchmarkDecisionPathValues slower, not faster: +264–270
+		// ns against +202–245, 3 runs side by side.)
+		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
+	}
+	return every
+}
+
 // addBucket returns the bucket of hash h in ks, making it (and evicting
 // the least recently used one past Config.FeatureBuckets) if needed.
 func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *bucket {
@@ -313,6 +330,7 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 	}
 	b.lastUsed.Store(now.UnixNano())
 	b.keyShifts.Store(ks.shifts.Load())
+	b.dueAt.Store(uint64(p.bucketEvery(0)))
 	t := &bucketTable{}
 	if old != nil {
 		t.hashes = append(make([]uint64, 0, len(old.hashes)+1), old.hashes...)
@@ -413,7 +431,10 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			}
 		}
 		b.basis.Store(int32(basis))
-		b.sinceCompute.Store(0)
+		base := b.est.Added()
+		b.base.Store(base)
+		b.dueAt.Store(base + uint64(p.bucketEvery(int32(basis))))
+		b.due.Store(false)
 		if end := b.est.WindowEnd(); end.IsZero() {
 			b.validUntil.Store(now.UnixNano() + int64(p.cfg.Window))
 		} else {
@@ -1298,10 +1319,18 @@ func differs(b, k latency.Distribution, d float64) bool {
 
 // observe learns the latency of a primary of the bucket, and key, its
 // key's estimator, learns it first: one sketch bin for both (AddBoth).
+//
+// Once the bucket's estimator has been given dueAt observations it sets
+// due: the model is recomputed at the next request (predict1).
 func (b *bucket) observe(key *latency.Estimator, d time.Duration, censored bool, now time.Time) {
-	key.AddBoth(b.est, d, censored, now)
-	b.sinceCompute.Add(1)
+	if key.AddBoth(b.est, d, censored, now) >= b.dueAt.Load() && !b.due.Load() {
+		b.due.Store(true)
+	}
 }
+
+// since returns the observations the bucket has been given since the
+// model's last computation (for tests).
+func (b *bucket) since() int32 { return int32(b.est.Added() - b.base.Load()) }
 
 // observeHedge learns the latency of a hedge of a Where bucket's request,
 // from when it went: censored when it was cancelled (an earlier attempt
