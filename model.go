@@ -324,6 +324,11 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		return b
 	}
 	est, _ := latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins}) // validated in New
+	// The bucket's estimator is written with the key's (AddBoth, on
+	// each of its primaries): under the key's lock, taken once for both.
+	// Its readers — the model's recomputation, Buckets — hold the key's
+	// primaries off while they read it, a few µs now and then.
+	est.ShareLock(ks.est)
 	b := &bucket{hash: h, est: est, labels: f.bucketLabels(), where: f.where}
 	if f.where {
 		b.hedges, _ = latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins})
