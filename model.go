@@ -246,22 +246,30 @@ func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 		p.beginValues(&r, f, now) // regress.go
 		return r
 	}
-	p.predict1(&r, f, now)
+	p.predict1(&r, f, f.class, now)
 	return r
 }
 
-// predict1 sets r's schedule from the bucket of f.
-func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
+// predict1 sets r's schedule from the bucket of f with its class set to
+// c. (f is not copied to set it unless its bucket is looked up by hash:
+// a Features is about 90 bytes, a value class's bucket found by class.)
+func (p *Policy) predict1(r *Request, f *Features, c int8, now time.Time) {
 	ks := r.ks
 	t := ks.model.Load()
 	var b *bucket
 	if f.n == 0 && t != nil {
-		b = t.byClass[int(f.class)+regClasses]
+		b = t.byClass[int(c)+regClasses]
 	}
 	if b == nil {
-		h := f.hash(featureSeed)
+		g := f
+		if c != f.class {
+			h := *f
+			h.class = c
+			g = &h
+		}
+		h := g.hash(featureSeed)
 		if b = t.find(h); b == nil {
-			b = p.addBucket(ks, h, f, now)
+			b = p.addBucket(ks, h, g, now)
 		}
 	}
 	n := now.UnixNano()

@@ -304,11 +304,9 @@ func (p *Policy) beginValues(r *Request, f *Features, now time.Time) {
 	}
 	if c == 0 && (f.n > 0 || !g.spread.Load()) {
 		if f.n > 0 {
-			p.predict1(r, f, now)
+			p.predict1(r, f, f.class, now)
 		}
 		return
 	}
-	h := *f
-	h.class = c
-	p.predict1(r, &h, now)
+	p.predict1(r, f, c, now)
 }
