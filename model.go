@@ -20,7 +20,8 @@ import (
 // sequence seen, the least recently used evicted past that. A bucket is a
 // windowed estimator of its own (the key's windows, 256 sketch bins each:
 // at most about 9 KiB) fed with the primaries of its requests, as the
-// key's is. Its distribution is blended with the key's by sample count —
+// key's is, under the key's estimator's lock (one lock for both adds,
+// latency.Estimator.ShareLock). Its distribution is blended with the key's by sample count —
 // shrinkage: weight n/(n + predictPrior) on the bucket's n observations.
 // A bucket of Features.Where (its label names where the primary goes; its
 // hedges go elsewhere) has a second such estimator, fed with its
@@ -237,6 +238,21 @@ func (t *bucketTable) find(h uint64) *bucket {
 // ns with the value against +230–308 ns before (5 runs; wall-clock
 // +191–225 against +204–271), and +66–74 ns with predictable's labels
 // against +92–93 (3 runs), CPU time as above.
+//
+// Side by side with that code (load average 1.3–1.4, 5 runs each, CPU
+// time as above), after a bucket's recomputation was made due by its
+// estimator's count of observations (no atomic add per request), the
+// bucket's estimator took its key's lock (one lock for both adds) and
+// the features were no longer copied to set their class: +197–223 ns
+// with the value (median 201) against +202–232 (median 227); wall-clock
+// +168–196 against +184–206. With predictable's labels +48–53 ns
+// against +62–89 in the 4 runs of each not disturbed by other work
+// (+90 and +0 in the fifth). Still above 200 ns in three runs of five
+// (+200.5, +205, +223): the
+// rest is mostly the model's recomputation (about 30 ns a request), the
+// regression's class and sampled update (about 20 and 25), and the
+// locked atomics that remain — the bucket's lastUsed and begun, the
+// regression's sampling count.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
