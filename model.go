@@ -20,7 +20,8 @@ import (
 // sequence seen, the least recently used evicted past that. A bucket is a
 // windowed estimator of its own (the key's windows, 256 sketch bins each:
 // at most about 9 KiB) fed with the primaries of its requests, as the
-// key's is. Its distribution is blended with the key's by sample count —
+// key's is, under the key's estimator's lock (one lock for both adds,
+// latency.Estimator.ShareLock). Its distribution is blended with the key's by sample count —
 // shrinkage: weight n/(n + predictPrior) on the bucket's n observations.
 // A bucket of Features.Where (its label names where the primary goes; its
 // hedges go elsewhere) has a second such estimator, fed with its
@@ -99,12 +100,23 @@ type bucket struct {
 	hedges   *latency.Estimator
 	lastUsed atomic.Int64 // UnixNano of the last BeginWith
 
-	sinceCompute atomic.Int32 // observations since sched was computed
-	basis        atomic.Int32 // observations the last computation saw
-	validUntil   atomic.Int64 // UnixNano after which sched is recomputed
-	keyShifts    atomic.Int64 // the key's shift count at the last computation
-	sched        atomic.Pointer[bucketSchedule]
-	begun        atomic.Int64 // requests begun on the bucket's own schedule
+	// The model is recomputed when the bucket's estimator has been
+	// given dueAt observations (latency.Estimator.Added): base, its
+	// count at the last computation, plus the cadence of that
+	// computation's basis (bucketEvery). observe sets due once it gets
+	// there, from the count AddBoth returns under the estimator's lock;
+	// the request path loads due. (A count of the bucket's own, added to
+	// per observation and compared per request with a cadence worked out
+	// per request, cost a locked atomic add and the arithmetic each
+	// time.)
+	due        atomic.Bool
+	dueAt      atomic.Uint64
+	base       atomic.Uint64 // the estimator's Added at the last computation
+	basis      atomic.Int32  // observations the last computation saw
+	validUntil atomic.Int64  // UnixNano after which sched is recomputed
+	keyShifts  atomic.Int64  // the key's shift count at the last computation
+	sched      atomic.Pointer[bucketSchedule]
+	begun      atomic.Int64 // requests begun on the bucket's own schedule
 }
 
 // bucketSchedule is a bucket's computed schedule; use is false while it
@@ -226,6 +238,21 @@ func (t *bucketTable) find(h uint64) *bucket {
 // ns with the value against +230–308 ns before (5 runs; wall-clock
 // +191–225 against +204–271), and +66–74 ns with predictable's labels
 // against +92–93 (3 runs), CPU time as above.
+//
+// Side by side with that code (load average 1.3–1.4, 5 runs each, CPU
+// time as above), after a bucket's recomputation was made due by its
+// estimator's count of observations (no atomic add per request), the
+// bucket's estimator took its key's lock (one lock for both adds) and
+// the features were no longer copied to set their class: +197–223 ns
+// with the value (median 201) against +202–232 (median 227); wall-clock
+// +168–196 against +184–206. With predictable's labels +48–53 ns
+// against +62–89 in the 4 runs of each not disturbed by other work
+// (+90 and +0 in the fifth). Still above 200 ns in three runs of five
+// (+200.5, +205, +223): the
+// rest is mostly the model's recomputation (about 30 ns a request), the
+// regression's class and sampled update (about 20 and 25), and the
+// locked atomics that remain — the bucket's lastUsed and begun, the
+// regression's sampling count.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
@@ -235,48 +262,37 @@ func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 		p.beginValues(&r, f, now) // regress.go
 		return r
 	}
-	p.predict1(&r, f, now)
+	p.predict1(&r, f, f.class, now)
 	return r
 }
 
-// predict1 sets r's schedule from the bucket of f.
-func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
+// predict1 sets r's schedule from the bucket of f with its class set to
+// c. (f is not copied to set it unless its bucket is looked up by hash:
+// a Features is about 90 bytes, a value class's bucket found by class.)
+func (p *Policy) predict1(r *Request, f *Features, c int8, now time.Time) {
 	ks := r.ks
 	t := ks.model.Load()
 	var b *bucket
 	if f.n == 0 && t != nil {
-		b = t.byClass[int(f.class)+regClasses]
+		b = t.byClass[int(c)+regClasses]
 	}
 	if b == nil {
-		h := f.hash(featureSeed)
+		g := f
+		if c != f.class {
+			h := *f
+			h.class = c
+			g = &h
+		}
+		h := g.hash(featureSeed)
 		if b = t.find(h); b == nil {
-			b = p.addBucket(ks, h, f, now)
+			b = p.addBucket(ks, h, g, now)
 		}
 	}
 	n := now.UnixNano()
 	if b.lastUsed.Load() != n {
 		b.lastUsed.Store(n)
 	}
-	every := int32(recomputeEvery)
-	if p.auto {
-		// A recomputation of the model (every bucket's distribution and
-		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
-		// four, BenchmarkModelRecompute{,4} from no guess at load average
-		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
-		// answer holds) at a quarter of the key's pace, and once a
-		// bucket has many observations when they have grown by a
-		// sixteenth (modelGrowth): a schedule made from n samples moves
-		// little with n/16 more, and on a busy key with many buckets
-		// (nine value classes: a recomputation of about 0.5 ms,
-		// BenchmarkModelRecomputeValues) every 1,024 of the largest
-		// one's would cost more per request than the rest of the model.
-		// (Recomputing the value classes' buckets at an eighth instead
-		// made BenchmarkDecisionPathValues slower, not faster: +264–270
-		// ns against +202–245, 3 runs side by side.)
-		basis := b.basis.Load()
-		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
-	}
-	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
+	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
 		p.computeModel(ks, now)
 		ks.modelMu.Unlock()
 	}
@@ -297,6 +313,31 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	}
 }
 
+// bucketEvery is how many observations a bucket waits for, from a
+// computation of the model that saw basis of them, before the model is
+// recomputed.
+func (p *Policy) bucketEvery(basis int32) int32 {
+	every := int32(recomputeEvery)
+	if p.auto {
+		// A recomputation of the model (every bucket's distribution and
+		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
+		// four, BenchmarkModelRecompute{,4} from no guess at load average
+		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
+		// answer holds) at a quarter of the key's pace, and once a
+		// bucket has many observations when they have grown by a
+		// sixteenth (modelGrowth): a schedule made from n samples moves
+		// little with n/16 more, and on a busy key with many buckets
+		// (nine value classes: a recomputation of about 0.5 ms,
+		// BenchmarkModelRecomputeValues) every 1,024 of the largest
+		// one's would cost more per request than the rest of the model.
+		// (Recomputing the value classes' buckets at an eighth instead
+		// made BenchmarkDecisionPathValues slower, not faster: +264–270
+		// ns against +202–245, 3 runs side by side.)
+		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
+	}
+	return every
+}
+
 // addBucket returns the bucket of hash h in ks, making it (and evicting
 // the least recently used one past Config.FeatureBuckets) if needed.
 func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *bucket {
@@ -307,12 +348,18 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		return b
 	}
 	est, _ := latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins}) // validated in New
+	// The bucket's estimator is written with the key's (AddBoth, on
+	// each of its primaries): under the key's lock, taken once for both.
+	// Its readers — the model's recomputation, Buckets — hold the key's
+	// primaries off while they read it, a few µs now and then.
+	est.ShareLock(ks.est)
 	b := &bucket{hash: h, est: est, labels: f.bucketLabels(), where: f.where}
 	if f.where {
 		b.hedges, _ = latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins})
 	}
 	b.lastUsed.Store(now.UnixNano())
 	b.keyShifts.Store(ks.shifts.Load())
+	b.dueAt.Store(uint64(p.bucketEvery(0)))
 	t := &bucketTable{}
 	if old != nil {
 		t.hashes = append(make([]uint64, 0, len(old.hashes)+1), old.hashes...)
@@ -413,7 +460,10 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			}
 		}
 		b.basis.Store(int32(basis))
-		b.sinceCompute.Store(0)
+		base := b.est.Added()
+		b.base.Store(base)
+		b.dueAt.Store(base + uint64(p.bucketEvery(int32(basis))))
+		b.due.Store(false)
 		if end := b.est.WindowEnd(); end.IsZero() {
 			b.validUntil.Store(now.UnixNano() + int64(p.cfg.Window))
 		} else {
@@ -1298,10 +1348,18 @@ func differs(b, k latency.Distribution, d float64) bool {
 
 // observe learns the latency of a primary of the bucket, and key, its
 // key's estimator, learns it first: one sketch bin for both (AddBoth).
+//
+// Once the bucket's estimator has been given dueAt observations it sets
+// due: the model is recomputed at the next request (predict1).
 func (b *bucket) observe(key *latency.Estimator, d time.Duration, censored bool, now time.Time) {
-	key.AddBoth(b.est, d, censored, now)
-	b.sinceCompute.Add(1)
+	if key.AddBoth(b.est, d, censored, now) >= b.dueAt.Load() && !b.due.Load() {
+		b.due.Store(true)
+	}
 }
+
+// since returns the observations the bucket has been given since the
+// model's last computation (for tests).
+func (b *bucket) since() int32 { return int32(b.est.Added() - b.base.Load()) }
 
 // observeHedge learns the latency of a hedge of a Where bucket's request,
 // from when it went: censored when it was cancelled (an earlier attempt
