@@ -72,6 +72,14 @@ import (
 // n/(n + predictPrior) against its key's distribution.
 const predictPrior = 50
 
+// lruGrain is the resolution of a bucket's lastUsed, in nanoseconds: it
+// is stored when it has moved by this much, not on every request — an
+// atomic store is a locked exchange, a few ns of a path that has 200 —
+// and the least recently used bucket is evicted by it only when a new
+// one arrives past Config.FeatureBuckets, where two buckets last used
+// within a millisecond of each other are equally good to drop.
+const lruGrain = int64(time.Millisecond)
+
 // bucketMaxBins bounds each window sketch of a bucket: the smallest size
 // the latency package accepts, 160× from the lowest to the highest latency
 // kept exact at 1 % accuracy.
@@ -98,7 +106,7 @@ type bucket struct {
 	// otherwise): they go elsewhere, and neither the bucket's nor the
 	// key's distribution is theirs (Policy.Observe).
 	hedges   *latency.Estimator
-	lastUsed atomic.Int64 // UnixNano of the last BeginWith
+	lastUsed atomic.Int64 // UnixNano of the last BeginWith, to lruGrain
 
 	// The model is recomputed when the bucket's estimator has been
 	// given dueAt observations (latency.Estimator.Added): base, its
@@ -289,7 +297,7 @@ func (p *Policy) predict1(r *Request, f *Features, c int8, now time.Time) {
 		}
 	}
 	n := now.UnixNano()
-	if b.lastUsed.Load() != n {
+	if n-b.lastUsed.Load() >= lruGrain {
 		b.lastUsed.Store(n)
 	}
 	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {

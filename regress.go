@@ -161,7 +161,35 @@ func (g *regressor) class(x []float32) int8 {
 		z := (float64(v) - math.Float64frombits(p[0].Load())) * math.Float64frombits(p[1].Load())
 		s += math.Float64frombits(p[2].Load()) * max(-regClip, min(z, regClip))
 	}
-	return int8(max(-regClasses, min(math.Round(s/regStep), regClasses)))
+	return classOf(s / regStep)
+}
+
+// classOf is math.Round(x) within ±regClasses, as an int8, for x the
+// prediction's log ratio in classes: the same answer without Round's
+// branches on x's exponent, which half the requests mispredict when
+// their classes spread either side of 1 (a third of class's cost, on
+// BenchmarkDecisionPathValues). x − trunc(x) is exact below 2⁵², so the
+// half-way cases round away from zero as Round does; NaN, which no
+// finite weights produce, is class 0, as int8 of NaN is on amd64.
+func classOf(x float64) int8 {
+	if !(x > -regClasses-1 && x < regClasses+1) {
+		switch {
+		case x > 0:
+			return regClasses
+		case x < 0:
+			return -regClasses
+		}
+		return 0
+	}
+	c := int(x) // toward zero
+	d := x - float64(c)
+	if d >= 0.5 {
+		c++
+	}
+	if d <= -0.5 {
+		c--
+	}
+	return int8(max(-regClasses, min(c, regClasses)))
 }
 
 // observe learns a primary's latency d for values x; censored: the primary
