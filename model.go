@@ -478,7 +478,8 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			if ch == nil || !p.allocate(groups, ch, &t.guess) {
 				// Not predicted to beat the key's own schedule by
 				// allocGain: the buckets keep the key's.
-				for _, g := range groups {
+				for gi := range groups {
+					g := &groups[gi]
 					scheds[g.i].use = false
 				}
 				groups = groups[:0]
@@ -492,7 +493,8 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 		if p.auto && len(groups) > 0 {
 			markLow(groups, scheds, secondsDur(t.guess))
 		}
-		for _, g := range groups {
+		for gi := range groups {
+			g := &groups[gi]
 			s := scheds[g.i]
 			s.delay, s.limit = g.delay, g.limit
 			if !p.auto {
@@ -569,7 +571,8 @@ func markLow(gs []allocGroup, scheds []*bucketSchedule, t time.Duration) {
 		scheds[gs[i].i].value = v
 		best = max(best, v)
 	}
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		s := scheds[g.i]
 		s.low = g.limit > 0 && s.value < lowValue*best
 	}
@@ -689,14 +692,16 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 		at[k] = ch.Delay + time.Duration(k)*gap
 	}
 	var total float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		total += g.share
 	}
 	// slow is the share of the groups' requests slower than t on the
 	// key's schedule, its grants as predicted.
 	slow := func(t time.Duration) float64 {
 		var s float64
-		for _, g := range gs {
+		for gi := range gs {
+			g := &gs[gi]
 			v := g.dist.Survival(t)
 			for k, a := range at[:min(ch.Hedges, MaxHedgesLimit)] {
 				gr := ch.Grant
@@ -713,7 +718,8 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 	// of the groups' distributions (every share is 0 there), hence below
 	// a quarter of allocateAt's first upper bound: this range holds it.
 	var top float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
 	}
 	lo, hi := 0.0, top*2
@@ -735,7 +741,8 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 	// so that a gain near allocGain does not toggle them from one
 	// recomputation to the next on the estimates' noise.
 	gain, held := allocGain, true
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		held = held && g.heldLimit > 0
 	}
 	if held {
@@ -990,7 +997,8 @@ const holdMargin = 0.01
 // distributions, each hedge granted.
 func (p *Policy) hold(gs []allocGroup, rate, ceiling, t float64) {
 	var total, cost, top float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		total += g.share
 		cost += g.share * g.cost(g.held, g.heldLimit)
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
@@ -1004,7 +1012,8 @@ func (p *Policy) hold(gs []allocGroup, rate, ceiling, t float64) {
 		mid := (lo + hi) / 2
 		tt := secondsDur(mid)
 		var slow float64
-		for _, g := range gs {
+		for gi := range gs {
+			g := &gs[gi]
 			slow += g.share * g.slower(tt, g.held, g.heldLimit)
 		}
 		if slow <= allowed+1e-12 {
