@@ -1117,6 +1117,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		return cost, slow
 	}
 	choice := make([]int, len(gs))
+	hiChoice := make([]int, len(gs)) // the relaxation's choice at its upper bound of λ
 	// With few groups the relaxation's duality gap is large — each
 	// group's choice is a jump in cost, and with two groups the best
 	// schedule within the budget is often no choice at any λ (it spends
@@ -1244,26 +1245,34 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 			return exhaust(choice) <= allowed+1e-12
 		}
 		// The largest λ whose choice still fits the budget is the best
-		// spending of it; a larger λ spends less.
+		// spending of it; a larger λ spends less. The choice at the
+		// answer, lo or the last hi, is kept from the pick that found it
+		// (hiChoice, hiSlow), not picked again.
 		lo, hi := 0.0, 1.0
+		var hiSlow float64
 		for {
-			if c, _ := pick(hi, choice); c <= budget || hi > 1e9 {
+			c, s := pick(hi, choice)
+			if c <= budget || hi > 1e9 {
+				hiSlow = s
 				break
 			}
 			lo, hi = hi, hi*4
 		}
-		if c, _ := pick(lo, choice); c > budget {
+		copy(hiChoice, choice)
+		c, slow := pick(lo, choice)
+		if c > budget {
 			for range 16 {
 				mid := (lo + hi) / 2
-				if c, _ := pick(mid, choice); c <= budget {
-					hi = mid
+				if c, s := pick(mid, choice); c <= budget {
+					hi, hiSlow = mid, s
+					copy(hiChoice, choice)
 				} else {
 					lo = mid
 				}
 			}
-			lo = hi
+			copy(choice, hiChoice)
+			slow = hiSlow
 		}
-		_, slow := pick(lo, choice)
 		return slow <= allowed+1e-12
 	}
 	// known answers feasible(t) from the t found feasible and infeasible
