@@ -811,15 +811,36 @@ func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 		}
 		target := g.cost(g.delay, g.limit) + left/g.share
 		lo, hi := float64(p.cfg.MinDelay), float64(g.delay)
-		if g.cost(time.Duration(lo), g.limit) <= target {
-			continue // it would hedge at MinDelay, every request
-		}
-		for range 30 {
-			mid := (lo + hi) / 2
-			if g.cost(time.Duration(mid), g.limit) > target {
-				lo = mid
-			} else {
-				hi = mid
+		if g.limit > 2 {
+			if g.cost(time.Duration(lo), g.limit) <= target {
+				continue // it would hedge at MinDelay, every request
+			}
+			for range 30 {
+				mid := (lo + hi) / 2
+				if g.cost(time.Duration(mid), g.limit) > target {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+		} else {
+			// The same bisection, the shares the cost reads at lo and
+			// hi kept (costIn): those equal at both ends are not
+			// looked up again.
+			var xlo, xhi, x costIn
+			g.costInputs(time.Duration(lo), nil, nil, &xlo)
+			if g.costFrom(&xlo) <= target {
+				continue // it would hedge at MinDelay, every request
+			}
+			g.costInputs(time.Duration(hi), nil, nil, &xhi)
+			for range 30 {
+				mid := (lo + hi) / 2
+				g.costInputs(time.Duration(mid), &xlo, &xhi, &x)
+				if g.costFrom(&x) > target {
+					lo, xlo = mid, x
+				} else {
+					hi, xhi = mid, x
+				}
 			}
 		}
 		d := time.Duration(hi)
@@ -840,6 +861,62 @@ func (g *allocGroup) cost(d time.Duration, k int) float64 {
 	var c float64
 	for j := 1; j <= k; j++ {
 		c += g.hedgeRate(d, j)
+	}
+	return c
+}
+
+// costIn holds the shares that g.cost(d, k) reads for k ≤ 2 hedges: the
+// blend's and the bucket's own at d and 2d, and the hedges' and their own
+// at d (elsewhere) — each non-increasing in d.
+type costIn [6]float64
+
+// costInputs sets x to the shares g.cost(d, g.limit) reads (g.limit ≤ 2).
+// Given the shares at two delays lo ≤ d ≤ hi (non-nil), one that is equal
+// at both is equal at d too, and is copied instead of looked up: fill's
+// bisection narrows to a step of one share, the others' steps outside it,
+// and a third or so of a recomputation's lookups were its.
+func (g *allocGroup) costInputs(d time.Duration, lo, hi, x *costIn) {
+	set := func(i int, s latency.Distribution, t time.Duration) {
+		if lo != nil && lo[i] == hi[i] {
+			x[i] = lo[i]
+		} else {
+			x[i] = s.Survival(t)
+		}
+	}
+	set(0, g.dist, d)
+	if g.own.Count() > 0 {
+		set(1, g.own, d)
+	}
+	if g.limit >= 2 {
+		set(2, g.dist, 2*d)
+		if g.own.Count() > 0 {
+			set(3, g.own, 2*d)
+		}
+		if g.elsewhere {
+			set(4, g.hedge, d)
+			if g.hedgeOwn.Count() > 0 {
+				set(5, g.hedgeOwn, d)
+			}
+		}
+	}
+}
+
+// costFrom is g.cost(d, g.limit) (g.limit ≤ 2) from the shares at d,
+// x (costInputs): the same operations in the same order, bit for bit —
+// trigger(d), plus trigger(2d) × hedgeOut(d) for a second hedge.
+func (g *allocGroup) costFrom(x *costIn) float64 {
+	n := g.own.Count()
+	t1 := limitedAt(x[0], x[1], n) // trigger(d); x[0] itself when n ≤ 0
+	var c float64
+	c += t1
+	if g.limit >= 2 {
+		out := t1 // hedgeOut(d)
+		if g.elsewhere {
+			out = limitedAt(x[4], x[5], g.hedgeOwn.Count())
+		}
+		v := limitedAt(x[2], x[3], n) // trigger(2d)
+		v *= out
+		c += v
 	}
 	return c
 }
