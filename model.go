@@ -629,14 +629,39 @@ type allocGroup struct {
 // The live candidates' shares and costs are read from arrays of their
 // own (liveSurv, liveCost), in order: the same sums as from the
 // candidates, without the indirection — pick is most of the relaxation's
-// cost, 20 or so calls per t over every group.
+// cost, 20 or so calls per t over every group. The scan takes four
+// candidates a turn, their scores worked out before they are compared in
+// order, and compares each with bar, the best score so far less 1e-15,
+// worked out when the best changes rather than for every candidate: the
+// same comparisons of the same values, a third of pick's time less
+// (BenchmarkModelRecomputeValues: 371–383 µs against 423–433, 3 runs side
+// by side). A convex hull of the candidates, searched per λ, cost more to
+// build at each t than it saved.
 func (g *allocGroup) pick(lambda float64) int {
-	best, bv := 0, math.Inf(1)
+	best, bar := 0, math.Inf(1) // bar: the best score so far − 1e-15
 	surv := g.liveSurv[:g.nlive]
 	cost := g.liveCost[:len(surv)]
-	for i, s := range surv {
-		if v := s + lambda*cost[i]; v < bv-1e-15 {
-			best, bv = int(g.live[i]), v
+	live := g.live[:len(surv)]
+	i := 0
+	for ; i+3 < len(surv); i += 4 {
+		v0, v1 := surv[i]+lambda*cost[i], surv[i+1]+lambda*cost[i+1]
+		v2, v3 := surv[i+2]+lambda*cost[i+2], surv[i+3]+lambda*cost[i+3]
+		if v0 < bar {
+			best, bar = int(live[i]), v0-1e-15
+		}
+		if v1 < bar {
+			best, bar = int(live[i+1]), v1-1e-15
+		}
+		if v2 < bar {
+			best, bar = int(live[i+2]), v2-1e-15
+		}
+		if v3 < bar {
+			best, bar = int(live[i+3]), v3-1e-15
+		}
+	}
+	for ; i < len(surv); i++ {
+		if v := surv[i] + lambda*cost[i]; v < bar {
+			best, bar = int(live[i]), v-1e-15
 		}
 	}
 	return best
