@@ -60,11 +60,14 @@ import (
 // rotation): never per request. When the key's latency shifts
 // (shift.go), its buckets restart too. A recomputation costs tens of µs
 // with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
-// about half a millisecond with nine value classes
-// (BenchmarkModelRecomputeValues: 460–505 µs, 3 runs at load average
-// 1.3; 690–734 µs before the candidates' costs were taken in one walk of
-// the bins and pick read packed arrays, side by side),
-// paid by the request that triggers it: its search starts from the last
+// about 0.4 ms with nine value classes
+// (BenchmarkModelRecomputeValues: 371–383 µs against 476–488 µs before
+// the groups were taken by pointer, the relaxation's last pick kept,
+// negative t answered before their conversion, fill's shares kept and
+// pick's scan unrolled, 3 runs side by side at load average 1.1;
+// 460–505 µs, and 690–734 µs before the candidates' costs were taken in
+// one walk of the bins and pick read packed arrays, in an earlier
+// session), paid by the request that triggers it: its search starts from the last
 // answer (allocateAt), and its distributions borrow their storage from a
 // pool (latency.Scratch).
 
