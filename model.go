@@ -60,11 +60,14 @@ import (
 // rotation): never per request. When the key's latency shifts
 // (shift.go), its buckets restart too. A recomputation costs tens of µs
 // with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
-// about half a millisecond with nine value classes
-// (BenchmarkModelRecomputeValues: 460–505 µs, 3 runs at load average
-// 1.3; 690–734 µs before the candidates' costs were taken in one walk of
-// the bins and pick read packed arrays, side by side),
-// paid by the request that triggers it: its search starts from the last
+// about 0.4 ms with nine value classes
+// (BenchmarkModelRecomputeValues: 371–383 µs against 476–488 µs before
+// the groups were taken by pointer, the relaxation's last pick kept,
+// negative t answered before their conversion, fill's shares kept and
+// pick's scan unrolled, 3 runs side by side at load average 1.1;
+// 460–505 µs, and 690–734 µs before the candidates' costs were taken in
+// one walk of the bins and pick read packed arrays, in an earlier
+// session), paid by the request that triggers it: its search starts from the last
 // answer (allocateAt), and its distributions borrow their storage from a
 // pool (latency.Scratch).
 
@@ -486,7 +489,8 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			if ch == nil || !p.allocate(groups, ch, &t.guess) {
 				// Not predicted to beat the key's own schedule by
 				// allocGain: the buckets keep the key's.
-				for _, g := range groups {
+				for gi := range groups {
+					g := &groups[gi]
 					scheds[g.i].use = false
 				}
 				groups = groups[:0]
@@ -500,7 +504,8 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 		if p.auto && len(groups) > 0 {
 			markLow(groups, scheds, secondsDur(t.guess))
 		}
-		for _, g := range groups {
+		for gi := range groups {
+			g := &groups[gi]
 			s := scheds[g.i]
 			s.delay, s.limit = g.delay, g.limit
 			if !p.auto {
@@ -577,7 +582,8 @@ func markLow(gs []allocGroup, scheds []*bucketSchedule, t time.Duration) {
 		scheds[gs[i].i].value = v
 		best = max(best, v)
 	}
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		s := scheds[g.i]
 		s.low = g.limit > 0 && s.value < lowValue*best
 	}
@@ -634,14 +640,39 @@ type allocGroup struct {
 // The live candidates' shares and costs are read from arrays of their
 // own (liveSurv, liveCost), in order: the same sums as from the
 // candidates, without the indirection — pick is most of the relaxation's
-// cost, 20 or so calls per t over every group.
+// cost, 20 or so calls per t over every group. The scan takes four
+// candidates a turn, their scores worked out before they are compared in
+// order, and compares each with bar, the best score so far less 1e-15,
+// worked out when the best changes rather than for every candidate: the
+// same comparisons of the same values, a third of pick's time less
+// (BenchmarkModelRecomputeValues: 371–383 µs against 423–433, 3 runs side
+// by side). A convex hull of the candidates, searched per λ, cost more to
+// build at each t than it saved.
 func (g *allocGroup) pick(lambda float64) int {
-	best, bv := 0, math.Inf(1)
+	best, bar := 0, math.Inf(1) // bar: the best score so far − 1e-15
 	surv := g.liveSurv[:g.nlive]
 	cost := g.liveCost[:len(surv)]
-	for i, s := range surv {
-		if v := s + lambda*cost[i]; v < bv-1e-15 {
-			best, bv = int(g.live[i]), v
+	live := g.live[:len(surv)]
+	i := 0
+	for ; i+3 < len(surv); i += 4 {
+		v0, v1 := surv[i]+lambda*cost[i], surv[i+1]+lambda*cost[i+1]
+		v2, v3 := surv[i+2]+lambda*cost[i+2], surv[i+3]+lambda*cost[i+3]
+		if v0 < bar {
+			best, bar = int(live[i]), v0-1e-15
+		}
+		if v1 < bar {
+			best, bar = int(live[i+1]), v1-1e-15
+		}
+		if v2 < bar {
+			best, bar = int(live[i+2]), v2-1e-15
+		}
+		if v3 < bar {
+			best, bar = int(live[i+3]), v3-1e-15
+		}
+	}
+	for ; i < len(surv); i++ {
+		if v := surv[i] + lambda*cost[i]; v < bar {
+			best, bar = int(live[i]), v-1e-15
 		}
 	}
 	return best
@@ -697,14 +728,16 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 		at[k] = ch.Delay + time.Duration(k)*gap
 	}
 	var total float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		total += g.share
 	}
 	// slow is the share of the groups' requests slower than t on the
 	// key's schedule, its grants as predicted.
 	slow := func(t time.Duration) float64 {
 		var s float64
-		for _, g := range gs {
+		for gi := range gs {
+			g := &gs[gi]
 			v := g.dist.Survival(t)
 			for k, a := range at[:min(ch.Hedges, MaxHedgesLimit)] {
 				gr := ch.Grant
@@ -721,7 +754,8 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 	// of the groups' distributions (every share is 0 there), hence below
 	// a quarter of allocateAt's first upper bound: this range holds it.
 	var top float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
 	}
 	lo, hi := 0.0, top*2
@@ -743,7 +777,8 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 	// so that a gain near allocGain does not toggle them from one
 	// recomputation to the next on the estimates' noise.
 	gain, held := allocGain, true
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		held = held && g.heldLimit > 0
 	}
 	if held {
@@ -812,15 +847,36 @@ func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 		}
 		target := g.cost(g.delay, g.limit) + left/g.share
 		lo, hi := float64(p.cfg.MinDelay), float64(g.delay)
-		if g.cost(time.Duration(lo), g.limit) <= target {
-			continue // it would hedge at MinDelay, every request
-		}
-		for range 30 {
-			mid := (lo + hi) / 2
-			if g.cost(time.Duration(mid), g.limit) > target {
-				lo = mid
-			} else {
-				hi = mid
+		if g.limit > 2 {
+			if g.cost(time.Duration(lo), g.limit) <= target {
+				continue // it would hedge at MinDelay, every request
+			}
+			for range 30 {
+				mid := (lo + hi) / 2
+				if g.cost(time.Duration(mid), g.limit) > target {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+		} else {
+			// The same bisection, the shares the cost reads at lo and
+			// hi kept (costIn): those equal at both ends are not
+			// looked up again.
+			var xlo, xhi, x costIn
+			g.costInputs(time.Duration(lo), nil, nil, &xlo)
+			if g.costFrom(&xlo) <= target {
+				continue // it would hedge at MinDelay, every request
+			}
+			g.costInputs(time.Duration(hi), nil, nil, &xhi)
+			for range 30 {
+				mid := (lo + hi) / 2
+				g.costInputs(time.Duration(mid), &xlo, &xhi, &x)
+				if g.costFrom(&x) > target {
+					lo, xlo = mid, x
+				} else {
+					hi, xhi = mid, x
+				}
 			}
 		}
 		d := time.Duration(hi)
@@ -841,6 +897,62 @@ func (g *allocGroup) cost(d time.Duration, k int) float64 {
 	var c float64
 	for j := 1; j <= k; j++ {
 		c += g.hedgeRate(d, j)
+	}
+	return c
+}
+
+// costIn holds the shares that g.cost(d, k) reads for k ≤ 2 hedges: the
+// blend's and the bucket's own at d and 2d, and the hedges' and their own
+// at d (elsewhere) — each non-increasing in d.
+type costIn [6]float64
+
+// costInputs sets x to the shares g.cost(d, g.limit) reads (g.limit ≤ 2).
+// Given the shares at two delays lo ≤ d ≤ hi (non-nil), one that is equal
+// at both is equal at d too, and is copied instead of looked up: fill's
+// bisection narrows to a step of one share, the others' steps outside it,
+// and a third or so of a recomputation's lookups were its.
+func (g *allocGroup) costInputs(d time.Duration, lo, hi, x *costIn) {
+	set := func(i int, s latency.Distribution, t time.Duration) {
+		if lo != nil && lo[i] == hi[i] {
+			x[i] = lo[i]
+		} else {
+			x[i] = s.Survival(t)
+		}
+	}
+	set(0, g.dist, d)
+	if g.own.Count() > 0 {
+		set(1, g.own, d)
+	}
+	if g.limit >= 2 {
+		set(2, g.dist, 2*d)
+		if g.own.Count() > 0 {
+			set(3, g.own, 2*d)
+		}
+		if g.elsewhere {
+			set(4, g.hedge, d)
+			if g.hedgeOwn.Count() > 0 {
+				set(5, g.hedgeOwn, d)
+			}
+		}
+	}
+}
+
+// costFrom is g.cost(d, g.limit) (g.limit ≤ 2) from the shares at d,
+// x (costInputs): the same operations in the same order, bit for bit —
+// trigger(d), plus trigger(2d) × hedgeOut(d) for a second hedge.
+func (g *allocGroup) costFrom(x *costIn) float64 {
+	n := g.own.Count()
+	t1 := limitedAt(x[0], x[1], n) // trigger(d); x[0] itself when n ≤ 0
+	var c float64
+	c += t1
+	if g.limit >= 2 {
+		out := t1 // hedgeOut(d)
+		if g.elsewhere {
+			out = limitedAt(x[4], x[5], g.hedgeOwn.Count())
+		}
+		v := limitedAt(x[2], x[3], n) // trigger(2d)
+		v *= out
+		c += v
 	}
 	return c
 }
@@ -998,7 +1110,8 @@ const holdMargin = 0.01
 // distributions, each hedge granted.
 func (p *Policy) hold(gs []allocGroup, rate, ceiling, t float64) {
 	var total, cost, top float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		total += g.share
 		cost += g.share * g.cost(g.held, g.heldLimit)
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
@@ -1012,7 +1125,8 @@ func (p *Policy) hold(gs []allocGroup, rate, ceiling, t float64) {
 		mid := (lo + hi) / 2
 		tt := secondsDur(mid)
 		var slow float64
-		for _, g := range gs {
+		for gi := range gs {
+			g := &gs[gi]
 			slow += g.share * g.slower(tt, g.held, g.heldLimit)
 		}
 		if slow <= allowed+1e-12 {
@@ -1116,6 +1230,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		return cost, slow
 	}
 	choice := make([]int, len(gs))
+	hiChoice := make([]int, len(gs)) // the relaxation's choice at its upper bound of λ
 	// With few groups the relaxation's duality gap is large — each
 	// group's choice is a jump in cost, and with two groups the best
 	// schedule within the budget is often no choice at any λ (it spends
@@ -1243,26 +1358,34 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 			return exhaust(choice) <= allowed+1e-12
 		}
 		// The largest λ whose choice still fits the budget is the best
-		// spending of it; a larger λ spends less.
+		// spending of it; a larger λ spends less. The choice at the
+		// answer, lo or the last hi, is kept from the pick that found it
+		// (hiChoice, hiSlow), not picked again.
 		lo, hi := 0.0, 1.0
+		var hiSlow float64
 		for {
-			if c, _ := pick(hi, choice); c <= budget || hi > 1e9 {
+			c, s := pick(hi, choice)
+			if c <= budget || hi > 1e9 {
+				hiSlow = s
 				break
 			}
 			lo, hi = hi, hi*4
 		}
-		if c, _ := pick(lo, choice); c > budget {
+		copy(hiChoice, choice)
+		c, slow := pick(lo, choice)
+		if c > budget {
 			for range 16 {
 				mid := (lo + hi) / 2
-				if c, _ := pick(mid, choice); c <= budget {
-					hi = mid
+				if c, s := pick(mid, choice); c <= budget {
+					hi, hiSlow = mid, s
+					copy(hiChoice, choice)
 				} else {
 					lo = mid
 				}
 			}
-			lo = hi
+			copy(choice, hiChoice)
+			slow = hiSlow
 		}
-		_, slow := pick(lo, choice)
 		return slow <= allowed+1e-12
 	}
 	// known answers feasible(t) from the t found feasible and infeasible
