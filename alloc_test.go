@@ -393,8 +393,9 @@ func TestAllocateSpendOwn(t *testing.T) {
 
 // TestCostFrom pins fill's cost from kept shares (costInputs, costFrom)
 // to cost, bit for bit — one hedge and two, hedges elsewhere or not,
-// with and without the hedges' own latencies — and fill to its plain
-// bisection on cost, on groups allocated as allocate does.
+// with and without the hedges' own latencies — and fill's bisection from
+// kept shares to the plain one (fillDelay), on groups allocated as
+// allocate does.
 func TestCostFrom(t *testing.T) {
 	p, err := New(Config{Predictive: true})
 	if err != nil {
@@ -438,47 +439,11 @@ func TestCostFrom(t *testing.T) {
 			}
 		}
 	}
-	// fill against its plain bisection on cost.
-	plainFill := func(gs []allocGroup, rate, at float64) {
-		var total, cost float64
-		for i := range gs {
-			total += gs[i].share
-			cost += gs[i].share * gs[i].cost(gs[i].delay, gs[i].limit)
-		}
-		left := (rate*total - cost) * fillShare
-		if left <= 0 {
-			return
-		}
-		tt := secondsDur(at)
-		best, bestGain, bestD := -1, 0.0, time.Duration(0)
-		for i := range gs {
-			g := &gs[i]
-			if g.limit == 0 || g.delay <= 0 {
-				continue
-			}
-			target := g.cost(g.delay, g.limit) + left/g.share
-			lo, hi := float64(p.cfg.MinDelay), float64(g.delay)
-			if g.cost(time.Duration(lo), g.limit) <= target {
-				continue
-			}
-			for range 30 {
-				mid := (lo + hi) / 2
-				if g.cost(time.Duration(mid), g.limit) > target {
-					lo = mid
-				} else {
-					hi = mid
-				}
-			}
-			d := time.Duration(hi)
-			if gain := g.share * (g.slower(tt, g.delay, g.limit) - g.slower(tt, d, g.limit)); gain > bestGain {
-				best, bestGain, bestD = i, gain, d
-			}
-		}
-		if best >= 0 {
-			gs[best].delay = bestD
-		}
-	}
-	filled := 0
+	// fill's bisection from kept shares against the plain one, on the
+	// groups of an allocation and targets about their costs there; and
+	// fill itself must move some delay for the comparison to show
+	// anything.
+	moved, compared := 0, 0
 	for _, ns := range [][]int{{2000, 18000}, {5000, 5000, 5000, 5000}, {20000, 300, 300, 300, 300}} {
 		owns := make([]latency.Distribution, len(ns))
 		var total float64
@@ -497,22 +462,33 @@ func TestCostFrom(t *testing.T) {
 			}
 			var guess float64
 			at := p.allocateAt(gs, rate, 1, math.Inf(1), &guess)
-			for _, f := range []float64{1, 1.2, 2} {
-				a, b := append([]allocGroup(nil), gs...), append([]allocGroup(nil), gs...)
-				p.fill(a, rate*f, at)
-				plainFill(b, rate*f, at)
-				for i := range a {
-					if a[i].delay != b[i].delay {
-						t.Fatalf("%v, rate %v×%v, group %d: fill %v, plain bisection %v", ns, rate, f, i, a[i].delay, b[i].delay)
+			for i := range gs {
+				g := &gs[i]
+				if g.limit == 0 || g.delay <= 0 {
+					continue
+				}
+				for _, f := range []float64{1, 1.01, 1.2, 2, 10} {
+					target := g.cost(g.delay, g.limit) * f
+					d, ok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), true)
+					pd, pok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), false)
+					if d != pd || ok != pok {
+						t.Fatalf("%v, rate %v, group %d, target ×%v: from kept shares %v %v, plain %v %v", ns, rate, i, f, d, ok, pd, pok)
 					}
+					compared++
+				}
+			}
+			for _, f := range []float64{1.2, 2} {
+				a := append([]allocGroup(nil), gs...)
+				p.fill(a, rate*f, at)
+				for i := range a {
 					if a[i].delay != gs[i].delay {
-						filled++
+						moved++
 					}
 				}
 			}
 		}
 	}
-	if filled == 0 {
-		t.Error("fill moved no delay: the test shows nothing")
+	if moved == 0 || compared == 0 {
+		t.Errorf("fill moved %d delays, %d bisections compared: the test shows nothing", moved, compared)
 	}
 }

@@ -77,7 +77,7 @@ const predictPrior = 50
 
 // lruGrain is the resolution of a bucket's lastUsed, in nanoseconds: it
 // is stored when it has moved by this much, not on every request — an
-// atomic store is a locked exchange, a few ns of a path that has 200 —
+// atomic store is a locked exchange, a few ns of a path held to 200 —
 // and the least recently used bucket is evicted by it only when a new
 // one arrives past Config.FeatureBuckets, where two buckets last used
 // within a millisecond of each other are equally good to drop.
@@ -208,62 +208,22 @@ func (t *bucketTable) find(h uint64) *bucket {
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
 // Config.FeatureBuckets) and in the model's recomputations (about 5 KiB
-// each with two buckets). With two labels, on the request path of Begin,
-// Observe and End, it cost 126–166 ns more than Begin where the buckets'
-// own schedules are used (BenchmarkDecisionPathPredictable: the
-// predictable scenario's labels and latencies), 117–119 ns more with four
-// buckets that keep the key's schedule (BenchmarkDecisionPathFeatures
-// against BenchmarkDecisionPath) and 84–150 ns with two
-// (BenchmarkDecisionPathFeatures2): CPU time per request (perf stat's
-// task-clock over 2,000,000 requests), 3 runs each side by side on a
-// shared 2-core machine at load average 4.6–5.4, where wall-clock ns/op
-// swung by up to 1.5× (+19–186, +196–224 and +100–192 ns). It is hashing
-// the labels, finding the bucket, the bucket's own estimator learning the
-// primary, and the model's recomputation amortised (about every 1,100
-// requests on predictable). Short runs weigh the first recomputations
-// (made as the observations double) more.
-//
-// With one value instead of labels (BenchmarkDecisionPathValues: a value
-// that scales the latency, nine class buckets whose schedules are used on
-// a third to a half of the requests), BeginWith cost 87–417 ns more than
-// Begin (median 277; 167–228 in the quietest 3 runs), and −81–192 ns
-// with a value that carries no signal (no bucket; median 68): CPU time
-// measured as above, 11 runs side by side at load average 4.7–5.8, where
-// it swung far more than with labels (the nine buckets' sketches do not
-// stay in cache beside other sessions' work). It was 341–729 (median
-// 493) and −11–294 ns (median 142) in the same runs, before the
-// regression was sampled and the model's recomputations spaced by a
-// sixteenth of a large bucket's observations. At load average 2.5 (3
-// runs, the same method) it was +168–197 ns with the value, +72–81 ns
-// without signal, and +78–97 ns with predictable's labels (+92–104 ns
-// after the hedge priority and fill, 3 runs at load average 1.0–1.3).
-// Past the regression (about 50 ns), it is the class bucket's estimator
-// learning the primary and the model's recomputation over nine buckets,
-// about 0.5 ms each (1 ms before), made about every 15,000 requests
-// there.
-//
-// On a quieter machine (load average 1.2–1.4), side by side with the
-// code before the cheaper recomputation, the key's and the bucket's
-// estimators sharing a sketch bin (latency.Estimator.AddBoth), the
-// window test without Sub and the class buckets found by class: +210–244
-// ns with the value against +230–308 ns before (5 runs; wall-clock
-// +191–225 against +204–271), and +66–74 ns with predictable's labels
-// against +92–93 (3 runs), CPU time as above.
-//
-// Side by side with that code (load average 1.3–1.4, 5 runs each, CPU
-// time as above), after a bucket's recomputation was made due by its
-// estimator's count of observations (no atomic add per request), the
-// bucket's estimator took its key's lock (one lock for both adds) and
-// the features were no longer copied to set their class: +197–223 ns
-// with the value (median 201) against +202–232 (median 227); wall-clock
-// +168–196 against +184–206. With predictable's labels +48–53 ns
-// against +62–89 in the 4 runs of each not disturbed by other work
-// (+90 and +0 in the fifth). Still above 200 ns in three runs of five
-// (+200.5, +205, +223): the
-// rest is mostly the model's recomputation (about 30 ns a request), the
-// regression's class and sampled update (about 20 and 25), and the
-// locked atomics that remain — the bucket's lastUsed and begun, the
-// regression's sampling count.
+// each). On the request path of Begin, Observe and End, in CPU time per
+// request (perf stat's task-clock over 2,000,000 requests, each build's
+// test binary, rounds interleaved on a shared 2-core machine), it costs
+// more than Begin: with predictable's label, where the buckets' own
+// schedules are used (BenchmarkDecisionPathPredictable), +40 ns (median
+// of 6 rounds); with one numeric value and nine class buckets whose
+// schedules are used on 99 % of the requests
+// (BenchmarkDecisionPathValues), +148 ns (median of 16 rounds; 13 of them
+// at most 200 ns, the other three in the host's slow spells; +142 ns
+// between the fastest run of each); with a value that carries no signal
+// +67 ns. The value path is the regression's class and sampled update,
+// the class bucket's estimator learning the primary (under the key's
+// lock, taken once for both), the bucket's lookup and schedule, and the
+// model's recomputation amortised — about 0.4 ms over nine buckets,
+// made about every 15,000 requests there. The measurements of earlier
+// versions, and what each change cut, are in docs/EXPERIMENTS.md §9.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
@@ -846,40 +806,10 @@ func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 			continue
 		}
 		target := g.cost(g.delay, g.limit) + left/g.share
-		lo, hi := float64(p.cfg.MinDelay), float64(g.delay)
-		if g.limit > 2 {
-			if g.cost(time.Duration(lo), g.limit) <= target {
-				continue // it would hedge at MinDelay, every request
-			}
-			for range 30 {
-				mid := (lo + hi) / 2
-				if g.cost(time.Duration(mid), g.limit) > target {
-					lo = mid
-				} else {
-					hi = mid
-				}
-			}
-		} else {
-			// The same bisection, the shares the cost reads at lo and
-			// hi kept (costIn): those equal at both ends are not
-			// looked up again.
-			var xlo, xhi, x costIn
-			g.costInputs(time.Duration(lo), nil, nil, &xlo)
-			if g.costFrom(&xlo) <= target {
-				continue // it would hedge at MinDelay, every request
-			}
-			g.costInputs(time.Duration(hi), nil, nil, &xhi)
-			for range 30 {
-				mid := (lo + hi) / 2
-				g.costInputs(time.Duration(mid), &xlo, &xhi, &x)
-				if g.costFrom(&x) > target {
-					lo, xlo = mid, x
-				} else {
-					hi, xhi = mid, x
-				}
-			}
+		d, ok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), g.limit <= 2)
+		if !ok {
+			continue // it would hedge at MinDelay, every request
 		}
-		d := time.Duration(hi)
 		if gain := g.share * (g.slower(tt, g.delay, g.limit) - g.slower(tt, d, g.limit)); gain > bestGain {
 			best, bestGain, bestD = i, gain, d
 		}
@@ -887,6 +817,45 @@ func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 	if best >= 0 {
 		gs[best].delay = bestD
 	}
+}
+
+// fillDelay bisects [lo, hi] (ns) for the shortest delay at which g's
+// cost with g.limit hedges stays within target, 30 steps; ok is false
+// when even lo is within it. With kept (g.limit ≤ 2) the shares the cost
+// reads at the bracket's two ends are kept (costIn), and those equal at
+// both are not looked up again: the same costs, bit for bit, in a third
+// fewer lookups (TestCostFrom compares the two ways).
+func (g *allocGroup) fillDelay(target, lo, hi float64, kept bool) (d time.Duration, ok bool) {
+	if !kept {
+		if g.cost(time.Duration(lo), g.limit) <= target {
+			return 0, false
+		}
+		for range 30 {
+			mid := (lo + hi) / 2
+			if g.cost(time.Duration(mid), g.limit) > target {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		return time.Duration(hi), true
+	}
+	var xlo, xhi, x costIn
+	g.costInputs(time.Duration(lo), nil, nil, &xlo)
+	if g.costFrom(&xlo) <= target {
+		return 0, false
+	}
+	g.costInputs(time.Duration(hi), nil, nil, &xhi)
+	for range 30 {
+		mid := (lo + hi) / 2
+		g.costInputs(time.Duration(mid), &xlo, &xhi, &x)
+		if g.costFrom(&x) > target {
+			lo, xlo = mid, x
+		} else {
+			hi, xhi = mid, x
+		}
+	}
+	return time.Duration(hi), true
 }
 
 // cost is the predicted number of hedges per request of g with k hedges

@@ -193,20 +193,11 @@ func BenchmarkDecisionPathPredictable(b *testing.B) {
 // latency, where the regression is learned and consulted but no bucket
 // is made: the cost of the regression alone.
 func BenchmarkDecisionPathValues(b *testing.B) {
-	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
-	r := rand.New(rand.NewPCG(1, 2))
-	const n = 1 << 16
-	xs := make([]float64, n)
-	lats := make([]time.Duration, n)
-	noise := make([]float64, n)
-	for i := range n {
-		xs[i] = 14 + r.NormFloat64()/math.Ln2
-		lats[i] = time.Duration(float64(gen(r)) * math.Exp2(xs[i]-14))
-		noise[i] = 16 * r.Float64()
-	}
+	xs, lats, noise := valueRequests()
+	const n = len(xs)
 	for _, mode := range []string{"Begin", "BeginWith", "NoSignal"} {
 		b.Run(mode, func(b *testing.B) {
-			benchRequests(b, Config{Predictive: mode != "Begin"}, lats, func(p *Policy, i int, now time.Time) Request {
+			benchRequests(b, Config{Predictive: mode != "Begin"}, lats[:], func(p *Policy, i int, now time.Time) Request {
 				switch mode {
 				case "Begin":
 					return p.Begin("backend:8080", now)
@@ -222,6 +213,22 @@ func BenchmarkDecisionPathValues(b *testing.B) {
 	}
 }
 
+// valueRequests draws BenchmarkDecisionPathValues's requests, 65,536 of
+// them: each one's value x (the log2 of a size lognormal about 16 KiB),
+// its latency (lognormal 5 ms/2 ms, 5 % stragglers ×10, scaled by
+// 2^(x−14)), and a value without signal (uniform on [0, 16)).
+func valueRequests() (xs *[1 << 16]float64, lats *[1 << 16]time.Duration, noise *[1 << 16]float64) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	xs, lats, noise = new([1 << 16]float64), new([1 << 16]time.Duration), new([1 << 16]float64)
+	for i := range xs {
+		xs[i] = 14 + r.NormFloat64()/math.Ln2
+		lats[i] = time.Duration(float64(gen(r)) * math.Exp2(xs[i]-14))
+		noise[i] = 16 * r.Float64()
+	}
+	return xs, lats, noise
+}
+
 // BenchmarkDecisionPathValuesParallel is BenchmarkDecisionPathValues's
 // Begin and BeginWith from every core at once on its one key, a hot key
 // whose requests carry values: the key's estimator's lock, which its
@@ -231,15 +238,8 @@ func BenchmarkDecisionPathValues(b *testing.B) {
 // in the sequential benchmarks. The requests take turns by a shared
 // counter, a request every 100 µs of virtual time as there.
 func BenchmarkDecisionPathValuesParallel(b *testing.B) {
-	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
-	r := rand.New(rand.NewPCG(1, 2))
-	const n = 1 << 16
-	xs := make([]float64, n)
-	lats := make([]time.Duration, n)
-	for i := range n {
-		xs[i] = 14 + r.NormFloat64()/math.Ln2
-		lats[i] = time.Duration(float64(gen(r)) * math.Exp2(xs[i]-14))
-	}
+	xs, lats, _ := valueRequests()
+	const n = len(xs)
 	for _, with := range []bool{false, true} {
 		name := "Begin"
 		if with {
