@@ -59,14 +59,10 @@ import (
 // (BenchmarkRegression, 4,000,000 requests under perf stat, 3 runs at
 // load average 4.6–5.9 on the shared 2-core machine; 83–98 ns unsampled
 // in the same runs). On the decision path (BenchmarkDecisionPathValues,
-// the size-scaled latencies), BeginWith with a value cost 87–417 ns
-// (median 277) more than Begin in CPU time where the classes' buckets
-// are used, and at most 192 ns (median 68) with a value that carries no
-// signal, 11 runs at load average 4.7–5.8; +168–197 ns and +72–81 ns
-// in 3 runs at load average 2.5; +210–244 ns with the value, 5 runs at
-// load average 1.2–1.4 after the model's recomputation was made cheaper,
-// and +197–223 ns (median 201) against +202–232 (median 227) side by
-// side after the request path's cuts that followed (BeginWith's doc).
+// the size-scaled latencies), BeginWith with a value costs +148 ns over
+// Begin in CPU time where the classes' buckets are used, and +67 ns with
+// a value that carries no signal (medians; BeginWith's doc, and
+// docs/EXPERIMENTS.md §9 for the earlier figures).
 
 // regTau is the quantile the regression predicts: near where a hedge delay
 // lies under a budget of a few per cent to 10 %, so the class says where a
