@@ -390,3 +390,105 @@ func TestAllocateSpendOwn(t *testing.T) {
 		t.Errorf("spend on the groups' own distributions %.4f of the traffic, budget %.4f", spend, rate)
 	}
 }
+
+// TestCostFrom pins fill's cost from kept shares (costInputs, costFrom)
+// to cost, bit for bit — one hedge and two, hedges elsewhere or not,
+// with and without the hedges' own latencies — and fill's bisection from
+// kept shares to the plain one (fillDelay), on groups allocated as
+// allocate does.
+func TestCostFrom(t *testing.T) {
+	p, err := New(Config{Predictive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(23, 24))
+	dist := slowDraws(r)
+	key := dist(20000, 1, 0)
+	for _, c := range []struct {
+		n          int
+		slow, miss float64
+		where, own bool
+	}{{2000, 8, 0.5, false, true}, {500, 4, 1, true, true}, {500, 4, 1, true, false}, {300, 2, 1, false, true}} {
+		own := dist(c.n, c.slow, c.miss)
+		mixed := latency.Mix(own, key, float64(c.n)/(float64(c.n)+predictPrior))
+		g := allocGroup{own: own, dist: mixed, hedge: mixed, share: 0.2, elsewhere: c.where}
+		if c.where {
+			g.hedge = key
+			if c.own {
+				g.hedgeOwn = dist(200, 1, 0)
+				g.hedge = latency.Mix(g.hedgeOwn, key, 200.0/(200+predictPrior))
+			}
+		}
+		for _, k := range []int{1, 2} {
+			g.limit = k
+			var lo, hi costIn
+			g.costInputs(0, nil, nil, &lo)
+			g.costInputs(time.Hour, nil, nil, &hi)
+			for range 2000 {
+				d := time.Duration(r.Float64() * float64(2*mixed.Quantile(1)))
+				if r.IntN(4) == 0 {
+					d = mixed.Quantile(r.Float64())
+				}
+				var x, y costIn
+				g.costInputs(d, nil, nil, &x)
+				g.costInputs(d, &lo, &hi, &y)
+				want := g.cost(d, k)
+				if got, kept := g.costFrom(&x), g.costFrom(&y); got != want || kept != want {
+					t.Fatalf("%+v, %d hedges, at %v: costFrom %v, from kept shares %v, cost %v", c, k, d, got, kept, want)
+				}
+			}
+		}
+	}
+	// fill's bisection from kept shares against the plain one, on the
+	// groups of an allocation and targets about their costs there; and
+	// fill itself must move some delay for the comparison to show
+	// anything.
+	moved, compared := 0, 0
+	for _, ns := range [][]int{{2000, 18000}, {5000, 5000, 5000, 5000}, {20000, 300, 300, 300, 300}} {
+		owns := make([]latency.Distribution, len(ns))
+		var total float64
+		for i, n := range ns {
+			owns[i] = dist(n, float64(1+i), float64(min(i, 1)))
+			total += float64(n)
+		}
+		for _, rate := range []float64{0.01, 0.05, 0.1, 0.3} {
+			gs := make([]allocGroup, len(ns))
+			for i, n := range ns {
+				mixed := latency.Mix(owns[i], key, float64(n)/(float64(n)+predictPrior))
+				gs[i] = allocGroup{i: i, own: owns[i], dist: mixed, hedge: mixed, share: float64(n) / total, elsewhere: i == 1}
+				if i == 1 {
+					gs[i].hedge = key
+				}
+			}
+			var guess float64
+			at := p.allocateAt(gs, rate, 1, math.Inf(1), &guess)
+			for i := range gs {
+				g := &gs[i]
+				if g.limit == 0 || g.delay <= 0 {
+					continue
+				}
+				for _, f := range []float64{1, 1.01, 1.2, 2, 10} {
+					target := g.cost(g.delay, g.limit) * f
+					d, ok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), true)
+					pd, pok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), false)
+					if d != pd || ok != pok {
+						t.Fatalf("%v, rate %v, group %d, target ×%v: from kept shares %v %v, plain %v %v", ns, rate, i, f, d, ok, pd, pok)
+					}
+					compared++
+				}
+			}
+			for _, f := range []float64{1.2, 2} {
+				a := append([]allocGroup(nil), gs...)
+				p.fill(a, rate*f, at)
+				for i := range a {
+					if a[i].delay != gs[i].delay {
+						moved++
+					}
+				}
+			}
+		}
+	}
+	if moved == 0 || compared == 0 {
+		t.Errorf("fill moved %d delays, %d bisections compared: the test shows nothing", moved, compared)
+	}
+}

@@ -345,7 +345,15 @@ func grantRateFluid(r, ratio, burst, reserve float64) (grant, room float64) {
 // returns its first delay; ok is false while too few latencies are known.
 // ks.mu is held.
 func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
-	dist, ok := ks.est.Distribution(now)
+	// The distribution is dropped at the end: its storage, a few KiB,
+	// goes back to a pool for the next recomputation. (Allocated, it was
+	// most of what the request path allocates, 80 or so bytes a request
+	// at a recomputation every 256: the garbage collector's runs it
+	// caused emptied the pools of the feature model's recomputations
+	// too.)
+	var sc latency.Scratch
+	defer sc.Release()
+	dist, ok := ks.est.DistributionWith(&sc, now)
 	if !ok {
 		if f := ks.fleet.Load(); f != nil && f.Count() >= max(p.cfg.MinSamples, 1) {
 			dist, ok = f.Distribution()

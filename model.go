@@ -20,7 +20,8 @@ import (
 // sequence seen, the least recently used evicted past that. A bucket is a
 // windowed estimator of its own (the key's windows, 256 sketch bins each:
 // at most about 9 KiB) fed with the primaries of its requests, as the
-// key's is. Its distribution is blended with the key's by sample count —
+// key's is, under the key's estimator's lock (one lock for both adds,
+// latency.Estimator.ShareLock). Its distribution is blended with the key's by sample count —
 // shrinkage: weight n/(n + predictPrior) on the bucket's n observations.
 // A bucket of Features.Where (its label names where the primary goes; its
 // hedges go elsewhere) has a second such estimator, fed with its
@@ -59,17 +60,28 @@ import (
 // rotation): never per request. When the key's latency shifts
 // (shift.go), its buckets restart too. A recomputation costs tens of µs
 // with two buckets, a few hundred with four (BenchmarkModelRecompute{,4}),
-// about half a millisecond with nine value classes
-// (BenchmarkModelRecomputeValues: 460–505 µs, 3 runs at load average
-// 1.3; 690–734 µs before the candidates' costs were taken in one walk of
-// the bins and pick read packed arrays, side by side),
-// paid by the request that triggers it: its search starts from the last
+// about 0.4 ms with nine value classes
+// (BenchmarkModelRecomputeValues: 371–383 µs against 476–488 µs before
+// the groups were taken by pointer, the relaxation's last pick kept,
+// negative t answered before their conversion, fill's shares kept and
+// pick's scan unrolled, 3 runs side by side at load average 1.1;
+// 460–505 µs, and 690–734 µs before the candidates' costs were taken in
+// one walk of the bins and pick read packed arrays, in an earlier
+// session), paid by the request that triggers it: its search starts from the last
 // answer (allocateAt), and its distributions borrow their storage from a
 // pool (latency.Scratch).
 
 // predictPrior is the shrinkage strength: a bucket of n observations weighs
 // n/(n + predictPrior) against its key's distribution.
 const predictPrior = 50
+
+// lruGrain is the resolution of a bucket's lastUsed, in nanoseconds: it
+// is stored when it has moved by this much, not on every request — an
+// atomic store is a locked exchange, a few ns of a path held to 200 —
+// and the least recently used bucket is evicted by it only when a new
+// one arrives past Config.FeatureBuckets, where two buckets last used
+// within a millisecond of each other are equally good to drop.
+const lruGrain = int64(time.Millisecond)
 
 // bucketMaxBins bounds each window sketch of a bucket: the smallest size
 // the latency package accepts, 160× from the lowest to the highest latency
@@ -97,14 +109,25 @@ type bucket struct {
 	// otherwise): they go elsewhere, and neither the bucket's nor the
 	// key's distribution is theirs (Policy.Observe).
 	hedges   *latency.Estimator
-	lastUsed atomic.Int64 // UnixNano of the last BeginWith
+	lastUsed atomic.Int64 // UnixNano of the last BeginWith, to lruGrain
 
-	sinceCompute atomic.Int32 // observations since sched was computed
-	basis        atomic.Int32 // observations the last computation saw
-	validUntil   atomic.Int64 // UnixNano after which sched is recomputed
-	keyShifts    atomic.Int64 // the key's shift count at the last computation
-	sched        atomic.Pointer[bucketSchedule]
-	begun        atomic.Int64 // requests begun on the bucket's own schedule
+	// The model is recomputed when the bucket's estimator has been
+	// given dueAt observations (latency.Estimator.Added): base, its
+	// count at the last computation, plus the cadence of that
+	// computation's basis (bucketEvery). observe sets due once it gets
+	// there, from the count AddBoth returns under the estimator's lock;
+	// the request path loads due. (A count of the bucket's own, added to
+	// per observation and compared per request with a cadence worked out
+	// per request, cost a locked atomic add and the arithmetic each
+	// time.)
+	due        atomic.Bool
+	dueAt      atomic.Uint64
+	base       atomic.Uint64 // the estimator's Added at the last computation
+	basis      atomic.Int32  // observations the last computation saw
+	validUntil atomic.Int64  // UnixNano after which sched is recomputed
+	keyShifts  atomic.Int64  // the key's shift count at the last computation
+	sched      atomic.Pointer[bucketSchedule]
+	begun      atomic.Int64 // requests begun on the bucket's own schedule
 }
 
 // bucketSchedule is a bucket's computed schedule; use is false while it
@@ -185,47 +208,22 @@ func (t *bucketTable) find(h uint64) *bucket {
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
 // Config.FeatureBuckets) and in the model's recomputations (about 5 KiB
-// each with two buckets). With two labels, on the request path of Begin,
-// Observe and End, it cost 126–166 ns more than Begin where the buckets'
-// own schedules are used (BenchmarkDecisionPathPredictable: the
-// predictable scenario's labels and latencies), 117–119 ns more with four
-// buckets that keep the key's schedule (BenchmarkDecisionPathFeatures
-// against BenchmarkDecisionPath) and 84–150 ns with two
-// (BenchmarkDecisionPathFeatures2): CPU time per request (perf stat's
-// task-clock over 2,000,000 requests), 3 runs each side by side on a
-// shared 2-core machine at load average 4.6–5.4, where wall-clock ns/op
-// swung by up to 1.5× (+19–186, +196–224 and +100–192 ns). It is hashing
-// the labels, finding the bucket, the bucket's own estimator learning the
-// primary, and the model's recomputation amortised (about every 1,100
-// requests on predictable). Short runs weigh the first recomputations
-// (made as the observations double) more.
-//
-// With one value instead of labels (BenchmarkDecisionPathValues: a value
-// that scales the latency, nine class buckets whose schedules are used on
-// a third to a half of the requests), BeginWith cost 87–417 ns more than
-// Begin (median 277; 167–228 in the quietest 3 runs), and −81–192 ns
-// with a value that carries no signal (no bucket; median 68): CPU time
-// measured as above, 11 runs side by side at load average 4.7–5.8, where
-// it swung far more than with labels (the nine buckets' sketches do not
-// stay in cache beside other sessions' work). It was 341–729 (median
-// 493) and −11–294 ns (median 142) in the same runs, before the
-// regression was sampled and the model's recomputations spaced by a
-// sixteenth of a large bucket's observations. At load average 2.5 (3
-// runs, the same method) it was +168–197 ns with the value, +72–81 ns
-// without signal, and +78–97 ns with predictable's labels (+92–104 ns
-// after the hedge priority and fill, 3 runs at load average 1.0–1.3).
-// Past the regression (about 50 ns), it is the class bucket's estimator
-// learning the primary and the model's recomputation over nine buckets,
-// about 0.5 ms each (1 ms before), made about every 15,000 requests
-// there.
-//
-// On a quieter machine (load average 1.2–1.4), side by side with the
-// code before the cheaper recomputation, the key's and the bucket's
-// estimators sharing a sketch bin (latency.Estimator.AddBoth), the
-// window test without Sub and the class buckets found by class: +210–244
-// ns with the value against +230–308 ns before (5 runs; wall-clock
-// +191–225 against +204–271), and +66–74 ns with predictable's labels
-// against +92–93 (3 runs), CPU time as above.
+// each). On the request path of Begin, Observe and End, in CPU time per
+// request (perf stat's task-clock over 2,000,000 requests, each build's
+// test binary, rounds interleaved on a shared 2-core machine), it costs
+// more than Begin: with predictable's label, where the buckets' own
+// schedules are used (BenchmarkDecisionPathPredictable), +40 ns (median
+// of 6 rounds); with one numeric value and nine class buckets whose
+// schedules are used on 99 % of the requests
+// (BenchmarkDecisionPathValues), +148 ns (median of 16 rounds; 13 of them
+// at most 200 ns, the other three in the host's slow spells; +142 ns
+// between the fastest run of each); with a value that carries no signal
+// +67 ns. The value path is the regression's class and sampled update,
+// the class bucket's estimator learning the primary (under the key's
+// lock, taken once for both), the bucket's lookup and schedule, and the
+// model's recomputation amortised — about 0.4 ms over nine buckets,
+// made about every 15,000 requests there. The measurements of earlier
+// versions, and what each change cut, are in docs/EXPERIMENTS.md §9.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {
@@ -235,48 +233,37 @@ func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 		p.beginValues(&r, f, now) // regress.go
 		return r
 	}
-	p.predict1(&r, f, now)
+	p.predict1(&r, f, f.class, now)
 	return r
 }
 
-// predict1 sets r's schedule from the bucket of f.
-func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
+// predict1 sets r's schedule from the bucket of f with its class set to
+// c. (f is not copied to set it unless its bucket is looked up by hash:
+// a Features is about 90 bytes, a value class's bucket found by class.)
+func (p *Policy) predict1(r *Request, f *Features, c int8, now time.Time) {
 	ks := r.ks
 	t := ks.model.Load()
 	var b *bucket
 	if f.n == 0 && t != nil {
-		b = t.byClass[int(f.class)+regClasses]
+		b = t.byClass[int(c)+regClasses]
 	}
 	if b == nil {
-		h := f.hash(featureSeed)
+		g := f
+		if c != f.class {
+			h := *f
+			h.class = c
+			g = &h
+		}
+		h := g.hash(featureSeed)
 		if b = t.find(h); b == nil {
-			b = p.addBucket(ks, h, f, now)
+			b = p.addBucket(ks, h, g, now)
 		}
 	}
 	n := now.UnixNano()
-	if b.lastUsed.Load() != n {
+	if n-b.lastUsed.Load() >= lruGrain {
 		b.lastUsed.Store(n)
 	}
-	every := int32(recomputeEvery)
-	if p.auto {
-		// A recomputation of the model (every bucket's distribution and
-		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
-		// four, BenchmarkModelRecompute{,4} from no guess at load average
-		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
-		// answer holds) at a quarter of the key's pace, and once a
-		// bucket has many observations when they have grown by a
-		// sixteenth (modelGrowth): a schedule made from n samples moves
-		// little with n/16 more, and on a busy key with many buckets
-		// (nine value classes: a recomputation of about 0.5 ms,
-		// BenchmarkModelRecomputeValues) every 1,024 of the largest
-		// one's would cost more per request than the rest of the model.
-		// (Recomputing the value classes' buckets at an eighth instead
-		// made BenchmarkDecisionPathValues slower, not faster: +264–270
-		// ns against +202–245, 3 runs side by side.)
-		basis := b.basis.Load()
-		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
-	}
-	if (n >= b.validUntil.Load() || b.sinceCompute.Load() >= every || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
+	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
 		p.computeModel(ks, now)
 		ks.modelMu.Unlock()
 	}
@@ -297,6 +284,31 @@ func (p *Policy) predict1(r *Request, f *Features, now time.Time) {
 	}
 }
 
+// bucketEvery is how many observations a bucket waits for, from a
+// computation of the model that saw basis of them, before the model is
+// recomputed.
+func (p *Policy) bucketEvery(basis int32) int32 {
+	every := int32(recomputeEvery)
+	if p.auto {
+		// A recomputation of the model (every bucket's distribution and
+		// the allocation: 70–120 µs with two buckets, 0.20–0.31 ms with
+		// four, BenchmarkModelRecompute{,4} from no guess at load average
+		// 4.3–5.1, 76–78 µs and 177–196 µs at 1.3; less where the last
+		// answer holds) at a quarter of the key's pace, and once a
+		// bucket has many observations when they have grown by a
+		// sixteenth (modelGrowth): a schedule made from n samples moves
+		// little with n/16 more, and on a busy key with many buckets
+		// (nine value classes: a recomputation of about 0.5 ms,
+		// BenchmarkModelRecomputeValues) every 1,024 of the largest
+		// one's would cost more per request than the rest of the model.
+		// (Recomputing the value classes' buckets at an eighth instead
+		// made BenchmarkDecisionPathValues slower, not faster: +264–270
+		// ns against +202–245, 3 runs side by side.)
+		every = max(modelEvery*autoEvery(basis), basis/modelGrowth)
+	}
+	return every
+}
+
 // addBucket returns the bucket of hash h in ks, making it (and evicting
 // the least recently used one past Config.FeatureBuckets) if needed.
 func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *bucket {
@@ -307,12 +319,18 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		return b
 	}
 	est, _ := latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins}) // validated in New
+	// The bucket's estimator is written with the key's (AddBoth, on
+	// each of its primaries): under the key's lock, taken once for both.
+	// Its readers — the model's recomputation, Buckets — hold the key's
+	// primaries off while they read it, a few µs now and then.
+	est.ShareLock(ks.est)
 	b := &bucket{hash: h, est: est, labels: f.bucketLabels(), where: f.where}
 	if f.where {
 		b.hedges, _ = latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins})
 	}
 	b.lastUsed.Store(now.UnixNano())
 	b.keyShifts.Store(ks.shifts.Load())
+	b.dueAt.Store(uint64(p.bucketEvery(0)))
 	t := &bucketTable{}
 	if old != nil {
 		t.hashes = append(make([]uint64, 0, len(old.hashes)+1), old.hashes...)
@@ -413,7 +431,10 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			}
 		}
 		b.basis.Store(int32(basis))
-		b.sinceCompute.Store(0)
+		base := b.est.Added()
+		b.base.Store(base)
+		b.dueAt.Store(base + uint64(p.bucketEvery(int32(basis))))
+		b.due.Store(false)
 		if end := b.est.WindowEnd(); end.IsZero() {
 			b.validUntil.Store(now.UnixNano() + int64(p.cfg.Window))
 		} else {
@@ -428,7 +449,8 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 			if ch == nil || !p.allocate(groups, ch, &t.guess) {
 				// Not predicted to beat the key's own schedule by
 				// allocGain: the buckets keep the key's.
-				for _, g := range groups {
+				for gi := range groups {
+					g := &groups[gi]
 					scheds[g.i].use = false
 				}
 				groups = groups[:0]
@@ -442,7 +464,8 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 		if p.auto && len(groups) > 0 {
 			markLow(groups, scheds, secondsDur(t.guess))
 		}
-		for _, g := range groups {
+		for gi := range groups {
+			g := &groups[gi]
 			s := scheds[g.i]
 			s.delay, s.limit = g.delay, g.limit
 			if !p.auto {
@@ -519,7 +542,8 @@ func markLow(gs []allocGroup, scheds []*bucketSchedule, t time.Duration) {
 		scheds[gs[i].i].value = v
 		best = max(best, v)
 	}
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		s := scheds[g.i]
 		s.low = g.limit > 0 && s.value < lowValue*best
 	}
@@ -576,14 +600,39 @@ type allocGroup struct {
 // The live candidates' shares and costs are read from arrays of their
 // own (liveSurv, liveCost), in order: the same sums as from the
 // candidates, without the indirection — pick is most of the relaxation's
-// cost, 20 or so calls per t over every group.
+// cost, 20 or so calls per t over every group. The scan takes four
+// candidates a turn, their scores worked out before they are compared in
+// order, and compares each with bar, the best score so far less 1e-15,
+// worked out when the best changes rather than for every candidate: the
+// same comparisons of the same values, a third of pick's time less
+// (BenchmarkModelRecomputeValues: 371–383 µs against 423–433, 3 runs side
+// by side). A convex hull of the candidates, searched per λ, cost more to
+// build at each t than it saved.
 func (g *allocGroup) pick(lambda float64) int {
-	best, bv := 0, math.Inf(1)
+	best, bar := 0, math.Inf(1) // bar: the best score so far − 1e-15
 	surv := g.liveSurv[:g.nlive]
 	cost := g.liveCost[:len(surv)]
-	for i, s := range surv {
-		if v := s + lambda*cost[i]; v < bv-1e-15 {
-			best, bv = int(g.live[i]), v
+	live := g.live[:len(surv)]
+	i := 0
+	for ; i+3 < len(surv); i += 4 {
+		v0, v1 := surv[i]+lambda*cost[i], surv[i+1]+lambda*cost[i+1]
+		v2, v3 := surv[i+2]+lambda*cost[i+2], surv[i+3]+lambda*cost[i+3]
+		if v0 < bar {
+			best, bar = int(live[i]), v0-1e-15
+		}
+		if v1 < bar {
+			best, bar = int(live[i+1]), v1-1e-15
+		}
+		if v2 < bar {
+			best, bar = int(live[i+2]), v2-1e-15
+		}
+		if v3 < bar {
+			best, bar = int(live[i+3]), v3-1e-15
+		}
+	}
+	for ; i < len(surv); i++ {
+		if v := surv[i] + lambda*cost[i]; v < bar {
+			best, bar = int(live[i]), v-1e-15
 		}
 	}
 	return best
@@ -639,14 +688,16 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 		at[k] = ch.Delay + time.Duration(k)*gap
 	}
 	var total float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		total += g.share
 	}
 	// slow is the share of the groups' requests slower than t on the
 	// key's schedule, its grants as predicted.
 	slow := func(t time.Duration) float64 {
 		var s float64
-		for _, g := range gs {
+		for gi := range gs {
+			g := &gs[gi]
 			v := g.dist.Survival(t)
 			for k, a := range at[:min(ch.Hedges, MaxHedgesLimit)] {
 				gr := ch.Grant
@@ -663,7 +714,8 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 	// of the groups' distributions (every share is 0 there), hence below
 	// a quarter of allocateAt's first upper bound: this range holds it.
 	var top float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
 	}
 	lo, hi := 0.0, top*2
@@ -685,7 +737,8 @@ func (p *Policy) allocate(gs []allocGroup, ch *AutoChoice, guess *float64) bool 
 	// so that a gain near allocGain does not toggle them from one
 	// recomputation to the next on the estimates' noise.
 	gain, held := allocGain, true
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		held = held && g.heldLimit > 0
 	}
 	if held {
@@ -753,9 +806,29 @@ func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 			continue
 		}
 		target := g.cost(g.delay, g.limit) + left/g.share
-		lo, hi := float64(p.cfg.MinDelay), float64(g.delay)
-		if g.cost(time.Duration(lo), g.limit) <= target {
+		d, ok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), g.limit <= 2)
+		if !ok {
 			continue // it would hedge at MinDelay, every request
+		}
+		if gain := g.share * (g.slower(tt, g.delay, g.limit) - g.slower(tt, d, g.limit)); gain > bestGain {
+			best, bestGain, bestD = i, gain, d
+		}
+	}
+	if best >= 0 {
+		gs[best].delay = bestD
+	}
+}
+
+// fillDelay bisects [lo, hi] (ns) for the shortest delay at which g's
+// cost with g.limit hedges stays within target, 30 steps; ok is false
+// when even lo is within it. With kept (g.limit ≤ 2) the shares the cost
+// reads at the bracket's two ends are kept (costIn), and those equal at
+// both are not looked up again: the same costs, bit for bit, in a third
+// fewer lookups (TestCostFrom compares the two ways).
+func (g *allocGroup) fillDelay(target, lo, hi float64, kept bool) (d time.Duration, ok bool) {
+	if !kept {
+		if g.cost(time.Duration(lo), g.limit) <= target {
+			return 0, false
 		}
 		for range 30 {
 			mid := (lo + hi) / 2
@@ -765,14 +838,24 @@ func (p *Policy) fill(gs []allocGroup, rate, t float64) {
 				hi = mid
 			}
 		}
-		d := time.Duration(hi)
-		if gain := g.share * (g.slower(tt, g.delay, g.limit) - g.slower(tt, d, g.limit)); gain > bestGain {
-			best, bestGain, bestD = i, gain, d
+		return time.Duration(hi), true
+	}
+	var xlo, xhi, x costIn
+	g.costInputs(time.Duration(lo), nil, nil, &xlo)
+	if g.costFrom(&xlo) <= target {
+		return 0, false
+	}
+	g.costInputs(time.Duration(hi), nil, nil, &xhi)
+	for range 30 {
+		mid := (lo + hi) / 2
+		g.costInputs(time.Duration(mid), &xlo, &xhi, &x)
+		if g.costFrom(&x) > target {
+			lo, xlo = mid, x
+		} else {
+			hi, xhi = mid, x
 		}
 	}
-	if best >= 0 {
-		gs[best].delay = bestD
-	}
+	return time.Duration(hi), true
 }
 
 // cost is the predicted number of hedges per request of g with k hedges
@@ -783,6 +866,62 @@ func (g *allocGroup) cost(d time.Duration, k int) float64 {
 	var c float64
 	for j := 1; j <= k; j++ {
 		c += g.hedgeRate(d, j)
+	}
+	return c
+}
+
+// costIn holds the shares that g.cost(d, k) reads for k ≤ 2 hedges: the
+// blend's and the bucket's own at d and 2d, and the hedges' and their own
+// at d (elsewhere) — each non-increasing in d.
+type costIn [6]float64
+
+// costInputs sets x to the shares g.cost(d, g.limit) reads (g.limit ≤ 2).
+// Given the shares at two delays lo ≤ d ≤ hi (non-nil), one that is equal
+// at both is equal at d too, and is copied instead of looked up: fill's
+// bisection narrows to a step of one share, the others' steps outside it,
+// and a third or so of a recomputation's lookups were its.
+func (g *allocGroup) costInputs(d time.Duration, lo, hi, x *costIn) {
+	set := func(i int, s latency.Distribution, t time.Duration) {
+		if lo != nil && lo[i] == hi[i] {
+			x[i] = lo[i]
+		} else {
+			x[i] = s.Survival(t)
+		}
+	}
+	set(0, g.dist, d)
+	if g.own.Count() > 0 {
+		set(1, g.own, d)
+	}
+	if g.limit >= 2 {
+		set(2, g.dist, 2*d)
+		if g.own.Count() > 0 {
+			set(3, g.own, 2*d)
+		}
+		if g.elsewhere {
+			set(4, g.hedge, d)
+			if g.hedgeOwn.Count() > 0 {
+				set(5, g.hedgeOwn, d)
+			}
+		}
+	}
+}
+
+// costFrom is g.cost(d, g.limit) (g.limit ≤ 2) from the shares at d,
+// x (costInputs): the same operations in the same order, bit for bit —
+// trigger(d), plus trigger(2d) × hedgeOut(d) for a second hedge.
+func (g *allocGroup) costFrom(x *costIn) float64 {
+	n := g.own.Count()
+	t1 := limitedAt(x[0], x[1], n) // trigger(d); x[0] itself when n ≤ 0
+	var c float64
+	c += t1
+	if g.limit >= 2 {
+		out := t1 // hedgeOut(d)
+		if g.elsewhere {
+			out = limitedAt(x[4], x[5], g.hedgeOwn.Count())
+		}
+		v := limitedAt(x[2], x[3], n) // trigger(2d)
+		v *= out
+		c += v
 	}
 	return c
 }
@@ -940,7 +1079,8 @@ const holdMargin = 0.01
 // distributions, each hedge granted.
 func (p *Policy) hold(gs []allocGroup, rate, ceiling, t float64) {
 	var total, cost, top float64
-	for _, g := range gs {
+	for gi := range gs {
+		g := &gs[gi]
 		total += g.share
 		cost += g.share * g.cost(g.held, g.heldLimit)
 		top = max(top, g.dist.Quantile(1).Seconds()*2)
@@ -954,7 +1094,8 @@ func (p *Policy) hold(gs []allocGroup, rate, ceiling, t float64) {
 		mid := (lo + hi) / 2
 		tt := secondsDur(mid)
 		var slow float64
-		for _, g := range gs {
+		for gi := range gs {
+			g := &gs[gi]
 			slow += g.share * g.slower(tt, g.held, g.heldLimit)
 		}
 		if slow <= allowed+1e-12 {
@@ -1058,6 +1199,7 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 		return cost, slow
 	}
 	choice := make([]int, len(gs))
+	hiChoice := make([]int, len(gs)) // the relaxation's choice at its upper bound of λ
 	// With few groups the relaxation's duality gap is large — each
 	// group's choice is a jump in cost, and with two groups the best
 	// schedule within the budget is often no choice at any λ (it spends
@@ -1185,26 +1327,34 @@ func (p *Policy) allocateAt(gs []allocGroup, rate, grant, ceiling float64, guess
 			return exhaust(choice) <= allowed+1e-12
 		}
 		// The largest λ whose choice still fits the budget is the best
-		// spending of it; a larger λ spends less.
+		// spending of it; a larger λ spends less. The choice at the
+		// answer, lo or the last hi, is kept from the pick that found it
+		// (hiChoice, hiSlow), not picked again.
 		lo, hi := 0.0, 1.0
+		var hiSlow float64
 		for {
-			if c, _ := pick(hi, choice); c <= budget || hi > 1e9 {
+			c, s := pick(hi, choice)
+			if c <= budget || hi > 1e9 {
+				hiSlow = s
 				break
 			}
 			lo, hi = hi, hi*4
 		}
-		if c, _ := pick(lo, choice); c > budget {
+		copy(hiChoice, choice)
+		c, slow := pick(lo, choice)
+		if c > budget {
 			for range 16 {
 				mid := (lo + hi) / 2
-				if c, _ := pick(mid, choice); c <= budget {
-					hi = mid
+				if c, s := pick(mid, choice); c <= budget {
+					hi, hiSlow = mid, s
+					copy(hiChoice, choice)
 				} else {
 					lo = mid
 				}
 			}
-			lo = hi
+			copy(choice, hiChoice)
+			slow = hiSlow
 		}
-		_, slow := pick(lo, choice)
 		return slow <= allowed+1e-12
 	}
 	// known answers feasible(t) from the t found feasible and infeasible
@@ -1298,10 +1448,18 @@ func differs(b, k latency.Distribution, d float64) bool {
 
 // observe learns the latency of a primary of the bucket, and key, its
 // key's estimator, learns it first: one sketch bin for both (AddBoth).
+//
+// Once the bucket's estimator has been given dueAt observations it sets
+// due: the model is recomputed at the next request (predict1).
 func (b *bucket) observe(key *latency.Estimator, d time.Duration, censored bool, now time.Time) {
-	key.AddBoth(b.est, d, censored, now)
-	b.sinceCompute.Add(1)
+	if key.AddBoth(b.est, d, censored, now) >= b.dueAt.Load() && !b.due.Load() {
+		b.due.Store(true)
+	}
 }
+
+// since returns the observations the bucket has been given since the
+// model's last computation (for tests).
+func (b *bucket) since() int32 { return int32(b.est.Added() - b.base.Load()) }
 
 // observeHedge learns the latency of a hedge of a Where bucket's request,
 // from when it went: censored when it was cancelled (an earlier attempt

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -192,20 +193,11 @@ func BenchmarkDecisionPathPredictable(b *testing.B) {
 // latency, where the regression is learned and consulted but no bucket
 // is made: the cost of the regression alone.
 func BenchmarkDecisionPathValues(b *testing.B) {
-	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
-	r := rand.New(rand.NewPCG(1, 2))
-	const n = 1 << 16
-	xs := make([]float64, n)
-	lats := make([]time.Duration, n)
-	noise := make([]float64, n)
-	for i := range n {
-		xs[i] = 14 + r.NormFloat64()/math.Ln2
-		lats[i] = time.Duration(float64(gen(r)) * math.Exp2(xs[i]-14))
-		noise[i] = 16 * r.Float64()
-	}
+	xs, lats, noise := valueRequests()
+	const n = len(xs)
 	for _, mode := range []string{"Begin", "BeginWith", "NoSignal"} {
 		b.Run(mode, func(b *testing.B) {
-			benchRequests(b, Config{Predictive: mode != "Begin"}, lats, func(p *Policy, i int, now time.Time) Request {
+			benchRequests(b, Config{Predictive: mode != "Begin"}, lats[:], func(p *Policy, i int, now time.Time) Request {
 				switch mode {
 				case "Begin":
 					return p.Begin("backend:8080", now)
@@ -217,6 +209,73 @@ func BenchmarkDecisionPathValues(b *testing.B) {
 					return p.BeginWith("backend:8080", &f, now)
 				}
 			})
+		})
+	}
+}
+
+// valueRequests draws BenchmarkDecisionPathValues's requests, 65,536 of
+// them: each one's value x (the log2 of a size lognormal about 16 KiB),
+// its latency (lognormal 5 ms/2 ms, 5 % stragglers ×10, scaled by
+// 2^(x−14)), and a value without signal (uniform on [0, 16)).
+func valueRequests() (xs *[1 << 16]float64, lats *[1 << 16]time.Duration, noise *[1 << 16]float64) {
+	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
+	r := rand.New(rand.NewPCG(1, 2))
+	xs, lats, noise = new([1 << 16]float64), new([1 << 16]time.Duration), new([1 << 16]float64)
+	for i := range xs {
+		xs[i] = 14 + r.NormFloat64()/math.Ln2
+		lats[i] = time.Duration(float64(gen(r)) * math.Exp2(xs[i]-14))
+		noise[i] = 16 * r.Float64()
+	}
+	return xs, lats, noise
+}
+
+// BenchmarkDecisionPathValuesParallel is BenchmarkDecisionPathValues's
+// Begin and BeginWith from every core at once on its one key, a hot key
+// whose requests carry values: the key's estimator's lock, which its
+// feature buckets' estimators share (latency.Estimator.ShareLock), and
+// the model's recomputation, which one request makes while the others go
+// on with the schedules it replaces, are contended here as they are not
+// in the sequential benchmarks. The requests take turns by a shared
+// counter, a request every 100 µs of virtual time as there.
+func BenchmarkDecisionPathValuesParallel(b *testing.B) {
+	xs, lats, _ := valueRequests()
+	const n = len(xs)
+	for _, with := range []bool{false, true} {
+		name := "Begin"
+		if with {
+			name = "BeginWith"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, err := New(Config{Predictive: with})
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Unix(1_700_000_000, 0)
+			var seq, predicted atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := int(seq.Add(1) - 1)
+					now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+					lat := lats[i%n]
+					var r Request
+					if with {
+						f := Features{}.Value(xs[i%n])
+						r = p.BeginWith("backend:8080", &f, now)
+					} else {
+						r = p.Begin("backend:8080", now)
+					}
+					if r.Predicted() {
+						predicted.Add(1)
+					}
+					if i%100 == 0 {
+						p.Hedge(&r, now)
+					}
+					p.Observe(&r, 0, lat, Completed, now.Add(lat))
+					p.End(&r, 0, now.Add(lat))
+				}
+			})
+			b.ReportMetric(float64(predicted.Load())/float64(max(seq.Load(), 1)), "predicted/op")
 		})
 	}
 }

@@ -291,12 +291,12 @@ func TestModelCadence(t *testing.T) {
 	for i := range 60_000 {
 		var since, basis int32
 		if b != nil {
-			since, basis = b.sinceCompute.Load(), b.basis.Load()
+			since, basis = b.since(), b.basis.Load()
 		}
 		req := p.BeginWith("k", &f, now)
 		if b == nil {
 			b = bucketOf(t, p, "k", f)
-		} else if b.sinceCompute.Load() < since {
+		} else if b.since() < since {
 			computes++
 			if want := max(modelEvery*autoEvery(basis), basis/modelGrowth); since != want {
 				t.Fatalf("request %d: recomputed after %d observations at basis %d, want %d", i, since, basis, want)

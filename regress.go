@@ -59,13 +59,10 @@ import (
 // (BenchmarkRegression, 4,000,000 requests under perf stat, 3 runs at
 // load average 4.6–5.9 on the shared 2-core machine; 83–98 ns unsampled
 // in the same runs). On the decision path (BenchmarkDecisionPathValues,
-// the size-scaled latencies), BeginWith with a value cost 87–417 ns
-// (median 277) more than Begin in CPU time where the classes' buckets
-// are used, and at most 192 ns (median 68) with a value that carries no
-// signal, 11 runs at load average 4.7–5.8; +168–197 ns and +72–81 ns
-// in 3 runs at load average 2.5; +210–244 ns with the value, 5 runs at
-// load average 1.2–1.4 after the model's recomputation was made cheaper
-// (BeginWith's doc).
+// the size-scaled latencies), BeginWith with a value costs +148 ns over
+// Begin in CPU time where the classes' buckets are used, and +67 ns with
+// a value that carries no signal (medians; BeginWith's doc, and
+// docs/EXPERIMENTS.md §9 for the earlier figures).
 
 // regTau is the quantile the regression predicts: near where a hedge delay
 // lies under a budget of a few per cent to 10 %, so the class says where a
@@ -160,7 +157,35 @@ func (g *regressor) class(x []float32) int8 {
 		z := (float64(v) - math.Float64frombits(p[0].Load())) * math.Float64frombits(p[1].Load())
 		s += math.Float64frombits(p[2].Load()) * max(-regClip, min(z, regClip))
 	}
-	return int8(max(-regClasses, min(math.Round(s/regStep), regClasses)))
+	return classOf(s / regStep)
+}
+
+// classOf is math.Round(x) within ±regClasses, as an int8, for x the
+// prediction's log ratio in classes: the same answer without Round's
+// branches on x's exponent, which half the requests mispredict when
+// their classes spread either side of 1 (a third of class's cost, on
+// BenchmarkDecisionPathValues). x − trunc(x) is exact below 2⁵², so the
+// half-way cases round away from zero as Round does; NaN, which no
+// finite weights produce, is class 0, as int8 of NaN is on amd64.
+func classOf(x float64) int8 {
+	if !(x > -regClasses-1 && x < regClasses+1) {
+		switch {
+		case x > 0:
+			return regClasses
+		case x < 0:
+			return -regClasses
+		}
+		return 0
+	}
+	c := int(x) // toward zero
+	d := x - float64(c)
+	if d >= 0.5 {
+		c++
+	}
+	if d <= -0.5 {
+		c--
+	}
+	return int8(max(-regClasses, min(c, regClasses)))
 }
 
 // observe learns a primary's latency d for values x; censored: the primary
@@ -304,11 +329,9 @@ func (p *Policy) beginValues(r *Request, f *Features, now time.Time) {
 	}
 	if c == 0 && (f.n > 0 || !g.spread.Load()) {
 		if f.n > 0 {
-			p.predict1(r, f, now)
+			p.predict1(r, f, f.class, now)
 		}
 		return
 	}
-	h := *f
-	h.class = c
-	p.predict1(r, &h, now)
+	p.predict1(r, f, c, now)
 }

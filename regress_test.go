@@ -365,3 +365,38 @@ func TestRegressionConcurrent(t *testing.T) {
 		t.Errorf("%d requests, %d learned", total, learned)
 	}
 }
+
+// TestClassOf checks classOf against math.Round clamped to ±regClasses,
+// on the half-way cases, their neighbours a few ulps away, and random
+// values.
+func TestClassOf(t *testing.T) {
+	want := func(x float64) int8 {
+		return int8(max(-regClasses, min(math.Round(x), regClasses)))
+	}
+	var xs []float64
+	for k := -6.0; k <= 6; k += 0.5 {
+		x := k
+		for range 4 {
+			xs = append(xs, x)
+			x = math.Nextafter(x, math.Inf(1))
+		}
+		x = k
+		for range 4 {
+			x = math.Nextafter(x, math.Inf(-1))
+			xs = append(xs, x)
+		}
+	}
+	xs = append(xs, 0.49999999999999994, -0.49999999999999994, math.Copysign(0, -1), 1e300, -1e300, math.Inf(1), math.Inf(-1), math.SmallestNonzeroFloat64)
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 100000 {
+		xs = append(xs, 12*r.Float64()-6)
+	}
+	for _, x := range xs {
+		if got, w := classOf(x), want(x); got != w {
+			t.Fatalf("classOf(%v) = %d, want %d", x, got, w)
+		}
+	}
+	if got := classOf(math.NaN()); got != 0 {
+		t.Errorf("classOf(NaN) = %d, want 0", got)
+	}
+}

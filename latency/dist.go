@@ -107,12 +107,15 @@ func (d Distribution) Survivals(ts []time.Duration, out []float64) {
 	bins := d.bins
 	i := -1 // the first bin above the last t; -1 before the first
 	for k, t := range ts {
-		x := t.Seconds() + 0.5e-9 // as Survival
-		if x < 0 {
+		// A negative t (−1 ns or less) is below every bin, as in
+		// Survival (x < 0), without its conversion to seconds: the
+		// model's hedges at t − 2d often are.
+		if t < 0 {
 			out[k] = 1
 			continue
 		}
-		x += 1e-12 // as survival
+		x := t.Seconds() + 0.5e-9 // as Survival
+		x += 1e-12                // as survival
 		if i < 0 || i < len(bins) && bins[i].v <= x {
 			// The first t, or one above the last: search above.
 			lo, hi := i+1, len(bins)

@@ -82,7 +82,10 @@ type Estimator struct {
 	cfg     Config
 	mapping mapping.IndexMapping
 
-	mu   sync.Mutex
+	// mu guards the fields below: own, or another estimator's
+	// (ShareLock).
+	mu   *sync.Mutex
+	own  sync.Mutex
 	cur  *ddsketch.DDSketch
 	prev *ddsketch.DDSketch
 	// ccur and cprev hold the censored observations of cur and prev
@@ -92,6 +95,11 @@ type Estimator struct {
 	start time.Time // start of the current window; zero before the first use
 	end   time.Time // start + Window, once start is set: rotate's test
 	gen   uint64    // incremented on every rotation
+	// added counts the observations given since New, Restart and
+	// rotation notwithstanding: AddBoth returns it, read under the lock
+	// it holds anyway, so that a caller counting them pays no atomic of
+	// its own.
+	added uint64
 }
 
 // New returns an empty Estimator, or an error naming the invalid field of cfg.
@@ -105,6 +113,7 @@ func New(cfg Config) (*Estimator, error) {
 		return nil, fmt.Errorf("latency: RelativeAccuracy: %w", err)
 	}
 	e := &Estimator{cfg: cfg, mapping: m}
+	e.mu = &e.own
 	e.cur, e.prev = e.newSketch(), e.newSketch()
 	e.ccur, e.cprev = e.newSketch(), e.newSketch()
 	return e, nil
@@ -159,6 +168,7 @@ func (e *Estimator) Add(d time.Duration, now time.Time) {
 	// Add only fails for values beyond the mapping's range (about 10^308 s)
 	// or NaN, neither of which a Duration can produce.
 	_ = e.cur.Add(v)
+	e.added++
 	e.mu.Unlock()
 }
 
@@ -167,42 +177,77 @@ func (e *Estimator) Add(d time.Duration, now time.Time) {
 // computed once when both have the same relative accuracy: the logarithm
 // of the mapping is most of an Add's own cost (the tailcut policy adds
 // each primary to its key's estimator and to its feature bucket's).
-func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now time.Time) {
+//
+// It returns o's count of observations since New (Added), this one
+// included, read under the lock the add holds: the policy recomputes a
+// bucket's model every so many of its observations, and counting them
+// itself cost a locked atomic add per request.
+func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now time.Time) (added uint64) {
 	v := max(d.Seconds(), 0)
 	// The sketches' mappings are made from the relative accuracy alone,
 	// and a value outside their indexable range is left to Add (the
 	// zero bin, or an error).
 	if e.cfg.RelativeAccuracy != o.cfg.RelativeAccuracy || !(v > e.mapping.MinIndexableValue() && v <= e.mapping.MaxIndexableValue()) {
 		e.add(v, censored, now)
-		o.add(v, censored, now)
-		return
+		return o.add(v, censored, now)
 	}
 	i := e.mapping.Index(v)
+	if e.mu == o.mu {
+		// One lock for both (ShareLock).
+		e.mu.Lock()
+		e.addIndexLocked(i, censored, now)
+		added = o.addIndexLocked(i, censored, now)
+		e.mu.Unlock()
+		return added
+	}
 	e.addIndex(i, censored, now)
-	o.addIndex(i, censored, now)
+	return o.addIndex(i, censored, now)
 }
 
-// add is Add (AddCensored when censored) of v in seconds.
-func (e *Estimator) add(v float64, censored bool, now time.Time) {
+// ShareLock makes e take o's lock instead of its own, for an estimator
+// always written together with o: AddBoth(e, …) or o.AddBoth(e, …) then
+// locks once for both, not twice (the tailcut policy's feature buckets
+// share their key's: a lock and an unlock less per request, each a locked
+// read-modify-write). The price is that a reader of e (a Distribution,
+// a Quantile) holds o's writers off while it reads, and o's readers
+// hold off e's writers. Call it before e is used. No method of an
+// Estimator holds its lock while taking another's, so a shared lock
+// cannot deadlock.
+func (e *Estimator) ShareLock(o *Estimator) { e.mu = o.mu }
+
+// add is Add (AddCensored when censored) of v in seconds; it returns
+// Added.
+func (e *Estimator) add(v float64, censored bool, now time.Time) uint64 {
 	e.mu.Lock()
 	e.rotate(now)
 	_ = e.cur.Add(v)
 	if censored {
 		_ = e.ccur.Add(v)
 	}
+	e.added++
+	n := e.added
 	e.mu.Unlock()
+	return n
 }
 
 // addIndex is add of a positive value whose bin is i: what the sketch's
-// Add does with it.
-func (e *Estimator) addIndex(i int, censored bool, now time.Time) {
+// Add does with it; it returns Added.
+func (e *Estimator) addIndex(i int, censored bool, now time.Time) uint64 {
 	e.mu.Lock()
+	n := e.addIndexLocked(i, censored, now)
+	e.mu.Unlock()
+	return n
+}
+
+// addIndexLocked is addIndex with e.mu held.
+func (e *Estimator) addIndexLocked(i int, censored bool, now time.Time) uint64 {
 	e.rotate(now)
 	e.cur.GetPositiveValueStore().AddWithCount(i, 1)
 	if censored {
 		e.ccur.GetPositiveValueStore().AddWithCount(i, 1)
 	}
-	e.mu.Unlock()
+	e.added++
+	return e.added
 }
 
 // AddCensored records, at now, an observation known only to be longer than
@@ -219,7 +264,18 @@ func (e *Estimator) AddCensored(d time.Duration, now time.Time) {
 	e.rotate(now)
 	_ = e.cur.Add(v)
 	_ = e.ccur.Add(v)
+	e.added++
 	e.mu.Unlock()
+}
+
+// Added returns how many observations the Estimator has been given
+// (Add, AddCensored, AddBoth) since New: a count that Restart and the
+// windows' rotation leave alone, for a caller that acts every so many
+// observations (AddBoth returns it too).
+func (e *Estimator) Added() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.added
 }
 
 // Quantile returns the blended q-quantile at now. ok is false while neither

@@ -274,8 +274,16 @@ func FuzzDecode(f *testing.F) {
 
 // TestAddBoth checks that AddBoth leaves both estimators as Add and
 // AddCensored would, zero and tiny latencies included, across rotations
-// and with estimators of different sizes (a policy's key and bucket).
+// and with estimators of different sizes (a policy's key and bucket),
+// each with its own lock and with one shared (ShareLock), and that it
+// returns the second one's count of observations (Added).
 func TestAddBoth(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own", true: "shared"}[shared], func(t *testing.T) { testAddBoth(t, shared) })
+	}
+}
+
+func testAddBoth(t *testing.T, shared bool) {
 	mk := func(bins int) *Estimator {
 		e, err := New(Config{Window: time.Second, MaxBins: bins})
 		if err != nil {
@@ -285,6 +293,9 @@ func TestAddBoth(t *testing.T) {
 	}
 	a, b := mk(1024), mk(256) // by AddBoth
 	c, d := mk(1024), mk(256) // by Add and AddCensored
+	if shared {
+		b.ShareLock(a)
+	}
 	r := rand.New(rand.NewPCG(3, 4))
 	now := t0
 	for i := range 20000 {
@@ -296,7 +307,9 @@ func TestAddBoth(t *testing.T) {
 			lat = 1
 		}
 		cens := r.IntN(10) == 0
-		a.AddBoth(b, lat, cens, now)
+		if n := a.AddBoth(b, lat, cens, now); n != uint64(i+1) {
+			t.Fatalf("AddBoth returned %d after %d observations", n, i+1)
+		}
 		for _, e := range []*Estimator{c, d} {
 			if cens {
 				e.AddCensored(lat, now)
@@ -305,6 +318,11 @@ func TestAddBoth(t *testing.T) {
 			}
 		}
 		now = now.Add(time.Duration(r.IntN(200)) * time.Microsecond)
+	}
+	for _, e := range []*Estimator{a, b, c, d} {
+		if e.Added() != 20000 {
+			t.Fatalf("Added %d, want 20000", e.Added())
+		}
 	}
 	for _, p := range [][2]*Estimator{{a, c}, {b, d}} {
 		x, okx := p[0].Distribution(now)
