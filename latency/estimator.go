@@ -162,14 +162,7 @@ func (e *Estimator) rotate(now time.Time) {
 
 // Add records one latency observed at now. Negative durations count as zero.
 func (e *Estimator) Add(d time.Duration, now time.Time) {
-	v := max(d.Seconds(), 0)
-	e.mu.Lock()
-	e.rotate(now)
-	// Add only fails for values beyond the mapping's range (about 10^308 s)
-	// or NaN, neither of which a Duration can produce.
-	_ = e.cur.Add(v)
-	e.added++
-	e.mu.Unlock()
+	e.add(max(d.Seconds(), 0), false, now)
 }
 
 // AddBoth records one latency observed at now in e and then in o, as
@@ -220,6 +213,8 @@ func (e *Estimator) ShareLock(o *Estimator) { e.mu = o.mu }
 func (e *Estimator) add(v float64, censored bool, now time.Time) uint64 {
 	e.mu.Lock()
 	e.rotate(now)
+	// Add only fails for values beyond the mapping's range (about 10^308 s)
+	// or NaN, neither of which a Duration can produce.
 	_ = e.cur.Add(v)
 	if censored {
 		_ = e.ccur.Add(v)
@@ -259,13 +254,7 @@ func (e *Estimator) addIndexLocked(i int, censored bool, now time.Time) uint64 {
 // the requests that did run that long rather than cut short at d.
 // Negative durations count as zero.
 func (e *Estimator) AddCensored(d time.Duration, now time.Time) {
-	v := max(d.Seconds(), 0)
-	e.mu.Lock()
-	e.rotate(now)
-	_ = e.cur.Add(v)
-	_ = e.ccur.Add(v)
-	e.added++
-	e.mu.Unlock()
+	e.add(max(d.Seconds(), 0), true, now)
 }
 
 // Added returns how many observations the Estimator has been given
