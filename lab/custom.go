@@ -275,6 +275,7 @@ func CustomFromSamples(name string, samples []time.Duration) (*Scenario, error) 
 		Draw: func(r *rand.Rand, _ Call) Service {
 			return Service{Work: sorted[r.IntN(len(sorted))]}
 		},
+		CDF: samplesCDF(sorted),
 	}, nil
 }
 
@@ -335,6 +336,7 @@ func CustomFromSpec(name string, s *Spec) (*Scenario, error) {
 			i, _ := slices.BinarySearch(cum, u)
 			return Service{Work: draws[min(i, len(draws)-1)](r)}
 		},
+		CDF: specCDF(s),
 	}, nil
 }
 
