@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,6 +100,10 @@ type Scenario struct {
 	// report's true quantiles come from it; without it, from draws of
 	// Calibrate, which wander where the density is low.
 	CDF func(t time.Duration, c Call) float64
+	// Caveat, if set, says why the scenario's results may not mean what
+	// they seem (a samples file too small to have a tail); the CLI prints
+	// it as a warning.
+	Caveat string
 }
 
 // Validate reports whether s can be simulated.
@@ -370,7 +373,7 @@ func (s *Scenario) Calibrate(seed uint64, n, at, total int) []time.Duration {
 		}
 		out[i] = s.Draw(r, c).Total()
 	}
-	slices.Sort(out)
+	radixSort(out)
 	return out
 }
 

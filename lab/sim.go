@@ -902,7 +902,7 @@ func (s *sim) result() *Result {
 		LockWait:  time.Duration(s.lockWaitNS),
 	}
 	sorted := slices.Clone(s.lat)
-	slices.Sort(sorted)
+	radixSort(sorted)
 	r.sorted = sorted
 	r.byIndex = s.lat
 	r.extra = s.extra

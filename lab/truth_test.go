@@ -8,8 +8,8 @@ import (
 )
 
 // TestScenarioCDFsMatchTheirDraws: each scenario's exact CDF is the
-// distribution its Draw draws from — within 0.006 of 100,000 draws
-// (Kolmogorov–Smirnov's 1 % critical value is 0.0052) at every draw.
+// distribution its Draw draws from — within 0.0085 of 40,000 draws
+// (Kolmogorov–Smirnov's 1 % critical value is 0.0081) at every draw.
 func TestScenarioCDFsMatchTheirDraws(t *testing.T) {
 	spec, err := Custom(filepath.Join("..", "examples", "samples", "service.yaml"))
 	if err != nil {
@@ -37,7 +37,7 @@ func TestScenarioCDFsMatchTheirDraws(t *testing.T) {
 		// Drift and outage: before and within their slow part.
 		for _, at := range []int{0, 50000} {
 			c := Call{Request: at, Requests: 90000}
-			draws := sc.Calibrate(1, 100000, at, 90000)
+			draws := sc.Calibrate(1, 40000, at, 90000)
 			worst, where := 0.0, time.Duration(0)
 			for i, d := range draws {
 				if i+1 < len(draws) && draws[i+1] == d {
@@ -48,7 +48,7 @@ func TestScenarioCDFsMatchTheirDraws(t *testing.T) {
 					worst, where = diff, d
 				}
 			}
-			if worst > 0.006 {
+			if worst > 0.0085 {
 				t.Errorf("%s at request %d: CDF off its draws by %.4f at %v", sc.Name, at, worst, where)
 			}
 		}
