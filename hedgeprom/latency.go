@@ -40,6 +40,9 @@ type attemptLatency struct {
 	cap   labeller
 	keys  sync.Map  // key → *keySeries, for the keys with their own label
 	other keySeries // every key past the cap
+	// last is the series found last: a client of one downstream finds it
+	// there without hashing its key.
+	last atomic.Pointer[keySeries]
 }
 
 // labeller is the key cap's half that the request path uses.
@@ -47,6 +50,7 @@ type labeller interface{ Label(key string) string }
 
 // keySeries are one key label's histograms, by attempt kind and outcome.
 type keySeries struct {
+	key   string // the key it holds the label of; empty for other
 	label string
 	h     [2][len(outcomeNames)]atomic.Pointer[prometheus.Observer]
 }
@@ -90,12 +94,16 @@ func (a *attemptLatency) observe(e tailcut.AttemptEvent) {
 
 // series returns the histograms of key's label.
 func (a *attemptLatency) series(key string) *keySeries {
+	if s := a.last.Load(); s != nil && s.key == key {
+		return s
+	}
 	if s, ok := a.keys.Load(key); ok {
+		a.last.Store(s.(*keySeries))
 		return s.(*keySeries)
 	}
 	if a.cap.Label(key) == OtherKey {
 		return &a.other // keys past the cap are not remembered one by one
 	}
-	s, _ := a.keys.LoadOrStore(key, &keySeries{label: key})
+	s, _ := a.keys.LoadOrStore(key, &keySeries{key: key, label: key})
 	return s.(*keySeries)
 }
