@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -458,6 +459,9 @@ func TestStreamHedgingReceiveHeaders(t *testing.T) {
 		md, _ := cs.Header()
 		if !slices.Equal(md.Get("served-by"), []string{"1"}) {
 			t.Errorf("headers %v, want attempt 1's", md)
+		}
+		if cs.Context() != fs.at(t, 1).ctx {
+			t.Error("Context() is not the winner's")
 		}
 		fs.at(t, 1).send("from 1")
 		if got := recv(t, cs); got != "from 1" {
@@ -928,4 +932,201 @@ func TestResponseType(t *testing.T) {
 			t.Errorf("responseType(%q) = %q, want %q", m, got, want)
 		}
 	}
+}
+
+func TestStreamRandomSchedules(t *testing.T) {
+	// Seeded random schedules: the caller sends small and large messages
+	// (the buffer holds three small ones), closes and reads to the end,
+	// while the attempts' servers send headers and messages, end with OK,
+	// fatal, non-fatal or pushed-back statuses, and the caller cancels at
+	// a random time. Whatever happens: the caller's messages reach each
+	// attempt in order, once (a prefix of those SendMsg took); the caller
+	// receives the messages of one attempt only, in order; the stream
+	// ends; every attempt's context is released; and no goroutine is left
+	// (synctest.Test fails on one that is).
+	for seed := range uint64(300) {
+		synctest.Test(t, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 0))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			p := mustPolicy(t, tailcut.Config{MaxHedges: 2, Budget: &countBudget{tokens: 1 << 30}})
+			fs := newFakeStreamer()
+			opts := []Option{WithServiceConfig(streamConfig(t, 3, "0.01s")), WithBufferLimit(3 * proto.Size(request("c0-.....")))}
+			if seed%2 == 1 {
+				opts = append(opts, WithFirstMessage())
+			}
+			ic := StreamClientInterceptor(p, opts...)
+			cs := openStream(t, ctx, ic, fs)
+
+			var sent, got []string
+			var final error
+			done := make(chan struct{})
+			rc := rand.New(rand.NewPCG(seed, 1)) // the caller's
+			go func() {
+				defer close(done)
+				for i := range rc.IntN(6) {
+					b := "c" + strconv.Itoa(i) + "-" + strings.Repeat(".", 5+45*rc.IntN(2))
+					if cs.SendMsg(request(b)) != nil {
+						break
+					}
+					sent = append(sent, b)
+					time.Sleep(time.Duration(rc.IntN(8)) * time.Millisecond)
+				}
+				_ = cs.CloseSend()
+				for {
+					m := new(testpb.StreamingOutputCallResponse)
+					if final = cs.RecvMsg(m); final != nil {
+						return
+					}
+					got = append(got, body(m))
+				}
+			}()
+
+			headed, ended := map[int]bool{}, map[int]bool{}
+			sends := map[int]int{}
+		drive:
+			for range 12 {
+				time.Sleep(time.Duration(r.IntN(12)) * time.Millisecond)
+				synctest.Wait()
+				select {
+				case <-done:
+					break drive
+				default:
+				}
+				n := fs.n()
+				if r.IntN(10) == 0 || n == 0 {
+					cancel()
+					continue
+				}
+				k := r.IntN(n)
+				f := fs.at(t, k)
+				if ended[k] {
+					continue
+				}
+				switch a := r.IntN(6); {
+				case a < 3:
+					if !headed[k] {
+						headed[k] = true
+						f.headers()
+					}
+					if a > 0 {
+						f.send("a" + strconv.Itoa(k) + "-" + strconv.Itoa(sends[k]))
+						sends[k]++
+					}
+				default:
+					ended[k] = true
+					f.end([]error{nil, status.Error(codes.Internal, "fatal"), status.Error(codes.Unavailable, "busy")}[a-3],
+						[][]string{nil, {PushbackKey, "5"}}[r.IntN(2)]...)
+				}
+			}
+			cancel()
+			<-done
+			synctest.Wait()
+
+			if final == nil {
+				t.Fatal("the stream ended without an error")
+			}
+			for k := range fs.n() {
+				f := fs.at(t, k)
+				if got := f.got(); len(got) > len(sent) || !slices.Equal(got, sent[:len(got)]) {
+					t.Errorf("seed %d: attempt %d received %q, not a prefix of %q", seed, k, got, sent)
+				}
+				if !f.canceled() {
+					t.Errorf("seed %d: attempt %d's context was not released", seed, k)
+				}
+			}
+			for i, b := range got {
+				if want := got[0][:strings.IndexByte(got[0], '-')] + "-" + strconv.Itoa(i); b != want {
+					t.Errorf("seed %d: received %q, want the messages of one attempt in order (%q at %d)", seed, got, want, i)
+					break
+				}
+			}
+		})
+	}
+}
+
+func TestDeliverCopiesTheFirstMessage(t *testing.T) {
+	f := &testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: []byte("first")}}
+	same := &testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: []byte("stale")}}
+	if err := deliver(f, same); err != nil || body(same) != "first" || same.Payload == f.Payload {
+		t.Errorf("same type: %v, %q; want a copy of the message", err, body(same))
+	}
+	// Another message type with the same field numbers gets the bytes.
+	other := new(testpb.StreamingInputCallRequest)
+	if err := deliver(f, other); err != nil || body(other) != "first" {
+		t.Errorf("wire-compatible type: %v, %q", err, body(other))
+	}
+	if err := deliver(f, new(string)); status.Code(err) != codes.Internal {
+		t.Errorf("not a proto message: %v, want INTERNAL", err)
+	}
+}
+
+func TestStreamThrottling(t *testing.T) {
+	// A6's retryThrottling counts stream attempts as it counts unary ones:
+	// tokens 10 → 9 → 8 (stream 1, two attempts), 7 → 6 (stream 2), 5
+	// (stream 3: at maxTokens/2, its hedge is not sent). A stream that
+	// commits at its headers gives back tokenRatio.
+	synctest.Test(t, func(t *testing.T) {
+		sc := mustConfig(t, `{
+			"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "1s"}}],
+			"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`)
+		ic := StreamClientInterceptor(mustPolicy(t, tailcut.Config{}), WithServiceConfig(sc))
+		failing := func(want int) {
+			t.Helper()
+			fs := newFakeStreamer()
+			cs := openStream(t, t.Context(), ic, fs)
+			for k := range want {
+				synctest.Wait()
+				fs.at(t, k).end(status.Error(codes.Unavailable, ""))
+			}
+			wantCode(t, cs.RecvMsg(new(testpb.StreamingOutputCallResponse)), codes.Unavailable)
+			if fs.n() != want {
+				t.Fatalf("%d attempts, want %d", fs.n(), want)
+			}
+		}
+		// The successes go to another method: throttling counts per
+		// server, while the policy's circuit breaker (per method) would
+		// otherwise see a failing method among them.
+		succeeding := func(n int) {
+			t.Helper()
+			for range n {
+				fs := newFakeStreamer()
+				cs, err := ic(t.Context(), bidiDesc, nil, "/grpc.testing.TestService/HalfDuplexCall", fs.open)
+				if err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait()
+				fs.at(t, 0).headers()
+				fs.at(t, 0).end(nil)
+				if err := cs.RecvMsg(new(testpb.StreamingOutputCallResponse)); err != io.EOF {
+					t.Fatalf("RecvMsg: %v, want io.EOF", err)
+				}
+			}
+		}
+		failing(2)
+		failing(2)
+		failing(1)
+		// The original's failure comes first: 5 + 10×0.1 − 1 = 5 is still
+		// throttled, 5 + 11×0.1 − 1 = 5.1 is not.
+		succeeding(10)
+		failing(1)
+		succeeding(11)
+		failing(2)
+	})
+}
+
+func TestStreamSendAfterCloseSend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFakeStreamer()
+		cs := openStream(t, t.Context(), StreamClientInterceptor(mustPolicy(t, tailcut.Config{}), WithServiceConfig(streamConfig(t, 2, "1s"))), fs)
+		if err := cs.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, cs.SendMsg(request("late")), codes.Internal)
+		synctest.Wait()
+		if !fs.at(t, 0).closedSend() {
+			t.Error("CloseSend did not reach the original")
+		}
+		fs.at(t, 0).end(nil)
+	})
 }
