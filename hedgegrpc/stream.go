@@ -478,7 +478,9 @@ func (s *hstream) RecvMsg(m any) error {
 		f := u.first
 		u.first = nil
 		h.mu.Unlock()
-		return deliver(f, m)
+		err := deliver(f, m)
+		s.endOne()
+		return err
 	case u.final != nil:
 		err = u.final
 	default:
@@ -488,11 +490,21 @@ func (s *hstream) RecvMsg(m any) error {
 			s.end()
 			return err
 		}
+		s.endOne()
 		return nil
 	}
 	h.mu.Unlock()
 	s.end()
 	return err
+}
+
+// endOne ends a stream whose server sends one message (client-streaming),
+// once it is received: the caller calls RecvMsg once (CloseAndRecv), and
+// grpc-go ends such a stream there too.
+func (s *hstream) endOne() {
+	if !s.desc.ServerStreams {
+		s.end()
+	}
 }
 
 // deliver copies the winner's first message f into the caller's m.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -167,7 +169,8 @@ func TestLoopbackServerStreamCommitsAtHeaders(t *testing.T) {
 	p := mustPolicy(t, tailcut.Config{})
 	c := streamClient(t, serve(t, svc), p, streamHedging(2, "0s"), nil)
 	var header metadata.MD
-	st, err := c.StreamingOutputCall(bounded(t), &testpb.StreamingOutputCallRequest{}, grpc.Header(&header))
+	var pr peer.Peer
+	st, err := c.StreamingOutputCall(bounded(t), &testpb.StreamingOutputCallRequest{}, grpc.Header(&header), grpc.Peer(&pr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +183,9 @@ func TestLoopbackServerStreamCommitsAtHeaders(t *testing.T) {
 	}
 	if !slices.Equal(header.Get("served-by"), []string{"0"}) {
 		t.Errorf("Header option %v, want the original's headers", header)
+	}
+	if pr.Addr == nil || !strings.HasPrefix(pr.Addr.String(), "127.0.0.1:") {
+		t.Errorf("Peer option %v, want the server's loopback address", pr.Addr)
 	}
 	if s := p.Stats(); s.Wins[0] != 1 || s.Hedges != 1 {
 		t.Errorf("stats %+v, want 1 hedge and the original's win", s.Counts)
@@ -275,9 +281,9 @@ func payloads(seed uint64, n, size int) [][]byte {
 	return bs
 }
 
-func uploadAll(t *testing.T, c testpb.TestServiceClient, bodies [][]byte) *testpb.StreamingInputCallResponse {
+func uploadAll(t *testing.T, c testpb.TestServiceClient, bodies [][]byte, opts ...grpc.CallOption) *testpb.StreamingInputCallResponse {
 	t.Helper()
-	st, err := c.StreamingInputCall(bounded(t))
+	st, err := c.StreamingInputCall(bounded(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,13 +347,20 @@ func TestLoopbackClientStreamReplayedIntact(t *testing.T) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		ss.SetTrailer(metadata.Pairs("served-by", strconv.Itoa(k)))
 		return ss.SendAndClose(&testpb.StreamingInputCallResponse{AggregatedPayloadSize: sum})
 	}
 	bodies := payloads(1, 40, 1000) // 40 KB: within the 64 KiB buffer
 	want := checksum(bodies)
 	c := streamClient(t, serve(t, svc), mustPolicy(t, tailcut.Config{}), streamHedging(2, "0.02s"), nil)
-	if resp := uploadAll(t, c, bodies); resp.AggregatedPayloadSize != want {
+	// CloseAndRecv receives once: the Trailer option is set by then, as
+	// grpc-go sets it.
+	var trailer metadata.MD
+	if resp := uploadAll(t, c, bodies, grpc.Trailer(&trailer)); resp.AggregatedPayloadSize != want {
 		t.Errorf("checksum %x, want %x", resp.AggregatedPayloadSize, want)
+	}
+	if got := trailer.Get("served-by"); !slices.Equal(got, []string{"1"}) {
+		t.Errorf("Trailer option served-by %v, want the hedge's [1]", got)
 	}
 	for k := range 2 {
 		if sum, n, ok := got.get(k); !ok || sum != want || n != len(bodies) {

@@ -1130,3 +1130,20 @@ func TestStreamSendAfterCloseSend(t *testing.T) {
 		fs.at(t, 0).end(nil)
 	})
 }
+
+func TestStreamWithDelayCallOption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFakeStreamer()
+		ic := StreamClientInterceptor(mustPolicy(t, tailcut.Config{}), WithServiceConfig(streamConfig(t, 2, "1s")))
+		cs := openStream(t, t.Context(), ic, fs, WithDelay(30*time.Millisecond))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if fs.n() != 2 || fs.start(1) != 30*time.Millisecond {
+			t.Fatalf("%d attempts; want the hedge at 30ms, the call's own delay", fs.n())
+		}
+		fs.at(t, 1).end(nil)
+		if err := cs.RecvMsg(new(testpb.StreamingOutputCallResponse)); err != io.EOF {
+			t.Errorf("RecvMsg: %v, want the hedge's io.EOF", err)
+		}
+	})
+}
