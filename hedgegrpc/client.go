@@ -59,11 +59,11 @@ func WithBufferLimit(n int) Option {
 // WithFirstMessage makes a hedged stream commit to the first attempt that
 // delivers a response message (or ends), instead of the first that receives
 // response headers, and makes the time to that message the latency the
-// policy learns. Use it for server-streaming calls whose servers send their
-// headers before the real work (grpc.SendHeader at the start of a watch, a
-// token stream or a long query): their headers say nothing of how soon the
-// data comes, as hedgehttp's WithFirstByte does for HTTP. It needs the
-// method's response type in the protobuf registry (generated code
+// policy learns: the counterpart of hedgehttp's WithFirstByte. Use it for
+// server-streaming calls whose servers send their headers before the real
+// work (grpc.SendHeader at the start of a watch, a token stream or a long
+// query): their headers say nothing of how soon the data comes. It needs
+// the method's response type in the protobuf registry (generated code
 // registers it); a stream whose type is not found commits at its headers.
 // Unary calls are not affected.
 func WithFirstMessage() Option {
@@ -92,8 +92,9 @@ func WithNonFatalCodes(cs ...codes.Code) Option {
 // tailcut.Config.Predictive set (predictive hedging): the labels of its
 // bucket, such as a tenant or a cache-miss hint read from the request
 // message. The default is [DefaultFeatures]. Labels put in the call's
-// context with tailcut.WithFeatures are added after these. It is not
-// called when the policy is not predictive; a nil f keeps the default.
+// context with tailcut.WithFeatures are added after these. A stream is
+// described when it begins, before its first message: req is nil. It is
+// not called when the policy is not predictive; a nil f keeps the default.
 func WithFeatures(f func(fullMethod string, req any) tailcut.Features) Option {
 	return func(c *client) { c.custom = f }
 }
