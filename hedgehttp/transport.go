@@ -35,7 +35,11 @@ const AttemptHeader = "Hedge-Attempt"
 // buffer limit ([WithBufferLimit], 64 KiB by default), which is then read
 // into memory. Other requests, and protocol upgrades (WebSocket), are passed
 // to the base transport as they are: sent once, body intact, no header
-// added, not counted by the policy.
+// added, not counted by the policy. A buffered body shorter or longer than
+// the request's ContentLength fails the request before anything is sent,
+// with net/http's error ("http: ContentLength=60000 with Body length
+// 40000"); one of unknown length is sent with its length unknown (chunked
+// over HTTP/1.1), as the base transport would send it.
 //
 // Every attempt of a hedged request is a copy of the caller's request
 // (never the request itself, which is not modified) with its own context
@@ -170,18 +174,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	rt := &roundTrip{t: t, req: req}
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		if req.ContentLength > t.cfg.bufferLimit {
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		if req.ContentLength > 0 {
+			// A declared body that is missing: the base transport fails
+			// the request, once, as it would without hedging.
 			return t.sendOnce(req)
 		}
-		buf, whole, err := readUpTo(req.Body, t.cfg.bufferLimit)
+	case req.GetBody == nil:
+		if req.ContentLength > t.cfg.bufferLimit {
+			// The base transport sends the body as it is, and fails the
+			// request if its length is not the declared one.
+			return t.sendOnce(req)
+		}
+		buf, whole, err := readBody(req.Body, req.ContentLength, t.cfg.bufferLimit)
 		if err != nil {
 			req.Body.Close()
-			return nil, fmt.Errorf("hedgehttp: reading the request body: %w", err)
+			return nil, err
 		}
 		if !whole {
-			// Too long to buffer: send it once with what was read put
-			// back in front of the rest.
+			// Of unknown length and too long to buffer: send it once
+			// with what was read put back in front of the rest.
 			r := req.WithContext(req.Context())
 			r.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), req.Body), c: req.Body}
 			return t.sendOnce(r)
@@ -357,8 +370,9 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		r = &rt.req0
 		r.Header = rt.header0
 		if rt.buffered {
+			// ContentLength stays the caller's: the length of buf when it
+			// was declared (readBody checked it), unknown when it was not.
 			r.Body, r.GetBody = rt.newBody()
-			r.ContentLength = int64(len(rt.buf))
 		}
 	} else {
 		var err error
@@ -475,7 +489,6 @@ func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, er
 	switch {
 	case rt.buffered:
 		r.Body, r.GetBody = rt.newBody()
-		r.ContentLength = int64(len(rt.buf))
 	case rt.req.GetBody != nil:
 		// The primary sends req.Body itself; hedges ask for a fresh copy.
 		b, err := rt.req.GetBody()
