@@ -285,3 +285,28 @@ func TestReadBody(t *testing.T) {
 		})
 	}
 }
+
+// A request that declares a body it does not have goes to the base
+// transport once, which fails it as it would without hedging; no hedge
+// repeats the failure.
+func TestMissingBodyGoesOnce(t *testing.T) {
+	srv, base := startServer(t, false, newRecorder())
+	var calls atomic.Int32
+	counted := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		return base.RoundTrip(r)
+	})
+	tr := NewTransport(counted, fixedPolicy(t, 5*time.Millisecond), WithMethods(http.MethodPut))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 5
+	want := "http: Request.ContentLength=5 with nil Body"
+	if _, err := tr.RoundTrip(req); err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the base transport was called %d times, want once", n)
+	}
+}
