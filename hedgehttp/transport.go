@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -60,11 +61,12 @@ const AttemptHeader = "Hedge-Attempt"
 // http.Client, close the body.
 //
 // A Transport is safe for concurrent use. Its zero value is not usable;
-// create one with [NewTransport]. On the no-hedge path (the primary answers
-// before the delay) the primary runs on the caller's goroutine
-// (tailcut.Hedger.InlinePrimary). Measured over an in-memory base transport
-// (BenchmarkOverhead, on a shared 2-core x86 machine at load average
-// 1.1–1.8) it adds 1.4–1.7 µs, 1.47 µs at the median of 8 runs, and 6
+// create one with [NewTransport]. Over a base transport known to return
+// promptly when cancelled (see NewTransport) the primary runs on the
+// caller's goroutine (tailcut.Hedger.InlinePrimary). The primary inline,
+// on the no-hedge path (the primary answers before the delay), measured
+// over an in-memory base transport (BenchmarkOverhead, on a shared 2-core
+// x86 machine at load average 1.1–1.8), the Transport adds 1.4–1.7 µs, 1.47 µs at the median of 8 runs, and 6
 // allocations (about 1 KB) per request: in tailcut.Hedger.Do the policy's
 // bookkeeping, two clock reads and the attempt's cancellable context (2
 // allocations); here the request's state and the function Do calls (2),
@@ -95,6 +97,17 @@ var _ http.RoundTripper = (*Transport)(nil)
 // host, up to two hedges, at most about 10 % extra load). Share one Policy
 // between the transports that call the same downstream so that one budget
 // caps their extra load.
+//
+// The primary attempt runs on the caller's goroutine, which saves a
+// goroutine hand-off per request, when base is known to return from
+// RoundTrip promptly once the request's context is cancelled: an
+// [*http.Transport] (http.DefaultTransport is one), golang.org/x/net/http2's
+// Transport, or a Transport of this package over such a base. Over any
+// other base (a middleware, a custom RoundTripper) it runs on a goroutine of
+// its own, so that a hedge that wins reaches the caller at once even if the
+// primary's base ignores the cancellation. [WithInlinePrimary] overrides
+// the choice, for instance for a wrapper that calls an http.Transport and
+// does nothing slow itself.
 //
 // An invalid option does not panic: [Transport.Err] reports it, and every
 // request sent through the transport fails with that error.
@@ -130,15 +143,32 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 		}
 	}
 	t.h = tailcut.Hedger[*http.Response]{
-		Policy:   p,
-		Classify: classify,
-		Discard:  discard,
-		Keep:     keep,
-		// net/http returns from RoundTrip as soon as the request's context
-		// is cancelled: the primary can run on the caller's goroutine.
-		InlinePrimary: true,
+		Policy:        p,
+		Classify:      classify,
+		Discard:       discard,
+		Keep:          keep,
+		InlinePrimary: cfg.inline > 0 || cfg.inline == 0 && returnsWhenCancelled(base),
 	}
 	return t
+}
+
+// returnsWhenCancelled reports whether base is known to return from
+// RoundTrip as soon as the request's context is cancelled, so that the
+// primary may run on the caller's goroutine: net/http's Transport,
+// golang.org/x/net/http2's (recognised by its type, which is not imported
+// here), and a Transport of this package that runs its own primary on a
+// goroutine or over such a base.
+func returnsWhenCancelled(base http.RoundTripper) bool {
+	switch b := base.(type) {
+	case nil:
+		return false
+	case *http.Transport:
+		return true
+	case *Transport:
+		return !b.h.InlinePrimary || returnsWhenCancelled(b.base)
+	}
+	t := reflect.TypeOf(base)
+	return t.Kind() == reflect.Pointer && t.Elem().Name() == "Transport" && t.Elem().PkgPath() == "golang.org/x/net/http2"
 }
 
 // Err returns the error of the first invalid option given to
