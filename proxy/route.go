@@ -73,6 +73,9 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 	opts := []hedgehttp.Option{
 		hedgehttp.WithEndpoints(pool.URLs...),
 		hedgehttp.WithKey(func(*http.Request) string { return rc.Name }),
+		// The meter counts and calls an *http.Transport: it returns when
+		// cancelled, and the primary may run on the caller's goroutine.
+		hedgehttp.WithInlinePrimary(true),
 	}
 	if len(rc.Policy.Methods) > 0 {
 		opts = append(opts, hedgehttp.WithMethods(rc.Policy.Methods...))
