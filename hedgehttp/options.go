@@ -189,10 +189,9 @@ func WithEndpoints(urls ...string) Option {
 
 // WithInlinePrimary sets whether the primary attempt runs on the caller's
 // goroutine (tailcut.Hedger.InlinePrimary) or on a goroutine of its own.
-// Inline saves a goroutine hand-off per request: about 3 µs and one
-// allocation over an in-memory base, 8–17 % of a 90 µs loopback round trip
-// on a loaded 2-core machine (BenchmarkOverhead and
-// BenchmarkLoopbackLayers, hedgehttp-primary-goroutine against hedgehttp).
+// Inline saves a goroutine hand-off and an allocation per request
+// (BenchmarkOverhead and BenchmarkLoopbackLayers measure both paths:
+// hedgehttp-primary-goroutine against hedgehttp).
 // But inline, a hedge that wins reaches the caller only once the cancelled
 // primary has returned from the base transport: turn it on only for a base
 // that returns promptly when a request's context is cancelled, such as a
