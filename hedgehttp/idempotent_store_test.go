@@ -70,6 +70,13 @@ func (s *flakyStore) Release(ctx context.Context, key, token string) error {
 	return s.Store.Release(ctx, key, token)
 }
 
+// retrierRuns reports whether h's retrier goroutine runs.
+func retrierRuns(h *Idempotent) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.retrying
+}
+
 // runWhileStoreDies runs one keyed request whose store goes down while the
 // handler runs, and returns its answer: the handler answers only once the
 // store is down.
@@ -267,10 +274,7 @@ func TestIdempotentRetrierProbesOnceWhileDown(t *testing.T) {
 		if recs, _ := ms.Len(); recs != n {
 			t.Errorf("%d records stored, want %d", recs, n)
 		}
-		h.mu.Lock()
-		retrying := h.retrying
-		h.mu.Unlock()
-		if retrying {
+		if retrierRuns(h) {
 			t.Error("the retrier still runs with nothing pending")
 		}
 	})
@@ -298,9 +302,7 @@ func TestIdempotentPendingGivenUpAtTTL(t *testing.T) {
 		if logs.Count("before its TTL passed") != 1 {
 			t.Errorf("log lines %q, want one giving the response up", logs.Lines())
 		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.retrying {
+		if retrierRuns(h) {
 			t.Error("the retrier still runs with nothing pending")
 		}
 	})
@@ -322,10 +324,7 @@ func TestIdempotentCloseStopsRetrying(t *testing.T) {
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}
-		h.mu.Lock()
-		retrying := h.retrying
-		h.mu.Unlock()
-		if s := h.Stats(); retrying || s.Pending != 0 || s.NotStored != 1 {
+		if s, retrying := h.Stats(), retrierRuns(h); retrying || s.Pending != 0 || s.NotStored != 1 {
 			t.Errorf("after Close: retrying %v, stats %+v; want stopped, 0 pending, 1 not stored", retrying, s)
 		}
 		if logs.Count("closed with responses not stored") != 1 {
