@@ -104,6 +104,7 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	h.delay = h.r.Delay()
 	if pl.fixed {
 		h.delay = pl.delay
+		h.r.UseDelay(h.delay) // the key's stats report the delay in use
 	}
 	actx := h.launchLocked(start)
 	if h.delay == 0 {

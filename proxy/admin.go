@@ -227,7 +227,7 @@ var (
 	descInCanceled = prometheus.NewDesc("tailcut_proxy_inbound_canceled_total", "Served requests whose client had gone by the time they ended, by kind.", []string{"listener", "kind"}, nil)
 	descInInflight = prometheus.NewDesc("tailcut_proxy_inbound_inflight", "Requests in flight on a listener with shedding.", []string{"listener"}, nil)
 
-	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down).", []string{"outcome"}, nil)
+	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down), canceled (the client went away first).", []string{"outcome"}, nil)
 	descIdemNotStored = prometheus.NewDesc("tailcut_proxy_idempotent_not_stored_total", "Answers worth keeping that were not stored (too large, lock lost, store failing).", nil, nil)
 	descIdemWaiting   = prometheus.NewDesc("tailcut_proxy_idempotent_waiting", "Copies of keyed writes waiting now for their first run.", nil, nil)
 )
@@ -267,7 +267,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range []struct {
 			outcome string
 			n       int64
-		}{{"run", st.Runs}, {"replay", st.Replays}, {"conflict", st.Conflicts}, {"mismatch", st.Mismatches}, {"unavailable", st.Unavailable}} {
+		}{{"run", st.Runs}, {"replay", st.Replays}, {"conflict", st.Conflicts}, {"mismatch", st.Mismatches}, {"unavailable", st.Unavailable}, {"canceled", st.Canceled}} {
 			ch <- prometheus.MustNewConstMetric(descIdemRequests, prometheus.CounterValue, float64(o.n), o.outcome)
 		}
 		ch <- prometheus.MustNewConstMetric(descIdemNotStored, prometheus.CounterValue, float64(st.NotStored))

@@ -421,6 +421,9 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		}
 	}
 	s.router.Load().closeIdle()
+	if s.idem != nil {
+		s.idem.Close() // stops storing responses again, before the store closes
+	}
 	if s.idemRedis != nil {
 		s.idemRedis.Close()
 	}
