@@ -146,6 +146,7 @@ func (h *hcall) beginLocked(req any, now time.Time) {
 	h.delay = h.r.Delay()
 	if h.pl.fixed {
 		h.delay = h.pl.delay
+		h.r.UseDelay(h.delay) // the key's stats report the delay in use
 	}
 }
 
