@@ -1,6 +1,7 @@
-// Package hedgegrpc hedges grpc-go unary calls, configured the way gRPC
-// users already configure hedging: the hedgingPolicy and retryThrottling of
-// a gRPC service config (gRFC A6), which grpc-go parses but ignores.
+// Package hedgegrpc hedges grpc-go calls, unary and streaming, configured
+// the way gRPC users already configure hedging: the hedgingPolicy and
+// retryThrottling of a gRPC service config (gRFC A6), which grpc-go parses
+// but ignores.
 //
 // On the client, [UnaryClientInterceptor] sends each call's original
 // attempt and, if it has not answered after the method's hedge delay, more
@@ -11,11 +12,19 @@
 // sends the next attempt at once; a server's grpc-retry-pushback-ms trailer
 // pauses hedging. [ParseServiceConfig] reads the service config.
 //
-// On the server, [Server] tells hedges from originals (the hedge-attempt
-// and grpc-previous-rpc-attempts metadata), counts them, and under overload
-// sheds hedges first, with RESOURCE_EXHAUSTED and a pushback trailer.
+// [StreamClientInterceptor] hedges streams as A6 does: the messages sent
+// are buffered (up to [WithBufferLimit], 64 KiB by default) and replayed on
+// every new attempt, and the stream commits to the first attempt that
+// receives response headers — or, with [WithFirstMessage], a response
+// message — cancelling the others; past the buffer limit it commits to the
+// attempt furthest along and is hedged no more.
 //
-// Streaming calls are passed through untouched: a stream cannot be replayed
-// once messages have flowed, so no stream interceptors are provided or
-// needed.
+//	cc, err := grpc.NewClient(target,
+//		grpc.WithUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))),
+//		grpc.WithStreamInterceptor(hedgegrpc.StreamClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))))
+//
+// On the server, [Server] tells hedges from originals (the hedge-attempt
+// and grpc-previous-rpc-attempts metadata) in unary calls and streams,
+// counts them, and under overload sheds hedges first, with
+// RESOURCE_EXHAUSTED and a pushback trailer.
 package hedgegrpc
