@@ -106,8 +106,9 @@ const (
 )
 
 // recomputeEvery is how many observations a key takes before its cached
-// delay is recomputed (besides on every window rotation): a sketch query
-// costs a few hundred nanoseconds, a cached read a few.
+// delay is recomputed (besides on every window rotation; sooner while it
+// warms up, see delayOf): a sketch query costs a few hundred nanoseconds,
+// a cached read a few.
 const recomputeEvery = 16
 
 // Policy decides when to hedge: the delay to wait per key, whether a hedge
@@ -202,6 +203,7 @@ type keyState struct {
 	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 	gap     atomic.Int64  // auto.go: ns from one hedge to the next; 0: the delay
 	limit   atomic.Int32  // auto.go: hedges per request; 0: MaxHedges
+	every   atomic.Int32  // observations after which cached is recomputed (see delayOf)
 	reserve atomic.Uint64 // auto.go: float64 bits, the burst share later hedges leave; 0: a half
 	basis   atomic.Int32  // observations the last recomputation was made from (capped)
 	warm    atomic.Bool   // cached comes from the estimator, not WarmupDelay
@@ -572,19 +574,13 @@ func (p *Policy) Delay(key string, now time.Time) time.Duration {
 }
 
 // delayOf returns the cached delay of ks, recomputing it when a window has
-// rotated or enough observations arrived since.
+// rotated or enough observations arrived since (ks.every, set by the last
+// recomputation).
 func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	n := now.UnixNano()
-	every := int32(recomputeEvery)
-	if p.auto && ks.warm.Load() {
-		// As often as the observations double, up to every
-		// autoRecomputeEvery: a schedule made from few samples (after a
-		// start or a shift) is soon replaced by a better one.
-		every = autoEvery(ks.basis.Load())
-	}
 	// fresh: no rotation, not enough new observations, no sign of a shift.
 	fresh := func() bool {
-		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < every && ks.over.Load() <= ks.overLimit.Load()
+		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < ks.every.Load() && ks.over.Load() <= ks.overLimit.Load()
 	}
 	if fresh() {
 		return time.Duration(ks.cached.Load())
@@ -630,6 +626,22 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	if p.cfg.MaxDelay > 0 && d > p.cfg.MaxDelay {
 		d = p.cfg.MaxDelay
 	}
+	every := int32(recomputeEvery)
+	switch {
+	case !ok:
+		// Warming up: recompute as soon as the current window holds
+		// MinSamples, so that the learned delay replaces WarmupDelay at
+		// the MinSamples-th observation, not at the next multiple of
+		// recomputeEvery. (A rotation recomputes anyway.)
+		cur, _ := ks.est.Counts(now)
+		every = int32(min(max(p.cfg.MinSamples-cur, 1), recomputeEvery))
+	case p.auto:
+		// As often as the observations double, up to every
+		// autoRecomputeEvery: a schedule made from few samples (after a
+		// start or a shift) is soon replaced by a better one.
+		every = autoEvery(ks.basis.Load())
+	}
+	ks.every.Store(every)
 	ks.cached.Store(int64(d))
 	ks.warm.Store(ok)
 	ks.sinceCompute.Store(0)
