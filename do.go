@@ -458,6 +458,9 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	st := h.getState(p, ctx, fn)
 	st.key, st.start, st.delay = key, start, opts.delay
 	st.req = p.beginOpts(key, f, opts.feat, start)
+	if opts.delay > 0 {
+		st.req.UseDelay(opts.delay) // the key's stats report the delay in use
+	}
 	st.maxAttempts = 1 + st.req.MaxHedges()
 	if opts.noHedge {
 		st.maxAttempts = 1

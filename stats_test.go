@@ -1,7 +1,9 @@
 package tailcut
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -46,4 +48,24 @@ func TestStatsReportDelayInUse(t *testing.T) {
 		p.Observe(&r, 0, 5*time.Millisecond, Completed, now.Add(5*time.Millisecond))
 		p.End(&r, 0, now.Add(5*time.Millisecond))
 	}
+}
+
+// A delay set for one call with WithDelay is the delay Do hedges at, and the
+// key's stats report it as pinned.
+func TestStatsReportWithDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := New(Config{WarmupDelay: 25 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := WithDelay(t.Context(), 40*time.Millisecond)
+		_, err = Do(ctx, p, "k", func(ctx context.Context, a Attempt) (int, error) { return a.Index, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := p.Stats()
+		if len(s.Keys) != 1 || s.Keys[0].Delay != 40*time.Millisecond || !s.Keys[0].Pinned {
+			t.Fatalf("KeyStats %+v, want Delay 40ms pinned", s.Keys)
+		}
+	})
 }

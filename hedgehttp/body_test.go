@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,6 +317,32 @@ func TestMissingBodyGoesOnce(t *testing.T) {
 	want := "http: Request.ContentLength=5 with nil Body"
 	if _, err := tr.RoundTrip(req); err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the base transport was called %d times, want once", n)
+	}
+}
+
+// A body replayed through GetBody whose length differs from its
+// ContentLength fails in the base transport, and every attempt would send
+// the same body: the failure is final, so no hedge repeats it (for a body
+// longer than declared that repeat would send the declared prefix again).
+func TestGetBodyOfWrongLengthGoesOnce(t *testing.T) {
+	srv, base := startServer(t, false, newRecorder())
+	var calls atomic.Int32
+	counted := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		return base.RoundTrip(r)
+	})
+	tr := NewTransport(counted, fixedPolicy(t, 5*time.Millisecond), WithMethods(http.MethodPut))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL, bytes.NewReader(make([]byte, 400)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 600 // GetBody (set by NewRequest) replays 400 bytes
+	_, err = tr.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "with Body length 400") {
+		t.Errorf("error %v, want net/http's ContentLength=600 with Body length 400", err)
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the base transport was called %d times, want once", n)

@@ -684,7 +684,13 @@ func permanent(err error) bool {
 	return strings.Contains(msg, "unsupported protocol scheme") ||
 		strings.Contains(msg, "no Host in request URL") ||
 		strings.Contains(msg, "invalid header field") ||
-		strings.Contains(msg, "invalid method")
+		strings.Contains(msg, "invalid method") ||
+		// A body whose length differs from its ContentLength, as the base
+		// transport finds it on a replay through GetBody: every attempt
+		// would send the same body.
+		strings.Contains(msg, "with Body length") ||
+		strings.Contains(msg, "with nil Body") ||
+		strings.Contains(msg, "request body larger than specified content length")
 }
 
 // discard drains (at most DrainLimit bytes) and closes a response that lost.
