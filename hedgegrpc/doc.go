@@ -11,6 +11,20 @@
 // sends the next attempt at once; a server's grpc-retry-pushback-ms trailer
 // pauses hedging. [ParseServiceConfig] reads the service config.
 //
+// A hedge only escapes a slow backend if it goes to another one: under
+// grpc-go's default pick_first every attempt shares one connection to one
+// server. The load-balancing policy this package registers as
+// [BalancerName] sends each call's first attempt to the better of two ready
+// backends by measured latency and each hedge to a backend the call has not
+// used yet (gRFC A6: hedged RPCs run "typically by different backends"):
+//
+//	js := `{"loadBalancingConfig": [{"tailcut_hedging": {}}],
+//	        "methodConfig": [{"name": [{"service": "shop.Catalog"}], "hedgingPolicy": {"maxAttempts": 2}}]}`
+//	sc, err := hedgegrpc.ParseServiceConfig([]byte(js))
+//	cc, err := grpc.NewClient("dns:///catalog:443",
+//		grpc.WithDefaultServiceConfig(js),
+//		grpc.WithUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(nil, hedgegrpc.WithServiceConfig(sc))))
+//
 // On the server, [Server] tells hedges from originals (the hedge-attempt
 // and grpc-previous-rpc-attempts metadata), counts them, and under overload
 // sheds hedges first, with RESOURCE_EXHAUSTED and a pushback trailer.

@@ -63,6 +63,8 @@ type hcall struct {
 	outcome  *result       // the winner, or the failure returned
 	aborted  bool          // the caller's context ended the call
 	done     chan struct{} // closed when decided; made only if the caller waits
+
+	picks picks // the endpoints the attempts went to, for the balancer (withPick)
 }
 
 // hedged runs one call as a hedged request.
@@ -215,6 +217,7 @@ func (h *hcall) hedgeRequest() (any, bool) {
 // pushback, which is safe for concurrent use.
 func (h *hcall) attempt(ctx context.Context, k int, req any, msg proto.Message) result {
 	res := result{index: k, msg: msg}
+	ctx = withPick(ctx, &h.picks, k) // BalancerName sends it elsewhere than the others
 	o := make([]grpc.CallOption, len(h.base), len(h.base)+3)
 	copy(o, h.base)
 	o = append(o, grpc.Trailer(&res.trailer))

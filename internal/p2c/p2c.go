@@ -171,25 +171,37 @@ func (s *Set) best() float64 {
 // at now, of a request that has already used the replicas in the bit set
 // used (bit i: s.Replicas[i]; replicas past the 64th are never marked): a
 // probe to a stale replica on every ProbeEvery-th pick (see ProbeEvery),
-// else the better of two unused replicas drawn at random, the only unused
-// one, or — once every replica has been used — the better of two drawn from
-// all of them. s must hold at least one replica.
+// else what [Set.Draw] returns. s must hold at least one replica.
 func (s *Set) Pick(used uint64, now time.Time) int {
+	if len(s.Replicas) > 1 && s.picks.Add(1)%ProbeEvery == 0 {
+		if i := s.probe(s.free(used), now); i >= 0 {
+			return i
+		}
+	}
+	return s.Draw(used, now)
+}
+
+// free returns used, or 0 if it leaves no replica free.
+func (s *Set) free(used uint64) uint64 {
+	n := len(s.Replicas)
+	if n > 64 || n-bits.OnesCount64(used&(1<<n-1)) == 0 {
+		return 0
+	}
+	return used
+}
+
+// Draw is Pick without probes: the better of two replicas not in used drawn
+// at random, the only one not in used, or — once every replica has been
+// used — the better of two drawn from all of them.
+func (s *Set) Draw(used uint64, now time.Time) int {
 	n := len(s.Replicas)
 	if n == 1 {
 		return 0
 	}
+	used = s.free(used)
 	free := n
 	if n <= 64 {
 		free = n - bits.OnesCount64(used&(1<<n-1))
-	}
-	if free == 0 || n > 64 {
-		used, free = 0, n
-	}
-	if s.picks.Add(1)%ProbeEvery == 0 {
-		if i := s.probe(used, now); i >= 0 {
-			return i
-		}
 	}
 	// Draw the i-th and j-th free replicas (i != j when two are free).
 	i := rand.IntN(free)

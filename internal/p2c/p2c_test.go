@@ -203,3 +203,26 @@ func TestProbeBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestDrawNeverProbes: Draw is Pick without probes — a replica far slower
+// than the other, due for a probe on every pick, is never drawn.
+func TestDrawNeverProbes(t *testing.T) {
+	s := newSet(2)
+	s.Replicas[0].Observe(time.Millisecond, t0)
+	s.Replicas[1].Observe(time.Second, t0)
+	now := t0.Add(ProbeAfter)
+	for i := range 10 * ProbeEvery {
+		if s.Draw(0, now) == 1 {
+			t.Fatalf("draw %d returned the slow replica", i)
+		}
+	}
+	if s.Pick(0, now) == 1 {
+		return
+	}
+	for range ProbeEvery {
+		if s.Pick(0, now) == 1 {
+			return
+		}
+	}
+	t.Error("Pick never probed the slow replica either: the test proves nothing")
+}
