@@ -53,8 +53,9 @@ import (
 // DATA_LOSS, DEADLINE_EXCEEDED, CANCELLED by the server) doubles the
 // endpoint's average; an attempt cancelled on the client (a hedge's loser,
 // or the caller giving up) is censored: its time is a lower bound, learned
-// only if above the average, never taken for a fast answer. An average not
-// refreshed decays toward the best endpoint's within seconds.
+// only if above the average, never taken for a fast answer. The average of
+// an endpoint nobody tries (no answer, no cancelled attempt) fades toward
+// the best endpoint's within seconds.
 //
 // Cost: a pick and its Done take one allocation (the Done callback) and
 // about 0.5 µs of CPU, a hedged call's two picks about 1.7 µs with the

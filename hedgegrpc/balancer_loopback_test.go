@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -113,23 +112,8 @@ func startFleet(tb testing.TB, paired bool, waits ...func() time.Duration) *flee
 	f := &fleet{paired: paired, arrivals: map[[2]int32]chan struct{}{}}
 	for i, w := range waits {
 		b := &backend{name: string(rune('a' + i)), wait: w, f: f, attempts: map[int32][]int{}}
-		srv := grpc.NewServer()
-		testpb.RegisterTestServiceServer(srv, b)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = srv.Serve(lis)
-		}()
-		tb.Cleanup(func() {
-			srv.Stop()
-			<-done
-		})
 		f.backends = append(f.backends, b)
-		f.addrs = append(f.addrs, resolver.Address{Addr: lis.Addr().String()})
+		f.addrs = append(f.addrs, resolver.Address{Addr: serve(tb, b)})
 	}
 	return f
 }

@@ -226,3 +226,32 @@ func TestDrawNeverProbes(t *testing.T) {
 	}
 	t.Error("Pick never probed the slow replica either: the test proves nothing")
 }
+
+// TestCensorStopsFading: a slow replica whose attempts are all cancelled
+// early (they lose) keeps its average; one nobody tries fades toward the
+// best.
+func TestCensorStopsFading(t *testing.T) {
+	for _, tried := range []bool{true, false} {
+		s := newSet(2)
+		s.Replicas[0].Observe(time.Millisecond, t0)
+		s.Replicas[1].Observe(10*time.Millisecond, t0)
+		now := t0
+		for range 30 {
+			now = now.Add(100 * time.Millisecond)
+			s.Replicas[0].Observe(time.Millisecond, now)
+			if tried {
+				s.Replicas[1].Censor(2*time.Millisecond, now) // lost to a 2 ms answer
+			}
+		}
+		c := time.Duration(s.Replicas[1].cost(s.best(), now))
+		switch {
+		case tried && c < 9*time.Millisecond:
+			t.Errorf("tried and cancelled for 3s: cost %v, want its 10 ms kept", c)
+		case !tried && c > 2*time.Millisecond:
+			t.Errorf("untried for 3s: cost %v, want it faded toward 1 ms", c)
+		}
+		if got := s.Replicas[1].Average(); got != 10*time.Millisecond {
+			t.Errorf("average %v after early cancellations, want 10ms unchanged", got)
+		}
+	}
+}
