@@ -2,6 +2,7 @@ package hedgegrpc
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -34,15 +35,16 @@ func straggling(base time.Duration, seed uint64) func() time.Duration {
 // loopback sockets, in one run: three backends answering in 5 ms, the third
 // ten times slower (50 ms), each attempt straggling 10× with probability
 // 3 %. Four callers send b.N calls in closed loop, hedged by
-// UnaryClientInterceptor with the adaptive delay (maxAttempts 2, the
-// default policy and budget), except "round_robin-unhedged", the baseline.
-// pick_first is connected to the slow backend ("pick_first-slow", the
-// backend listed first) or to a fast one ("pick_first-fast"). It reports the
-// p50 and p99 latency, the extra load (attempts that reached a backend per
-// call, minus one) and the share of attempts the slow backend got. Run it
-// with a fixed count, as the figures are percentiles of b.N calls:
+// UnaryClientInterceptor with A6's fixed hedgingDelay, 15 ms, and
+// maxAttempts 2, under the default policy's budget (10 % of the calls) —
+// except "round_robin-unhedged", the baseline. pick_first is connected to
+// the slow backend ("pick_first-slow", the backend listed first) or to a
+// fast one ("pick_first-fast"). It reports the p50 and p99 latency, the
+// extra load (attempts that reached a backend per call, minus one) and the
+// share of attempts the slow backend got. Run it with a fixed count, as the
+// figures are percentiles of b.N calls:
 //
-//	go test ./hedgegrpc -run '^$' -bench LoopbackBalancer -benchtime 4000x
+//	go test ./hedgegrpc -run '^$' -bench LoopbackBalancer -benchtime 3000x
 func BenchmarkLoopbackBalancer(b *testing.B) {
 	const base = 5 * time.Millisecond
 	for _, bc := range []struct {
@@ -66,9 +68,12 @@ func BenchmarkLoopbackBalancer(b *testing.B) {
 			f := startFleet(b, false, waits...)
 			var p *tailcut.Policy
 			if bc.hedged {
-				p = tailcut.Default()
+				var err error
+				if p, err = tailcut.New(tailcut.Config{Logger: slog.New(slog.DiscardHandler)}); err != nil {
+					b.Fatal(err)
+				}
 			}
-			c := f.dial(b, serviceConfig(bc.policy, 2, ""), p)
+			c := f.dial(b, serviceConfig(bc.policy, 2, "0.015s"), p)
 			// Warm up: connections, the policy's first window, the
 			// balancer's first samples.
 			for range 100 {

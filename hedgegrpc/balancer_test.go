@@ -95,7 +95,7 @@ func newTestLB(t *testing.T, addrs ...string) *testLB {
 // ready.
 func (lb *testLB) update(addrs ...string) {
 	lb.t.Helper()
-	cfg, err := bb().ParseConfig([]byte(`{}`))
+	cfg, err := configParser().ParseConfig([]byte(`{}`))
 	if err != nil {
 		lb.t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func (lb *testLB) update(addrs ...string) {
 	}
 }
 
-func bb() balancer.ConfigParser { return balancer.Get(BalancerName).(balancer.ConfigParser) }
+func configParser() balancer.ConfigParser { return balancer.Get(BalancerName).(balancer.ConfigParser) }
 
 // pick picks for ctx and returns the endpoint's address and the result.
 func (lb *testLB) pick(ctx context.Context) (string, balancer.PickResult) {
@@ -375,7 +375,7 @@ func TestBalancerNotReadyQueues(t *testing.T) {
 		cc := &fakeCC{}
 		b := balancer.Get(BalancerName).Build(cc, balancer.BuildOptions{})
 		defer b.Close()
-		cfg, _ := bb().ParseConfig([]byte(`{}`))
+		cfg, _ := configParser().ParseConfig([]byte(`{}`))
 		if err := b.UpdateClientConnState(balancer.ClientConnState{
 			ResolverState:  resolver.State{Endpoints: []resolver.Endpoint{{Addresses: []resolver.Address{{Addr: "a"}}}}},
 			BalancerConfig: cfg,
@@ -395,12 +395,12 @@ func TestBalancerNotReadyQueues(t *testing.T) {
 
 func TestBalancerParseConfig(t *testing.T) {
 	for _, js := range []string{`{}`, `{"childPolicy": [{"round_robin": {}}]}`} {
-		if _, err := bb().ParseConfig([]byte(js)); err != nil {
+		if _, err := configParser().ParseConfig([]byte(js)); err != nil {
 			t.Errorf("ParseConfig(%s): %v", js, err)
 		}
 	}
 	for _, js := range []string{`[]`, `"x"`, `{`} {
-		_, err := bb().ParseConfig([]byte(js))
+		_, err := configParser().ParseConfig([]byte(js))
 		if err == nil || !strings.Contains(err.Error(), "hedgegrpc: loadBalancingConfig "+BalancerName) {
 			t.Errorf("ParseConfig(%s) = %v, want an error naming %s", js, err, BalancerName)
 		}
