@@ -195,6 +195,7 @@ type keyState struct {
 	reserve atomic.Uint64 // auto.go: float64 bits, the burst share later hedges leave; 0: a half
 	basis   atomic.Int32  // observations the last recomputation was made from (capped)
 	warm    atomic.Bool   // cached comes from the estimator, not WarmupDelay
+	used    atomic.Int64  // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
 	counters
 
 	auto         atomic.Pointer[AutoChoice]       // auto.go: what the last recomputation chose and predicted
@@ -272,6 +273,18 @@ type Request struct {
 // Delay is the hedge delay chosen for this request when it began.
 func (r *Request) Delay() time.Duration { return r.delay }
 
+// UseDelay tells the policy that the caller hedges r at d instead of at
+// Delay (a delay fixed by a gRPC service config's hedgingDelay, or set for
+// the request): the key's [KeyStats] then report d as its Delay, until
+// the key's next request begins without one. What the policy learns and
+// decides is unchanged (Delay, HedgeAt and the auto delay's bookkeeping
+// stay the policy's). It costs one atomic store.
+func (r *Request) UseDelay(d time.Duration) {
+	if r.ks != nil {
+		r.ks.used.Store(1 + int64(max(d, 0)))
+	}
+}
+
 // MaxHedges returns the most hedges this request may send: Config.MaxHedges,
 // or fewer when the auto delay found that later hedges do not pay for
 // themselves.
@@ -317,6 +330,9 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	}
 	ks.lastUsed.Store(n)
 	ks.requests.Add(1)
+	if ks.used.Load() != 0 { // a load only, unless a caller set the last delay
+		ks.used.Store(0)
+	}
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}

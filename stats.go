@@ -85,10 +85,16 @@ func ratio(a, b int64) float64 {
 type KeyStats struct {
 	Key string
 	Counts
-	// Delay is the hedge delay in force.
+	// Delay is the hedge delay in force: the policy's, or the one the
+	// caller of the key's last request hedged it at ([Request.UseDelay]:
+	// a service config's fixed hedgingDelay, a per-call delay), Pinned
+	// then true.
 	Delay time.Duration
-	// Warm reports whether Delay comes from measured latencies (true) or is
-	// still the WarmupDelay (false).
+	// Pinned reports whether Delay was set by the caller of the key's last
+	// request rather than chosen by the policy.
+	Pinned bool
+	// Warm reports whether the policy's delay comes from measured
+	// latencies (true) or is still the WarmupDelay (false).
 	Warm bool
 
 	// Breaker is the state of the key's circuit breaker on hedges.
@@ -137,10 +143,15 @@ func (p *Policy) Stats() Stats {
 	}
 	for _, ks := range p.keys {
 		last := ks.lastUsed.Load()
+		delay, used := time.Duration(ks.cached.Load()), ks.used.Load()
+		if used != 0 {
+			delay = time.Duration(used - 1)
+		}
 		s.Keys = append(s.Keys, KeyStats{
 			Key:               ks.key,
 			Counts:            ks.counters.load(),
-			Delay:             time.Duration(ks.cached.Load()),
+			Delay:             delay,
+			Pinned:            used != 0,
 			Warm:              ks.warm.Load(),
 			Breaker:           ks.breaker.stateAt(last),
 			Diagnosis:         Diagnosis(ks.diag.status.Load()),

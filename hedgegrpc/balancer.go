@@ -63,12 +63,18 @@ import (
 // million runs on a loaded 2-core machine, where a unary call over bufconn
 // takes 75–180 µs).
 //
+// Streams hedged by [StreamClientInterceptor] have their attempts spread
+// the same way, but teach the balancer nothing: a stream's end is not its
+// latency (a watch may last for hours), nor is its life a load; neither do
+// the streams that interceptor passes through unhedged. Other streams (no
+// stream interceptor) are taken for calls, their lifetime for latency:
+// send them through StreamClientInterceptor, or another ClientConn.
+//
 // The config has no fields; unknown fields are ignored, as grpc-go asks of
-// every policy. Calls that do not go through the interceptor (other
-// interceptors, streams) are balanced the same way, their attempts picked
-// as first attempts. With a single endpoint every attempt goes to it, as
-// with grpc-go's default pick_first, which sends every attempt of every
-// call to the one backend it is connected to.
+// every policy. Unary calls that no interceptor of this package marks are
+// balanced as first attempts. With a single endpoint every attempt goes to
+// it, as with grpc-go's default pick_first, which sends every attempt of
+// every call to the one backend it is connected to.
 const BalancerName = "tailcut_hedging"
 
 func init() {
@@ -182,9 +188,12 @@ type picker struct {
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	start := time.Now()
-	i := p.choose(info.Ctx, start)
+	a, _ := info.Ctx.Value(pickKey{}).(*pickRef)
+	i := p.choose(a, start)
 	res, err := p.children[i].Pick(info)
-	if err != nil {
+	if err != nil || a != nil && a.stream {
+		// A stream's end is no latency (a watch may last for hours),
+		// nor is it load while it lasts: it teaches nothing.
 		return res, err
 	}
 	r, ctx, done := p.set.Replicas[i], info.Ctx, res.Done
@@ -199,15 +208,14 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	return res, nil
 }
 
-// choose returns the index of the endpoint for the attempt whose context is
-// ctx, at now: one no other attempt of its call was sent to, if the
-// interceptor marked the attempt (withPick), without probes for a hedge;
-// and records the choice for the call's later attempts. A repeated pick of the same attempt (grpc-go picks
-// again when the chosen connection is no longer ready, or retries
-// transparently) replaces its earlier choice.
-func (p *picker) choose(ctx context.Context, now time.Time) int {
-	a, _ := ctx.Value(pickKey{}).(*pickRef)
-	if a == nil {
+// choose returns the index of the endpoint, at now, for the attempt marked
+// a (nil if no interceptor marked it, see withPick): one no other attempt
+// of its call was sent to, without probes for a hedge; and records the
+// choice for the call's later attempts. A repeated pick of the same attempt
+// (grpc-go picks again when the chosen connection is no longer ready, or
+// retries transparently) replaces its earlier choice.
+func (p *picker) choose(a *pickRef, now time.Time) int {
+	if a == nil || a.call == nil {
 		return p.set.Pick(0, now)
 	}
 	c := a.call
@@ -278,18 +286,30 @@ type picks struct {
 	refs [MaxAttemptsLimit]pickRef
 }
 
-// pickRef is the context value: attempt k of a call.
+// pickRef is the context value: attempt k of a call, or of a stream.
 type pickRef struct {
-	call *picks
-	k    int
+	call   *picks // nil: a stream the interceptor does not hedge
+	k      int
+	stream bool
 }
 
 type pickKey struct{}
 
 // withPick returns ctx marked as attempt k (0 ≤ k < MaxAttemptsLimit) of
-// the call whose record is c, for the balancer to send it elsewhere than
-// the call's other attempts. Each k is marked once per call.
-func withPick(ctx context.Context, c *picks, k int) context.Context {
-	c.refs[k] = pickRef{call: c, k: k}
+// the call whose record is c, a stream's if stream, for the balancer to
+// send it elsewhere than the call's other attempts. Each k is marked once
+// per call.
+func withPick(ctx context.Context, c *picks, k int, stream bool) context.Context {
+	c.refs[k] = pickRef{call: c, k: k, stream: stream}
 	return context.WithValue(ctx, pickKey{}, &c.refs[k])
+}
+
+// aStream marks a stream that is not hedged (withStream).
+var aStream = &pickRef{stream: true}
+
+// withStream returns ctx marked as a stream's, not hedged: the balancer
+// picks its endpoint as any call's first attempt, and learns nothing from
+// it.
+func withStream(ctx context.Context) context.Context {
+	return context.WithValue(ctx, pickKey{}, aStream)
 }

@@ -152,15 +152,15 @@ func BenchmarkPicker(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var c picks
-			pick(withPick(ctx, &c, 0))
+			pick(withPick(ctx, &c, 0, false))
 		}
 	})
 	b.Run("hedge", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var c picks
-			pick(withPick(ctx, &c, 0))
-			pick(withPick(ctx, &c, 1))
+			pick(withPick(ctx, &c, 0, false))
+			pick(withPick(ctx, &c, 1, false))
 		}
 	})
 }

@@ -3,6 +3,7 @@ package hedgegrpc
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -36,26 +37,40 @@ type backend struct {
 }
 
 func (b *backend) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	k := AttemptFromContext(ctx)
-	b.mu.Lock()
-	b.attempts[req.ResponseSize] = append(b.attempts[req.ResponseSize], k)
-	b.n++
-	b.mu.Unlock()
-	if b.f.paired && req.ResponseSize >= 0 && k < 2 {
-		// The original and the first hedge answer only once the other
-		// has reached a backend: an attempt cancelled before its handler
-		// ran would be seen nowhere.
-		b.f.arrived(req.ResponseSize, k)
-		select {
-		case <-b.f.arrival(req.ResponseSize, 1-k):
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-	}
-	if err := stall(ctx, b.wait()); err != nil {
+	if err := b.serve(ctx, req.ResponseSize); err != nil {
 		return nil, err
 	}
 	return &testpb.SimpleResponse{Hostname: b.name}, nil
+}
+
+// StreamingOutputCall answers one message, the call's number being the
+// size of the first response asked for.
+func (b *backend) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, ss grpc.ServerStreamingServer[testpb.StreamingOutputCallResponse]) error {
+	if err := b.serve(ss.Context(), req.ResponseParameters[0].Size); err != nil {
+		return err
+	}
+	return ss.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: []byte(b.name)}})
+}
+
+// serve records an attempt of call and waits until it may answer.
+func (b *backend) serve(ctx context.Context, call int32) error {
+	k := AttemptFromContext(ctx)
+	b.mu.Lock()
+	b.attempts[call] = append(b.attempts[call], k)
+	b.n++
+	b.mu.Unlock()
+	if b.f.paired && call >= 0 && k < 2 {
+		// The original and the first hedge answer only once the other
+		// has reached a backend: an attempt cancelled before its handler
+		// ran would be seen nowhere.
+		b.f.arrived(call, k)
+		select {
+		case <-b.f.arrival(call, 1-k):
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return stall(ctx, b.wait())
 }
 
 func (b *backend) seen() (map[int32][]int, int) {
@@ -119,8 +134,7 @@ func startFleet(tb testing.TB, paired bool, waits ...func() time.Duration) *flee
 }
 
 // dial returns a client of the fleet with the service config js (which
-// picks the balancer) and the interceptor under p; a nil p means no
-// interceptor.
+// picks the balancer) and the interceptors under p; a nil p means none.
 func (f *fleet) dial(tb testing.TB, js string, p *tailcut.Policy) testpb.TestServiceClient {
 	tb.Helper()
 	r := manual.NewBuilderWithScheme("fleet")
@@ -135,7 +149,9 @@ func (f *fleet) dial(tb testing.TB, js string, p *tailcut.Policy) testpb.TestSer
 		if err != nil {
 			tb.Fatal(err)
 		}
-		opts = append(opts, grpc.WithUnaryInterceptor(UnaryClientInterceptor(p, WithServiceConfig(sc))))
+		opts = append(opts,
+			grpc.WithUnaryInterceptor(UnaryClientInterceptor(p, WithServiceConfig(sc))),
+			grpc.WithStreamInterceptor(StreamClientInterceptor(p, WithServiceConfig(sc))))
 	}
 	cc, err := grpc.NewClient(r.Scheme()+":///backends", opts...)
 	if err != nil {
@@ -228,55 +244,76 @@ func generous(tb testing.TB, maxHedges int) *tailcut.Policy {
 func fixed(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
 
 func TestLoopbackBalancerHedgesGoElsewhere(t *testing.T) {
-	// Three backends, c ten times slower (3 and 30 ms). Every call is
-	// hedged after 1 ms; its original and hedge answer only once both
-	// have reached a backend. With the balancer, no hedge may reach the backend
-	// its original reached — without the exclusion, about a third would
-	// (the original's backend, busy but fast, beats c in every draw they
-	// share). Under pick_first every hedge reaches the original's backend:
-	// the check below sees it.
+	// Three backends, c ten times slower (3 and 30 ms). Every call (unary,
+	// or a server stream) is hedged after 1 ms; its original and hedge
+	// answer only once both have reached a backend. With the balancer, no
+	// hedge may reach the backend its original reached — without the
+	// exclusion, about a third would (the original's backend, busy but
+	// fast, beats c in every draw they share). Under pick_first every
+	// hedge reaches the original's backend: the check below sees it.
 	const calls = 60
 	fast, slow := fixed(3*time.Millisecond), fixed(30*time.Millisecond)
-	for _, policy := range []string{BalancerName, "pick_first"} {
-		t.Run(policy, func(t *testing.T) {
-			f := startFleet(t, true, fast, fast, slow)
-			c := f.dial(t, serviceConfig(policy, 2, "0.001s"), generous(t, 1))
-			if policy == "pick_first" {
-				f.warm(t, c, 1)
-			} else {
-				f.warm(t, c, 3)
-			}
-			for i := range calls {
-				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-				_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: int32(i)})
-				cancel()
-				if err != nil {
-					t.Fatalf("call %d: %v", i, err)
+	for _, kind := range []string{"unary", "stream"} {
+		for _, policy := range []string{BalancerName, "pick_first"} {
+			t.Run(kind+"/"+policy, func(t *testing.T) {
+				f := startFleet(t, true, fast, fast, slow)
+				c := f.dial(t, serviceConfig(policy, 2, "0.001s"), generous(t, 1))
+				if policy == "pick_first" {
+					f.warm(t, c, 1)
+				} else {
+					f.warm(t, c, 3)
 				}
-			}
-			where, counts := f.where()
-			same := 0
-			for i := range int32(calls) {
-				orig, hedge := where[i][0], where[i][1]
-				if len(orig) != 1 || len(hedge) != 1 {
-					t.Fatalf("call %d: original reached %v, hedge %v; want one backend each", i, orig, hedge)
+				for i := range calls {
+					ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+					err := callOnce(ctx, c, kind, int32(i))
+					cancel()
+					if err != nil {
+						t.Fatalf("call %d: %v", i, err)
+					}
 				}
-				if orig[0] == hedge[0] {
-					same++
+				where, counts := f.where()
+				same := 0
+				for i := range int32(calls) {
+					orig, hedge := where[i][0], where[i][1]
+					if len(orig) != 1 || len(hedge) != 1 {
+						t.Fatalf("call %d: original reached %v, hedge %v; want one backend each", i, orig, hedge)
+					}
+					if orig[0] == hedge[0] {
+						same++
+					}
 				}
-			}
-			t.Logf("%s: attempts per backend %v; %d of %d hedges reached their original's backend", policy, counts, same, calls)
-			switch policy {
-			case BalancerName:
-				if same != 0 {
-					t.Errorf("%d of %d hedges reached the backend their original used, want none", same, calls)
+				t.Logf("attempts per backend %v; %d of %d hedges reached their original's backend", counts, same, calls)
+				switch policy {
+				case BalancerName:
+					if same != 0 {
+						t.Errorf("%d of %d hedges reached the backend their original used, want none", same, calls)
+					}
+				case "pick_first":
+					if same != calls {
+						t.Errorf("pick_first: %d of %d hedges reached their original's backend, want all (one connection)", same, calls)
+					}
 				}
-			case "pick_first":
-				if same != calls {
-					t.Errorf("pick_first: %d of %d hedges reached their original's backend, want all (one connection)", same, calls)
-				}
-			}
-		})
+			})
+		}
+	}
+}
+
+// callOnce makes call number i, unary or a server stream read to its end.
+func callOnce(ctx context.Context, c testpb.TestServiceClient, kind string, i int32) error {
+	if kind == "unary" {
+		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: i})
+		return err
+	}
+	st, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{ResponseParameters: []*testpb.ResponseParameters{{Size: i}}})
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := st.Recv(); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
 	}
 }
 

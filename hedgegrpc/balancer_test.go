@@ -194,7 +194,7 @@ func TestBalancerHedgesGoElsewhere(t *testing.T) {
 			var c picks
 			seen := map[string]int{}
 			for k := range 3 {
-				addr := lb.call(withPick(t.Context(), &c, k), lat)
+				addr := lb.call(withPick(t.Context(), &c, k, false), lat)
 				if j, dup := seen[addr]; dup {
 					t.Fatalf("call %d: attempt %d went to %s, which attempt %d of the same call used", i, k, addr, j)
 				}
@@ -210,12 +210,12 @@ func TestBalancerRepickReplacesOwnChoice(t *testing.T) {
 		lb := newTestLB(t, "a", "b")
 		for range 100 {
 			var c picks
-			first, _ := lb.pick(withPick(t.Context(), &c, 0))
+			first, _ := lb.pick(withPick(t.Context(), &c, 0, false))
 			// grpc-go picks attempt 0 again (its connection was not
 			// ready): it is not excluded from its own earlier choice's
 			// endpoint, and the hedge avoids only the latest choice.
-			again, _ := lb.pick(withPick(t.Context(), &c, 0))
-			hedge, _ := lb.pick(withPick(t.Context(), &c, 1))
+			again, _ := lb.pick(withPick(t.Context(), &c, 0, false))
+			hedge, _ := lb.pick(withPick(t.Context(), &c, 1, false))
 			if hedge == again {
 				t.Fatalf("hedge went to %s, where attempt 0 was last picked (first %s)", hedge, first)
 			}
@@ -231,11 +231,11 @@ func TestBalancerFallsBackWhenAllUsed(t *testing.T) {
 			for range 200 {
 				var c picks
 				for k := range len(addrs) {
-					lb.call(withPick(t.Context(), &c, k), slowC)
+					lb.call(withPick(t.Context(), &c, k, false), slowC)
 				}
 				// Every endpoint is used by now: the next attempt still goes,
 				// to any ready one.
-				counts[lb.call(withPick(t.Context(), &c, len(addrs)), slowC)]++
+				counts[lb.call(withPick(t.Context(), &c, len(addrs), false), slowC)]++
 			}
 			t.Logf("%v: attempts past the endpoints %v", addrs, counts)
 			if len(addrs) == 1 && counts["a"] != 200 {
@@ -421,9 +421,31 @@ func TestBalancerHedgesNeverProbe(t *testing.T) {
 			for i := range 2 * p2c.ProbeEvery {
 				var c picks
 				c.used[0] = lb.b.(*hedgeLB).replicaOf(t, "a")
-				if addr := lb.call(withPick(t.Context(), &c, 1), slowC); addr != "b" {
+				if addr := lb.call(withPick(t.Context(), &c, 1, false), slowC); addr != "b" {
 					t.Fatalf("round %d, hedge %d went to %s, want b (c is slow, a used)", round, i, addr)
 				}
+			}
+		}
+	})
+}
+
+func TestBalancerStreamsTeachNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lb := newTestLB(t, "a")
+		r := lb.b.(*hedgeLB).replicaOf(t, "a")
+		r.Observe(10*time.Millisecond, time.Now())
+		var c picks
+		for _, ctx := range []context.Context{withStream(t.Context()), withPick(t.Context(), &c, 0, true)} {
+			_, res := lb.pick(ctx)
+			if n := r.Inflight.Load(); n != 0 {
+				t.Errorf("a stream in flight counts as load: %d, want 0", n)
+			}
+			time.Sleep(time.Hour) // a watch
+			if res.Done != nil {
+				res.Done(balancer.DoneInfo{BytesReceived: true})
+			}
+			if got := r.Average(); got != 10*time.Millisecond {
+				t.Errorf("average %v after a stream of an hour, want 10ms unchanged", got)
 			}
 		}
 	})
