@@ -70,8 +70,8 @@ import (
 // stream interceptor) are taken for calls, their lifetime for latency:
 // send them through StreamClientInterceptor, or another ClientConn.
 //
-// The config has no fields; unknown fields are ignored, as grpc-go asks of
-// every policy. Unary calls that no interceptor of this package marks are
+// The config has no fields: it is {} (or null); unknown fields are
+// ignored, as grpc-go asks of every policy. Unary calls that no interceptor of this package marks are
 // balanced as first attempts. With a single endpoint every attempt goes to
 // it, as with grpc-go's default pick_first, which sends every attempt of
 // every call to the one backend it is connected to.

@@ -2,6 +2,7 @@ package hedgegrpc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -447,6 +448,26 @@ func TestBalancerStreamsTeachNothing(t *testing.T) {
 			if got := r.Average(); got != 10*time.Millisecond {
 				t.Errorf("average %v after a stream of an hour, want 10ms unchanged", got)
 			}
+		}
+	})
+}
+
+// FuzzBalancerParseConfig: a loadBalancingConfig comes from a service
+// config, which DNS may deliver. Parsing never panics, and accepts exactly
+// the JSON objects and null (no config, as grpc-go's own policies read it).
+func FuzzBalancerParseConfig(f *testing.F) {
+	for _, s := range []string{`{}`, `{"childPolicy": [{"round_robin": {}}]}`, `[]`, `null`, `{`, `{"a": 1, "a": 2}`, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, js []byte) {
+		cfg, err := configParser().ParseConfig(js)
+		var obj map[string]json.RawMessage
+		isObject := json.Unmarshal(js, &obj) == nil
+		if (err == nil) != isObject {
+			t.Fatalf("ParseConfig(%q) = %v, %v; want it to accept exactly JSON objects and null", js, cfg, err)
+		}
+		if err == nil && cfg == nil {
+			t.Fatalf("ParseConfig(%q) accepted it with a nil config", js)
 		}
 	})
 }
