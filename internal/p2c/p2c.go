@@ -43,7 +43,7 @@ const Decay = time.Second
 // instead of 5) for a second gets a quarter of the traffic back 1.7 s after
 // it recovers among three replicas, 2.2 s among two; one that stays slow
 // keeps 0.8 % of it. The pick costs one atomic add more, on a counter with a
-// cache line of its own (BenchmarkPick, two sessions of 10 runs alternated
+// cache line of its own (BenchmarkPick, two series of 10 runs alternated
 // with the pick before probes, shared 2-core machine at load 5–8: serial
 // medians 105 → 108 and 65 → 68 ns; on two Ps at once 116 → 114 and 53 → 67
 // ns — the shared counter costs up to about 15 ns when both Ps pick in a
