@@ -27,6 +27,11 @@ type Counts struct {
 	Wins [MaxHedgesLimit + 1]int64
 	// Failed counts requests whose every attempt failed.
 	Failed int64
+	// Abandoned counts requests whose caller gave up — cancelled its
+	// context, or let its deadline pass — before an answer was returned
+	// ([Policy.Abandon]). They are neither answered nor failed: a caller's
+	// choice counts in no error figure (Failed, the circuit breaker).
+	Abandoned int64
 	// Denied counts hedges not sent, by cause (indexed by Decision; the
 	// Send and DryRun entries are always zero).
 	Denied [numDecisions]int64
@@ -185,6 +190,7 @@ func (c *Counts) add(o *Counts) {
 		c.Wins[i] += o.Wins[i]
 	}
 	c.Failed += o.Failed
+	c.Abandoned += o.Abandoned
 	for i := range c.Denied {
 		c.Denied[i] += o.Denied[i]
 	}
@@ -201,6 +207,7 @@ func (c *counters) add(o *counters) {
 		c.wins[i].Add(o.wins[i].Load())
 	}
 	c.failed.Add(o.failed.Load())
+	c.abandoned.Add(o.abandoned.Load())
 	for i := range c.denied {
 		c.denied[i].Add(o.denied[i].Load())
 	}
@@ -218,6 +225,7 @@ func (c *counters) load() Counts {
 		s.Wins[i] = c.wins[i].Load()
 	}
 	s.Failed = c.failed.Load()
+	s.Abandoned = c.abandoned.Load()
 	for i := range c.denied {
 		s.Denied[i] = c.denied[i].Load()
 	}

@@ -437,7 +437,11 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 		winner = -1 // a failure, or the caller gave up
 	}
 	c.p.Observe(&r, 0, end.Sub(start), outcome, end)
-	c.p.End(&r, winner, end)
+	if v == gaveUp {
+		c.p.Abandon(&r, end)
+	} else {
+		c.p.End(&r, winner, end)
+	}
 	if th != nil {
 		switch {
 		case err == nil:
@@ -457,13 +461,14 @@ type verdict uint8
 const (
 	answered verdict = iota // an OK or fatal status: the call's answer
 	retry                   // a non-fatal failure: another attempt may go
-	gaveUp                  // the caller's own cancellation or deadline
+	gaveUp                  // the caller's own cancellation or deadline (tailcut.CallerGone)
 )
 
 // gaveUpOutcome is how the policy learns an attempt that the caller's own
 // cancellation or deadline ended. That says nothing about the downstream:
-// it is never a failure for the circuit breaker.
-const gaveUpOutcome = tailcut.Canceled
+// it is never a failure for the circuit breaker, and the call ends with
+// Policy.Abandon, not as a failed one.
+const gaveUpOutcome = tailcut.Abandoned
 
 // judge is the one mapping, for unary calls and streams alike, from how an
 // attempt ended — err (nil for OK), whether its trailer carried a pushback
@@ -475,7 +480,7 @@ func (c *client) judge(ctx context.Context, err error, hasPushback bool, nonFata
 	switch {
 	case err == nil:
 		return tailcut.Completed, answered
-	case ctx.Err() != nil:
+	case tailcut.CallerGone(ctx):
 		return gaveUpOutcome, gaveUp
 	case hasPushback || c.nonFatalErr(ctx, err, nonFatal):
 		return tailcut.Failed, retry

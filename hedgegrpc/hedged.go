@@ -320,10 +320,11 @@ func (h *hcall) decideLocked(out *result, winner int, now time.Time) {
 	h.finishLocked()
 }
 
-// abortLocked ends the call because the caller's context is done.
+// abortLocked ends the call because the caller's context is done: its
+// attempts are abandoned, and so is the request (tailcut.CallerGone).
 func (h *hcall) abortLocked(now time.Time) {
 	h.cancelRunningLocked(now, gaveUpOutcome)
-	h.c.p.End(&h.r, -1, now)
+	h.c.p.Abandon(&h.r, now)
 	h.aborted = true
 	h.finishLocked()
 }

@@ -589,7 +589,10 @@ func (e *statusError) Error() string {
 	return fmt.Sprintf("hedgehttp: attempt %d: %s", e.attempt, e.status)
 }
 
-var errHardTimeout = errors.New("hedgehttp: hard timeout")
+// errHardTimeout is the cause of a request's end at the hard timeout: it
+// wraps tailcut.ErrTimeout, so the policy counts the request as failed, not
+// as abandoned by its caller (tailcut.CallerGone).
+var errHardTimeout = fmt.Errorf("hedgehttp: hard timeout: %w", tailcut.ErrTimeout)
 
 // TimeoutError is the error of a request that hit the hard timeout set by
 // [WithTimeout] or [WithQuantileTimeout]. It matches

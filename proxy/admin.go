@@ -125,6 +125,9 @@ type DebugRoute struct {
 	ExtraLoad    float64 `json:"extra_load"`
 	HedgeWinRate float64 `json:"hedge_win_rate"`
 	Failed       int64   `json:"failed"`
+	// Abandoned counts requests whose client went away before an answer
+	// (tailcut's Counts.Abandoned): not failures.
+	Abandoned int64 `json:"abandoned"`
 	// Denials counts hedges not sent, by reason (budget, pushback, …).
 	Denials map[string]int64 `json:"denials"`
 	// Diagnosis is the verdict on the last diagnosis window (healthy,
@@ -162,6 +165,7 @@ func (s *Server) Debug() Debug {
 			Name: r.cfg.Name, Host: r.cfg.Host, PathPrefix: r.prefix, Upstream: r.cfg.Upstream, Hedging: r.hedging,
 			Requests: st.Requests, Attempts: st.Attempts, Hedges: st.Hedges,
 			HedgeRate: st.HedgeRate(), ExtraLoad: st.ExtraLoad(), HedgeWinRate: st.HedgeWinRate(), Failed: st.Failed,
+			Abandoned: st.Abandoned,
 			Denials:   map[string]int64{},
 			Diagnosis: tailcut.DiagnosisUnknown.String(), Breaker: tailcut.BreakerClosed.String(),
 			DelayMS: ms(r.policy.Config().WarmupDelay),
