@@ -19,7 +19,19 @@
 // message — cancelling the others; past the buffer limit it commits to the
 // attempt furthest along and is hedged no more.
 //
-//	cc, err := grpc.NewClient(target,
+// A hedge only escapes a slow backend if it goes to another one: under
+// grpc-go's default pick_first every attempt shares one connection to one
+// server. The load-balancing policy this package registers as
+// [BalancerName] sends each call's first attempt to the better of two ready
+// backends by measured latency and each hedge to a backend the call has not
+// used yet (gRFC A6: hedged RPCs run "typically by different backends").
+// One service config names it and the hedging policies:
+//
+//	js := `{"loadBalancingConfig": [{"tailcut_hedging": {}}],
+//	        "methodConfig": [{"name": [{"service": "shop.Catalog"}], "hedgingPolicy": {"maxAttempts": 2}}]}`
+//	sc, err := hedgegrpc.ParseServiceConfig([]byte(js))
+//	cc, err := grpc.NewClient("dns:///catalog:443",
+//		grpc.WithDefaultServiceConfig(js),
 //		grpc.WithUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))),
 //		grpc.WithStreamInterceptor(hedgegrpc.StreamClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))))
 //

@@ -68,6 +68,8 @@ type hcall struct {
 	// call: its attempts start through it, and its winner goes on after
 	// the decision.
 	stream *hstream
+
+	picks picks // the endpoints the attempts went to, for the balancer (withPick)
 }
 
 // hedged runs one call as a hedged request.
@@ -160,6 +162,7 @@ func (h *hcall) launchLocked(now time.Time) context.Context {
 	} else {
 		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[k], PreviousAttemptsKey, attemptValues[k])
 	}
+	actx = withPick(actx, &h.picks, k, h.stream != nil) // BalancerName sends it elsewhere than the others
 	h.slots[k] = slot{cancel: cancel, start: now, running: true}
 	h.launched++
 	h.running++

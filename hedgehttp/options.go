@@ -154,7 +154,8 @@ func WithFirstByte() Option {
 // choices on each endpoint's recent latency and requests in flight) and each
 // hedge of the same request to an endpoint not used yet by it. A failure
 // doubles an endpoint's latency estimate; an estimate not refreshed by
-// samples decays toward the best endpoint's within seconds, and an endpoint
+// attempts (a sample, or a loser cancelled) decays toward the best
+// endpoint's within seconds, and an endpoint
 // not measured for 125 ms gets a probe (at most one pick in 32 is a probe),
 // so that a replica avoided after failures or slow answers is measured
 // again and gets its traffic back within about two seconds once it has

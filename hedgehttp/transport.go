@@ -339,9 +339,9 @@ func (t *Transport) sendOnce(req *http.Request) (*http.Response, error) {
 	ep := t.eps.list[t.eps.pick(0, start)]
 	r := req.WithContext(req.Context())
 	r.URL = ep.rewrite(req.URL)
-	ep.inflight.Add(1)
+	ep.Inflight.Add(1)
 	resp, err := t.base.RoundTrip(r)
-	ep.inflight.Add(-1)
+	ep.Inflight.Add(-1)
 	now := time.Now()
 	ep.record(resp, err, now.Sub(start), false, now)
 	return resp, err
@@ -426,8 +426,8 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		rt.mu.Unlock()
 		ep = t.eps.list[i]
 		r.URL = ep.rewrite(r.URL)
-		ep.inflight.Add(1)
-		defer ep.inflight.Add(-1)
+		ep.Inflight.Add(1)
+		defer ep.Inflight.Add(-1)
 	}
 
 	resp, err := t.base.RoundTrip(r)
