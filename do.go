@@ -41,8 +41,10 @@ const (
 
 // Hedger runs hedged calls returning T under a [Policy]. Its fields are the
 // hooks an adapter needs; the zero value (apart from Policy) is the plain
-// behaviour of [Do]. A Hedger is safe for concurrent use; do not change its
-// fields while calls run.
+// behaviour of [Do]: in particular, once the caller's context is done a
+// call returns its error and no attempt's result, and counts as abandoned
+// by its caller, not failed ([CallerGone]). A Hedger is safe for
+// concurrent use; do not change its fields while calls run.
 type Hedger[T any] struct {
 	// Policy decides delays and grants hedges. Nil means the policy of
 	// [Default].
@@ -52,7 +54,9 @@ type Hedger[T any] struct {
 	// Success, any other error is Retryable. Whatever Classify says, an
 	// attempt that fails with context.Canceled while the caller's context is
 	// alive is Retryable: it was cancelled by something other than the
-	// caller, and must never reach the caller as the answer.
+	// caller, and must never reach the caller as the answer. A result that
+	// arrives once the caller gave up ([CallerGone]) is not classified:
+	// it is [Abandoned].
 	Classify func(v T, err error) Class
 
 	// Discard, if set, receives every result that completed but is not
@@ -83,8 +87,17 @@ type Hedger[T any] struct {
 // delay while every earlier attempt is still outstanding and the policy
 // grants it, and the next attempt at once when one fails with an error. The
 // first success wins; every other attempt's context is cancelled. If every
-// attempt fails, Do returns the primary's error. A cancelled or expired ctx
-// ends every attempt, and Do returns ctx.Err().
+// attempt fails, Do returns the primary's error.
+//
+// A cancelled or expired ctx ends every attempt, and Do returns ctx.Err():
+// once ctx is done, Do returns no attempt's result, not even one that
+// arrived before Do saw ctx end (a Hedger hands such results to Discard).
+// The policy counts the request as abandoned (Counts.Abandoned) and its
+// attempts as [Abandoned], not as failures: a caller giving up says
+// nothing of the downstream, and must not open the circuit breaker for
+// the other callers. Only a ctx ended with a cause that wraps
+// [ErrTimeout] (an adapter's own timeout) counts as failed instead; see
+// [CallerGone].
 //
 // call must honour its context and be safe to run concurrently with itself:
 // only hedge calls that are safe to repeat. Do returns as soon as a winner
@@ -98,6 +111,26 @@ type Hedger[T any] struct {
 func Do[T any](ctx context.Context, p *Policy, key string, call func(ctx context.Context, a Attempt) (T, error)) (T, error) {
 	h := Hedger[T]{Policy: p}
 	return h.Do(ctx, key, call)
+}
+
+// ErrTimeout, as the cause of a context's end ([context.WithTimeoutCause]
+// or [context.WithCancelCause]), marks a request that its adapter timed out
+// itself rather than one its caller gave up: [CallerGone] reports false, so
+// the request counts as failed (Counts.Failed), not abandoned. hedgehttp's
+// hard timeout (WithTimeout) ends requests with a cause that wraps it.
+var ErrTimeout = errors.New("tailcut: timed out")
+
+// CallerGone reports whether ctx, the context a request runs under, has
+// ended because its caller gave up: it is cancelled or past its deadline,
+// and its cause does not wrap [ErrTimeout]. An attempt that ends once its
+// caller is gone is [Abandoned], whatever it returned, and the request ends
+// with [Policy.Abandon]: the caller's choice is no sign of the downstream's
+// health, so it is never a failure for Counts.Failed or the circuit breaker,
+// nor a completed latency sample. [Hedger] applies this rule itself; an
+// adapter that drives the [Policy] directly (hedgegrpc) calls CallerGone
+// where an attempt ends.
+func CallerGone(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrTimeout)
 }
 
 var (
@@ -425,6 +458,9 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	st := h.getState(p, ctx, fn)
 	st.key, st.start, st.delay = key, start, opts.delay
 	st.req = p.beginOpts(key, f, opts.feat, start)
+	if opts.delay > 0 {
+		st.req.UseDelay(opts.delay) // the key's stats report the delay in use
+	}
 	st.maxAttempts = 1 + st.req.MaxHedges()
 	if opts.noHedge {
 		st.maxAttempts = 1
@@ -450,6 +486,9 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	// No hedge is due yet, and none will be: this goroutine decides.
 	st.attempts[0].running = false
 	st.running = 0
+	if ctx.Err() != nil {
+		return st.gaveUp(v, err, end, cancel)
+	}
 	class := h.classify(ctx, v, err)
 	p.Observe(&st.req, 0, end.Sub(start), outcomeOf(class), end)
 	if class == Retryable && st.maxAttempts > 1 && ctx.Err() == nil {
@@ -463,12 +502,21 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	// Nothing else ever saw st: no hedge went, and the timer, if it fires,
 	// will find no call. Reuse it.
 	st.recycle(true)
-	if err := ctx.Err(); err != nil && class == Retryable {
-		h.discard(v)
-		cancel()
-		return zero, err
-	}
 	return h.hand(v, cancel), err
+}
+
+// gaveUp ends a call whose inline primary returned (v, err at end) after
+// ctx was done, before any hedge was due: the result is discarded and the
+// call returns ctx.Err().
+func (st *state[T]) gaveUp(v T, err error, end time.Time, cancel context.CancelFunc) (T, error) {
+	h, p, ctx := st.h, st.p, st.ctx // recycle clears them
+	p.Observe(&st.req, 0, end.Sub(st.start), h.lateOutcome(ctx, v, err), end)
+	endLate(p, &st.req, CallerGone(ctx), end)
+	st.recycle(true) // nothing else ever saw st
+	h.discard(v)
+	cancel()
+	var zero T
+	return zero, ctx.Err()
 }
 
 // spawned runs a call whose primary runs on a goroutine of its own, like
@@ -522,6 +570,26 @@ func (st *state[T]) handOver(v T, err error, end time.Time) (T, error) {
 		st.running--
 	}
 	return st.finish(st.finalV, st.finalErr)
+}
+
+// lateOutcome is what the policy learns from an attempt whose result
+// (v, err) arrived once ctx was done: Abandoned if the caller gave up, else
+// (the adapter's own timeout, ErrTimeout) its class's outcome.
+func (h *Hedger[T]) lateOutcome(ctx context.Context, v T, err error) Outcome {
+	if CallerGone(ctx) {
+		return Abandoned
+	}
+	return outcomeOf(h.classify(ctx, v, err))
+}
+
+// endLate ends r at now, once its context is done: abandoned if its caller
+// is gone, else failed.
+func endLate(p *Policy, r *Request, gone bool, now time.Time) {
+	if gone {
+		p.Abandon(r, now)
+		return
+	}
+	p.End(r, -1, now)
 }
 
 // outcomeOf is what the policy learns from an attempt of class c.
@@ -599,9 +667,10 @@ func (st *state[T]) drop(i int) {
 }
 
 // loop waits for the attempts and the hedge slots until the outcome is
-// decided, and returns it.
+// decided, and returns it. It looks at ctx before it takes any result or
+// slot: select picks at random among the cases ready, and a result that
+// arrived after the caller gave up must not be returned.
 func (st *state[T]) loop() (T, error) {
-	var zero T
 	h, p := &st.h, st.p
 	for {
 		select {
@@ -610,6 +679,12 @@ func (st *state[T]) loop() (T, error) {
 			a := &st.attempts[i]
 			a.running = false
 			st.running--
+			if st.ctx.Err() != nil {
+				p.Observe(&st.req, i, r.end.Sub(a.start), h.lateOutcome(st.ctx, r.v, r.err), r.end)
+				h.discard(r.v)
+				a.cancel()
+				return st.stop(time.Now())
+			}
 			class := h.classify(st.ctx, r.v, r.err)
 			p.Observe(&st.req, i, r.end.Sub(a.start), outcomeOf(class), r.end)
 			if class != Retryable {
@@ -634,35 +709,50 @@ func (st *state[T]) loop() (T, error) {
 				}
 			}
 			if st.running == 0 {
+				if st.ctx.Err() != nil {
+					return st.stop(time.Now())
+				}
 				p.End(&st.req, -1, time.Now())
 				st.close(h.Discard)
-				if err := st.ctx.Err(); err != nil {
-					st.drop(st.kept)
-					return zero, err
-				}
 				k := st.results[st.kept]
 				return h.hand(k.v, st.attempts[st.kept].cancel), k.err
 			}
 		case now := <-st.tickC:
+			if st.ctx.Err() != nil {
+				return st.stop(now)
+			}
 			st.hedge(now)
 			st.nextTick++
 			st.arm()
 		case <-st.ctx.Done():
-			now := time.Now()
-			st.close(h.Discard)
-			if st.kept >= 0 {
-				st.drop(st.kept)
-			}
-			for i := range st.attempts[:st.launched] {
-				if a := &st.attempts[i]; a.running {
-					a.cancel()
-					p.Observe(&st.req, i, now.Sub(a.start), Canceled, now)
-				}
-			}
-			p.End(&st.req, -1, now)
-			return zero, st.ctx.Err()
+			return st.stop(time.Now())
 		}
 	}
+}
+
+// stop ends the call at now because ctx is done: discards every result
+// not yet returned, cancels the attempts still running and reports them
+// (Abandoned if the caller gave up, Canceled if the adapter's own timeout
+// ended the call), and returns ctx.Err().
+func (st *state[T]) stop(now time.Time) (T, error) {
+	st.close(st.h.Discard)
+	if st.kept >= 0 {
+		st.drop(st.kept)
+	}
+	gone := CallerGone(st.ctx)
+	o := Canceled
+	if gone {
+		o = Abandoned
+	}
+	for i := range st.attempts[:st.launched] {
+		if a := &st.attempts[i]; a.running {
+			a.cancel()
+			st.p.Observe(&st.req, i, now.Sub(a.start), o, now)
+		}
+	}
+	endLate(st.p, &st.req, gone, now)
+	var zero T
+	return zero, st.ctx.Err()
 }
 
 // classify applies h.Classify, with the rule that a cancellation the caller

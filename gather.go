@@ -46,8 +46,9 @@ func Gather[T any](ctx context.Context, p *Policy, keys []string, call func(ctx 
 // passed, with what has arrived and a nil error; a failed leg is then
 // simply not Done, and Gather returns a leg's error only once so many legs
 // have failed that Need can no longer be met. Legs still running when
-// Gather returns are cancelled; results they produce later go to Discard.
-// A cancelled ctx ends the fan-out with ctx.Err().
+// Gather returns are cancelled, and count as abandoned (Counts.Abandoned),
+// not failed; results they produce later go to Discard. A cancelled ctx
+// ends the fan-out with ctx.Err().
 func (h *Hedger[T]) Gather(ctx context.Context, keys []string, call func(ctx context.Context, leg int, a Attempt) (T, error), opts GatherOptions) (Gathered[T], error) {
 	n := len(keys)
 	g := Gathered[T]{Values: make([]T, n), Done: make([]bool, n)}

@@ -95,11 +95,20 @@ const (
 	// healthy answer takes. Completed stays the outcome of every other
 	// answer, a 404 included.
 	Errored
+	// Abandoned means the attempt ended because its caller gave up: the
+	// request's context was cancelled or its deadline passed (see
+	// [CallerGone]), whatever the attempt returned then. The caller's
+	// choice says nothing of the downstream's health: like Canceled it is
+	// never an error (nor a success) for the circuit breaker, and its
+	// latency is learned as Canceled's is, a lower bound, never as a
+	// completed sample. End such a request with [Policy.Abandon].
+	Abandoned
 )
 
 // recomputeEvery is how many observations a key takes before its cached
-// delay is recomputed (besides on every window rotation): a sketch query
-// costs a few hundred nanoseconds, a cached read a few.
+// delay is recomputed (besides on every window rotation; sooner while it
+// warms up, see delayOf): a sketch query costs a few hundred nanoseconds,
+// a cached read a few.
 const recomputeEvery = 16
 
 // Policy decides when to hedge: the delay to wait per key, whether a hedge
@@ -112,7 +121,8 @@ const recomputeEvery = 16
 // caps their extra load together.
 //
 // The request path is [Policy.Begin], then [Policy.Hedge] before each hedge,
-// [Policy.Observe] once for every attempt sent, and [Policy.End]. Together
+// [Policy.Observe] once for every attempt sent, and [Policy.End] (or
+// [Policy.Abandon], if the caller gave up first). Together
 // they cost about 270 ns on a 2-core x86 machine and allocate nothing
 // (see BenchmarkDecisionPath; the auto delay's recomputation, every 256
 // observations, allocates a few KiB).
@@ -168,6 +178,7 @@ type counters struct {
 	triggered    atomic.Int64 // requests that asked for a hedge at least once
 	would        atomic.Int64 // hedges that would have been sent (dry run)
 	breakerTrips atomic.Int64 // times the breaker opened
+	abandoned    atomic.Int64 // requests whose caller gave up before an answer (Abandon)
 }
 
 // keyState is what the policy knows of one key. The fields a request
@@ -194,16 +205,17 @@ type keyState struct {
 	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 	gap     atomic.Int64  // auto.go: ns from one hedge to the next; 0: the delay
 	limit   atomic.Int32  // auto.go: hedges per request; 0: MaxHedges
+	every   atomic.Int32  // observations after which cached is recomputed (see delayOf)
 	reserve atomic.Uint64 // auto.go: float64 bits, the burst share later hedges leave; 0: a half
 	basis   atomic.Int32  // observations the last recomputation was made from (capped)
 	warm    atomic.Bool   // cached comes from the estimator, not WarmupDelay
+	used    atomic.Int64  // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
 	counters
 
-	auto         atomic.Pointer[AutoChoice]       // auto.go: what the last recomputation chose and predicted
-	pausedUntil  atomic.Int64                     // UnixNano before which hedges are denied (pushback)
-	fleet        atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
-	shifts       atomic.Int64                     // windows restarted after a shift
-	firstGranted atomic.Int64                     // first hedges granted (sent, or would be in a dry run)
+	auto        atomic.Pointer[AutoChoice]       // auto.go: what the last recomputation chose and predicted
+	pausedUntil atomic.Int64                     // UnixNano before which hedges are denied (pushback)
+	fleet       atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
+	shifts      atomic.Int64                     // windows restarted after a shift
 
 	mu          sync.Mutex   // serialises recomputation
 	lowEvidence float64      // shift.go: evidence for a downward shift; guarded by mu
@@ -211,6 +223,10 @@ type keyState struct {
 
 	breaker breaker
 	diag    diagnosis
+
+	// After the breaker, so that the breaker starts a cache line (byte
+	// 384 of the 640-byte allocation) and its fast path reads one line.
+	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
 
 	model   atomic.Pointer[bucketTable] // predictive hedging's feature buckets (model.go); written under mu
 	modelMu sync.Mutex                  // serialises their recomputation
@@ -274,6 +290,18 @@ type Request struct {
 // Delay is the hedge delay chosen for this request when it began.
 func (r *Request) Delay() time.Duration { return r.delay }
 
+// UseDelay tells the policy that the caller hedges r at d instead of at
+// Delay (a delay fixed by a gRPC service config's hedgingDelay, or set for
+// the request): the key's [KeyStats] then report d as its Delay, until
+// the key's next request begins without one. What the policy learns and
+// decides is unchanged (Delay, HedgeAt and the auto delay's bookkeeping
+// stay the policy's). It costs one atomic store.
+func (r *Request) UseDelay(d time.Duration) {
+	if r.ks != nil {
+		r.ks.used.Store(1 + int64(max(d, 0)))
+	}
+}
+
 // MaxHedges returns the most hedges this request may send: Config.MaxHedges,
 // or fewer when the auto delay found that later hedges do not pay for
 // themselves.
@@ -319,6 +347,9 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	}
 	ks.lastUsed.Store(n)
 	ks.requests.Add(1)
+	if ks.used.Load() != 0 { // a load only, unless a caller set the last delay
+		ks.used.Store(0)
+	}
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
@@ -437,9 +468,9 @@ func (p *Policy) takeInflight() bool {
 // until every request is hedged.
 //
 // Observe also feeds the key's circuit breaker ([Failed] and [Errored] are
-// errors, [Completed] a success, [Canceled] neither) and ends the in-flight
-// time of a hedge (attempt ≥ 1), and calls the functions registered with
-// [Policy.OnAttempt].
+// errors, [Completed] a success, [Canceled] and [Abandoned] neither),
+// ends the in-flight time of a hedge (attempt ≥ 1), and calls the
+// functions registered with [Policy.OnAttempt].
 func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outcome, now time.Time) {
 	p.notifyAttempt(r, attempt, latency, o)
 	ks := r.ks
@@ -447,7 +478,8 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 		r.inflight &^= 1 << attempt
 		p.inflight.Add(-1)
 	}
-	if o != Canceled && !p.cfg.Breaker.Disabled {
+	cut := o == Canceled || o == Abandoned // ended before its answer: a lower bound
+	if !cut && !p.cfg.Breaker.Disabled {
 		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), latency, o == Completed) {
 			ks.breakerTrips.Add(1)
 		}
@@ -459,19 +491,21 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	// hedge is observed only when it races, and the ones that finish are
 	// the fast ones. (A Where bucket's hedges, which go elsewhere, are
 	// learned apart, each one sent: completed, or censored when
-	// cancelled.) A primary cancelled because a hedge won is learned as
-	// censored at its cancellation time (below); a primary cancelled
-	// before the delay (a per-request delay shorter than the policy's) says
-	// nothing about the quantiles the delay is made of and is skipped.
+	// cancelled.) A primary cancelled because a hedge won, or abandoned
+	// by its caller, is learned as censored at its end (below): dropping
+	// it would drop the slow ones, which a caller's deadline cuts short
+	// most. One cut before the delay (a caller giving up early, a
+	// per-request delay shorter than the policy's) says nothing about the
+	// quantiles the delay is made of and is skipped.
 	if attempt != 0 {
 		if b := r.b; b != nil && b.hedges != nil {
 			// A hedge of a Where bucket's request: it went elsewhere,
 			// and its bucket learns its latency apart (model.go).
-			b.observeHedge(latency, o == Canceled, now)
+			b.observeHedge(latency, cut, now)
 		}
 		return
 	}
-	if o == Canceled && latency < r.delay {
+	if cut && latency < r.delay {
 		return
 	}
 	if r.share >= 0 {
@@ -488,8 +522,8 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	case r.b != nil:
 		// The key's estimator and the feature bucket's learn it
 		// (predictive hedging, model.go).
-		r.b.observe(ks.est, latency, o == Canceled, now)
-	case o == Canceled:
+		r.b.observe(ks.est, latency, cut, now)
+	case cut:
 		// Censored: the primary would have taken longer. The estimator
 		// counts it at latency for quantiles and spreads it over the
 		// longer primaries for the auto delay's predictions.
@@ -499,7 +533,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	}
 	ks.sinceCompute.Add(1)
 	if r.reg != nil {
-		r.reg.observe(&r.x, latency, o == Canceled) // regress.go
+		r.reg.observe(&r.x, latency, cut) // regress.go
 	}
 }
 
@@ -511,6 +545,15 @@ func (p *Policy) End(r *Request, winner int, now time.Time) {
 		return
 	}
 	r.ks.wins[winner].Add(1)
+}
+
+// Abandon records that r ended at now because its caller gave up before
+// an answer was returned — its context was cancelled or its deadline
+// passed ([CallerGone]) — in place of [Policy.End]: the request counts in
+// Counts.Abandoned, not in Failed. Report the attempts that ended with it
+// as [Abandoned].
+func (p *Policy) Abandon(r *Request, now time.Time) {
+	r.ks.abandoned.Add(1)
 }
 
 // Pushback pauses hedging for key until the given time: the downstream
@@ -535,19 +578,13 @@ func (p *Policy) Delay(key string, now time.Time) time.Duration {
 }
 
 // delayOf returns the cached delay of ks, recomputing it when a window has
-// rotated or enough observations arrived since.
+// rotated or enough observations arrived since (ks.every, set by the last
+// recomputation).
 func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	n := now.UnixNano()
-	every := int32(recomputeEvery)
-	if p.auto && ks.warm.Load() {
-		// As often as the observations double, up to every
-		// autoRecomputeEvery: a schedule made from few samples (after a
-		// start or a shift) is soon replaced by a better one.
-		every = autoEvery(ks.basis.Load())
-	}
 	// fresh: no rotation, not enough new observations, no sign of a shift.
 	fresh := func() bool {
-		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < every && ks.over.Load() <= ks.overLimit.Load()
+		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < ks.every.Load() && ks.over.Load() <= ks.overLimit.Load()
 	}
 	if fresh() {
 		return time.Duration(ks.cached.Load())
@@ -593,6 +630,22 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	if p.cfg.MaxDelay > 0 && d > p.cfg.MaxDelay {
 		d = p.cfg.MaxDelay
 	}
+	every := int32(recomputeEvery)
+	switch {
+	case !ok:
+		// Warming up: recompute as soon as the current window holds
+		// MinSamples, so that the learned delay replaces WarmupDelay at
+		// the MinSamples-th observation, not at the next multiple of
+		// recomputeEvery. (A rotation recomputes anyway.)
+		cur, _ := ks.est.Counts(now)
+		every = int32(min(max(p.cfg.MinSamples-cur, 1), recomputeEvery))
+	case p.auto:
+		// As often as the observations double, up to every
+		// autoRecomputeEvery: a schedule made from few samples (after a
+		// start or a shift) is soon replaced by a better one.
+		every = autoEvery(ks.basis.Load())
+	}
+	ks.every.Store(every)
 	ks.cached.Store(int64(d))
 	ks.warm.Store(ok)
 	ks.sinceCompute.Store(0)

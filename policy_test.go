@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,37 @@ func TestDelayWarmupQuantileClamp(t *testing.T) {
 		got := p.Delay("k", pt0)
 		if rel := float64(got-tt.want) / float64(tt.want); rel < -0.011 || rel > 0.011 {
 			t.Errorf("%s: delay %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestWarmupEndsAtMinSamples: the request begun after the MinSamples-th
+// observation is the first to get the learned delay, for a pinned
+// quantile and for the auto delay.
+func TestWarmupEndsAtMinSamples(t *testing.T) {
+	const warmup = 7 * time.Millisecond
+	for _, q := range []float64{0.9, 0} {
+		for _, min := range []int{1, 5, 16, 20, 40} {
+			t.Run(fmt.Sprintf("quantile_%v/min_%d", q, min), func(t *testing.T) {
+				p, err := New(Config{Quantile: q, MinSamples: min, WarmupDelay: warmup})
+				if err != nil {
+					t.Fatal(err)
+				}
+				now := pt0
+				for i := range min + 3 {
+					r := p.Begin("k", now)
+					if got, learned := r.Delay(), i >= min; (got != warmup) != learned {
+						t.Fatalf("request %d, after %d observations: delay %v, want learned %v (warm-up %v)", i, i, got, learned, warmup)
+					}
+					lat := time.Duration(40+i%20) * time.Millisecond
+					p.Observe(&r, 0, lat, Completed, now.Add(lat))
+					p.End(&r, 0, now.Add(lat))
+					now = now.Add(time.Millisecond)
+				}
+				if k := p.Stats().Keys[0]; !k.Warm {
+					t.Error("KeyStats.Warm false after MinSamples")
+				}
+			})
 		}
 	}
 }

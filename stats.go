@@ -27,6 +27,11 @@ type Counts struct {
 	Wins [MaxHedgesLimit + 1]int64
 	// Failed counts requests whose every attempt failed.
 	Failed int64
+	// Abandoned counts requests whose caller gave up — cancelled its
+	// context, or let its deadline pass — before an answer was returned
+	// ([Policy.Abandon]). They are neither answered nor failed: a caller's
+	// choice counts in no error figure (Failed, the circuit breaker).
+	Abandoned int64
 	// Denied counts hedges not sent, by cause (indexed by Decision; the
 	// Send and DryRun entries are always zero). [Counts.DeniedBy] reads
 	// it by name: c.DeniedBy(DenyBudget).
@@ -98,10 +103,16 @@ func ratio(a, b int64) float64 {
 type KeyStats struct {
 	Key string
 	Counts
-	// Delay is the hedge delay in force.
+	// Delay is the hedge delay in force: the policy's, or the one the
+	// caller of the key's last request hedged it at ([Request.UseDelay]:
+	// a service config's fixed hedgingDelay, a per-call delay), Pinned
+	// then true.
 	Delay time.Duration
-	// Warm reports whether Delay comes from measured latencies (true) or is
-	// still the WarmupDelay (false).
+	// Pinned reports whether Delay was set by the caller of the key's last
+	// request rather than chosen by the policy.
+	Pinned bool
+	// Warm reports whether the policy's delay comes from measured
+	// latencies (true) or is still the WarmupDelay (false).
 	Warm bool
 
 	// Breaker is the state of the key's circuit breaker on hedges.
@@ -150,10 +161,15 @@ func (p *Policy) Stats() Stats {
 	}
 	for _, ks := range p.keys {
 		last := ks.lastUsed.Load()
+		delay, used := time.Duration(ks.cached.Load()), ks.used.Load()
+		if used != 0 {
+			delay = time.Duration(used - 1)
+		}
 		s.Keys = append(s.Keys, KeyStats{
 			Key:               ks.key,
 			Counts:            ks.counters.load(),
-			Delay:             time.Duration(ks.cached.Load()),
+			Delay:             delay,
+			Pinned:            used != 0,
 			Warm:              ks.warm.Load(),
 			Breaker:           ks.breaker.stateAt(last),
 			Diagnosis:         Diagnosis(ks.diag.status.Load()),
@@ -187,6 +203,7 @@ func (c *Counts) add(o *Counts) {
 		c.Wins[i] += o.Wins[i]
 	}
 	c.Failed += o.Failed
+	c.Abandoned += o.Abandoned
 	for i := range c.Denied {
 		c.Denied[i] += o.Denied[i]
 	}
@@ -203,6 +220,7 @@ func (c *counters) add(o *counters) {
 		c.wins[i].Add(o.wins[i].Load())
 	}
 	c.failed.Add(o.failed.Load())
+	c.abandoned.Add(o.abandoned.Load())
 	for i := range c.denied {
 		c.denied[i].Add(o.denied[i].Load())
 	}
@@ -220,6 +238,7 @@ func (c *counters) load() Counts {
 		s.Wins[i] = c.wins[i].Load()
 	}
 	s.Failed = c.failed.Load()
+	s.Abandoned = c.abandoned.Load()
 	for i := range c.denied {
 		s.Denied[i] = c.denied[i].Load()
 	}

@@ -29,8 +29,46 @@ const (
 	PushbackKey = "grpc-retry-pushback-ms"
 )
 
-// Option configures [UnaryClientInterceptor].
+// Option configures [UnaryClientInterceptor] and [StreamClientInterceptor].
 type Option func(*client)
+
+// DefaultBufferLimit is the most bytes of outgoing messages a hedged stream
+// buffers for replay, when [WithBufferLimit] is not given: the 64 KiB of
+// gRFC A6's suggested per-RPC limit.
+const DefaultBufferLimit = 64 << 10
+
+// WithBufferLimit sets the most bytes (proto.Size, summed) of outgoing
+// messages a hedged stream keeps to replay on its later attempts. The
+// message that would go past it commits the stream (gRFC A6): the attempt
+// that has sent the most messages goes on alone, the others are cancelled,
+// no more are sent, and that message and every later one go to it
+// unbuffered. The default is [DefaultBufferLimit]; 0 buffers only empty
+// messages. A negative n is an error: every call through the interceptor
+// then fails with codes.Internal and a message naming the option. Unary
+// calls are not affected (their one request is the caller's own).
+func WithBufferLimit(n int) Option {
+	return func(c *client) {
+		if n < 0 {
+			c.fail("WithBufferLimit: limit must not be negative, got %d", n)
+			return
+		}
+		c.bufferLimit = n
+	}
+}
+
+// WithFirstMessage makes a hedged stream commit to the first attempt that
+// delivers a response message (or ends), instead of the first that receives
+// response headers, and makes the time to that message the latency the
+// policy learns: the counterpart of hedgehttp's WithFirstByte. Use it for
+// server-streaming calls whose servers send their headers before the real
+// work (grpc.SendHeader at the start of a watch, a token stream or a long
+// query): their headers say nothing of how soon the data comes. It needs
+// the method's response type in the protobuf registry (generated code
+// registers it); a stream whose type is not found commits at its headers.
+// Unary calls are not affected.
+func WithFirstMessage() Option {
+	return func(c *client) { c.firstMsg = true }
+}
 
 // WithServiceConfig makes the interceptor follow a gRPC service config:
 // only methods whose methodConfig has a hedgingPolicy are hedged, with that
@@ -54,8 +92,9 @@ func WithNonFatalCodes(cs ...codes.Code) Option {
 // tailcut.Config.Predictive set (predictive hedging): the labels of its
 // bucket, such as a tenant or a cache-miss hint read from the request
 // message. The default is [DefaultFeatures]. Labels put in the call's
-// context with tailcut.WithFeatures are added after these. It is not
-// called when the policy is not predictive; a nil f keeps the default.
+// context with tailcut.WithFeatures are added after these. A stream is
+// described when it begins, before its first message: req is nil. It is
+// not called when the policy is not predictive; a nil f keeps the default.
 func WithFeatures(f func(fullMethod string, req any) tailcut.Features) Option {
 	return func(c *client) { c.custom = f }
 }
@@ -128,6 +167,17 @@ type client struct {
 	// policy is not predictive.
 	features func(fullMethod string, req any) tailcut.Features
 	custom   func(fullMethod string, req any) tailcut.Features // WithFeatures
+
+	bufferLimit int  // WithBufferLimit
+	firstMsg    bool // WithFirstMessage
+	// err is the first invalid option's error: every call fails with it.
+	err error
+}
+
+func (c *client) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = status.Errorf(codes.Internal, "hedgegrpc: "+format, args...)
+	}
 }
 
 func codeSet(cs []codes.Code) uint32 {
@@ -158,13 +208,17 @@ func identity(s string) string { return s }
 // proto.Merge) only if it wins, after the cancelled original has returned:
 // concurrent attempts never share a message. Attempts carry the metadata
 // "hedge-attempt: k" and, on hedges, "grpc-previous-rpc-attempts: k" (gRFC
-// A6). The caller's grpc.Header, grpc.Trailer and grpc.Peer options receive
+// A6). Under the [BalancerName] load-balancing policy each hedge goes to a
+// backend no other attempt of the call went to; under grpc-go's default,
+// pick_first, every attempt goes to the one backend it is connected to.
+// The caller's grpc.Header, grpc.Trailer and grpc.Peer options receive
 // the winning attempt's values; other call options go to every attempt
 // (a grpc.OnFinish callback runs once per attempt, possibly concurrently).
 //
 // Cost: a call answered before its hedge delay pays no goroutine, no extra
-// message and no merge: 12 allocations (1.2 KB) and 3–9 µs over the plain
-// call, measured on a loaded 2-core machine (BenchmarkInterceptorOverhead;
+// message and no merge: 13 allocations (1.6 KB; one is the context that
+// marks the attempt for [BalancerName]) and 3–9 µs over the plain call,
+// measured on a loaded 2-core machine (BenchmarkInterceptorOverhead;
 // a unary call over bufconn takes 75–180 µs there). Calls that are not
 // hedged pay a service-config lookup: no allocation, 130–300 ns.
 //
@@ -182,14 +236,24 @@ func identity(s string) string { return s }
 // Calls that are not hedged go straight to the invoker: methods without a
 // hedgingPolicy when a service config is given, and replies that are not
 // proto messages (no fresh message can be made for each attempt). Streaming
-// calls never reach a unary interceptor and are not hedged: no stream
-// interceptor is needed.
+// calls never reach a unary interceptor: [StreamClientInterceptor] hedges
+// them. An invalid option makes every call fail with codes.Internal.
 //
 // Only hedge methods that are safe to execute more than once: a hedged call
 // may run on the server several times.
 func UnaryClientInterceptor(p *tailcut.Policy, opts ...Option) grpc.UnaryClientInterceptor {
-	c := &client{p: p, nonFatal: 1 << codes.Unavailable, key: identity}
+	return newClient(p, opts).intercept
+}
+
+// newClient applies opts to a client of policy p (nil: see
+// [UnaryClientInterceptor]).
+func newClient(p *tailcut.Policy, opts []Option) *client {
+	c := &client{p: p, nonFatal: 1 << codes.Unavailable, key: identity, bufferLimit: DefaultBufferLimit}
 	for _, o := range opts {
+		if o == nil {
+			c.fail("nil Option")
+			continue
+		}
 		o(c)
 	}
 	if c.p == nil {
@@ -213,7 +277,7 @@ func UnaryClientInterceptor(p *tailcut.Policy, opts ...Option) grpc.UnaryClientI
 	if c.sc != nil && c.sc.Throttling != nil {
 		c.throttles = &throttles{cfg: c.sc.Throttling}
 	}
-	return c.intercept
+	return c
 }
 
 // plan is how one call is hedged.
@@ -249,32 +313,15 @@ func (c *client) plan(method string) (pl plan, ok bool) {
 var _ grpc.UnaryClientInterceptor = (*client)(nil).intercept
 
 func (c *client) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	var co callOption
-	for i, o := range opts {
-		if _, ok := o.(callOption); ok {
-			co, opts = stripCallOptions(opts, i)
-			break
-		}
+	if c.err != nil {
+		return c.err
 	}
-	pl, ok := c.plan(method)
+	pl, opts, ok := c.callPlan(method, opts)
 	msg, isProto := reply.(proto.Message)
 	if !ok || !isProto {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if co.noHedge {
-		pl.maxAttempts = 1
-	}
-	if co.delay > 0 {
-		pl.delay, pl.fixed = co.delay, true
-	}
-	var th *throttle
-	if c.throttles != nil {
-		target := ""
-		if cc != nil {
-			target = cc.Target()
-		}
-		th = c.throttles.get(target)
-	}
+	th := c.throttleOf(cc)
 	if err := ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
@@ -282,6 +329,40 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		return c.once(ctx, method, req, msg, cc, invoker, opts, pl.nonFatal, th)
 	}
 	return c.hedged(ctx, method, req, msg, cc, invoker, opts, pl, th)
+}
+
+// callPlan returns how a call to method is hedged, with this package's
+// call options in opts applied and removed from opts, or ok false if the
+// method is not hedged at all.
+func (c *client) callPlan(method string, opts []grpc.CallOption) (pl plan, _ []grpc.CallOption, ok bool) {
+	var co callOption
+	for i, o := range opts {
+		if _, ok := o.(callOption); ok {
+			co, opts = stripCallOptions(opts, i)
+			break
+		}
+	}
+	pl, ok = c.plan(method)
+	if co.noHedge {
+		pl.maxAttempts = 1
+	}
+	if co.delay > 0 {
+		pl.delay, pl.fixed = co.delay, true
+	}
+	return pl, opts, ok
+}
+
+// throttleOf returns the retry throttle of cc's server, or nil when the
+// service config has no retryThrottling.
+func (c *client) throttleOf(cc *grpc.ClientConn) *throttle {
+	if c.throttles == nil {
+		return nil
+	}
+	target := ""
+	if cc != nil {
+		target = cc.Target()
+	}
+	return c.throttles.get(target)
 }
 
 // stripCallOptions removes this package's call options from opts (the
@@ -305,6 +386,34 @@ func stripCallOptions(opts []grpc.CallOption, i int) (callOption, []grpc.CallOpt
 	return co, kept
 }
 
+// splitCallOptions keeps back the options that write into the caller's
+// variables — grpc.Header, grpc.Trailer, grpc.Peer — to be served from the
+// winning attempt: concurrent attempts must not write into them at the
+// same time. base is opts without them (opts itself, not a copy, when
+// there are none).
+func splitCallOptions(opts []grpc.CallOption) (base []grpc.CallOption, headerAddr, trailerAddr *metadata.MD, peerAddr *peer.Peer) {
+	base = opts
+	for i, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			headerAddr = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			trailerAddr = o.TrailerAddr
+		case grpc.PeerCallOption:
+			peerAddr = o.PeerAddr
+		default:
+			if len(base) < len(opts) {
+				base = append(base, o)
+			}
+			continue
+		}
+		if len(base) == len(opts) {
+			base = append(make([]grpc.CallOption, 0, len(opts)), opts[:i]...)
+		}
+	}
+	return base, headerAddr, trailerAddr, peerAddr
+}
+
 // once sends a call that may not be hedged, as a single attempt into the
 // caller's own reply; the policy still learns from it.
 func (c *client) once(ctx context.Context, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, nonFatal uint32, th *throttle) error {
@@ -322,15 +431,17 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 		c.p.Pushback(key, end.Add(pb))
 	}
 	codeNonFatal := err != nil && c.nonFatalErr(ctx, err, nonFatal)
-	outcome, winner := answerOutcome(err), 0
-	switch {
-	case err != nil && ctx.Err() != nil:
-		outcome, winner = tailcut.Canceled, -1 // the caller gave up
-	case err != nil && (hasPB || codeNonFatal):
-		outcome, winner = tailcut.Failed, -1
+	outcome, v := c.judge(ctx, err, hasPB, nonFatal)
+	winner := 0
+	if v != answered {
+		winner = -1 // a failure, or the caller gave up
 	}
 	c.p.Observe(&r, 0, end.Sub(start), outcome, end)
-	c.p.End(&r, winner, end)
+	if v == gaveUp {
+		c.p.Abandon(&r, end)
+	} else {
+		c.p.End(&r, winner, end)
+	}
 	if th != nil {
 		switch {
 		case err == nil:
@@ -342,6 +453,39 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 		}
 	}
 	return err
+}
+
+// verdict is what the end of an attempt means for its call.
+type verdict uint8
+
+const (
+	answered verdict = iota // an OK or fatal status: the call's answer
+	retry                   // a non-fatal failure: another attempt may go
+	gaveUp                  // the caller's own cancellation or deadline (tailcut.CallerGone)
+)
+
+// gaveUpOutcome is how the policy learns an attempt that the caller's own
+// cancellation or deadline ended. That says nothing about the downstream:
+// it is never a failure for the circuit breaker, and the call ends with
+// Policy.Abandon, not as a failed one.
+const gaveUpOutcome = tailcut.Abandoned
+
+// judge is the one mapping, for unary calls and streams alike, from how an
+// attempt ended — err (nil for OK), whether its trailer carried a pushback
+// — to what the policy learns of it and what it means for the call. A
+// status with a pushback is never an answer: the server refused the
+// attempt (hedgegrpc's Server sheds hedges with RESOURCE_EXHAUSTED and a
+// pushback) and the others may still succeed.
+func (c *client) judge(ctx context.Context, err error, hasPushback bool, nonFatal uint32) (tailcut.Outcome, verdict) {
+	switch {
+	case err == nil:
+		return tailcut.Completed, answered
+	case tailcut.CallerGone(ctx):
+		return gaveUpOutcome, gaveUp
+	case hasPushback || c.nonFatalErr(ctx, err, nonFatal):
+		return tailcut.Failed, retry
+	}
+	return answerOutcome(err), answered
 }
 
 // answerOutcome is how the policy learns an answer (an OK or a fatal

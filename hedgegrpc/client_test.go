@@ -434,8 +434,8 @@ func TestCallerDeadlineEndsAllAttempts(t *testing.T) {
 				t.Errorf("attempt %d still running after the deadline", r.index)
 			}
 		}
-		if s := p.Stats(); s.Failed != 1 || s.Wins != [len(s.Wins)]int64{} {
-			t.Errorf("stats %+v, want the call counted as failed, no winner", s.Counts)
+		if s := p.Stats(); s.Failed != 0 || s.Abandoned != 1 || s.Wins != [len(s.Wins)]int64{} {
+			t.Errorf("stats %+v, want the call counted as abandoned (not failed), no winner", s.Counts)
 		}
 	})
 }

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // MaxAttemptsLimit is the client-side cap on hedgingPolicy.maxAttempts: a
@@ -74,7 +77,8 @@ type HedgingPolicy struct {
 type Throttling struct {
 	// MaxTokens is in (0, 1000].
 	MaxTokens float64
-	// TokenRatio is > 0, with at most three decimals kept (A6).
+	// TokenRatio is > 0, in thousandths: decimals beyond three are dropped
+	// (A6: 0.5466 is 0.546).
 	TokenRatio float64
 }
 
@@ -118,7 +122,12 @@ func (sc *ServiceConfig) maxAttempts() int {
 // needs: methodConfig[].name[] and hedgingPolicy, and retryThrottling.
 // Fields it does not use (loadBalancingConfig, timeout, retryPolicy, …) are
 // ignored, but must still be well-formed JSON. Field names are accepted in
-// lowerCamelCase or snake_case, as proto3 JSON allows.
+// lowerCamelCase or snake_case, as proto3 JSON allows. As gRFC A6 says,
+// status codes are integers or names in any case (14, "UNAVAILABLE",
+// "unavailable"; grpc-go and grpc-java take upper case only), durations
+// the proto3 JSON form of google.protobuf.Duration ("0.05s", read by
+// protojson), and tokenRatio keeps three decimals, the rest dropped
+// (0.5466 is 0.546).
 //
 // Errors point at the field: "hedgegrpc: methodConfig[2].hedgingPolicy.maxAttempts:
 // must be at least 2, got 1".
@@ -292,124 +301,93 @@ func parseThrottling(raw json.RawMessage, at string) (*Throttling, error) {
 	if !(r > 0) {
 		return nil, errorf(at+".tokenRatio", "must be greater than 0, got %v", r)
 	}
-	// A6: "Up to 3 decimal places are supported." Keep three, as gRPC's
-	// C core does (it counts in thousandths of a token).
-	milli := math.Round(r * 1000)
-	if milli < 1 {
-		return nil, errorf(at+".tokenRatio", "must be at least 0.001 (three decimals are kept), got %v", r)
+	// A6: "Decimal places beyond 3 are ignored. (eg. 0.5466 is treated
+	// as 0.546.)" gRPC's C core counts in thousandths of a token too.
+	milli := 1e6 // 1000 tokens or more: more than maxTokens can hold anyway
+	if r < 1000 {
+		milli = thousandths(rawRatio, r)
 	}
-	if milli > 1e6 {
-		milli = 1e6 // more than maxTokens can hold anyway
+	if milli < 1 {
+		return nil, errorf(at+".tokenRatio", "must be at least 0.001 (decimals beyond three are dropped), got %s", clip(rawRatio))
 	}
 	t.TokenRatio = milli / 1000
 	return t, nil
 }
 
-// parseCode reads a status code given as a name ("UNAVAILABLE") or a
-// number (14); the numeric form is also accepted as a string ("14").
+// parseCode reads a status code as gRFC A6 writes them: a JSON integer
+// (14) or a string naming it in any case ("UNAVAILABLE", "unavailable").
+// grpc's own parser, (*codes.Code).UnmarshalJSON, decides what is a code:
+// it wants the integer or the upper-case name, so a name is upper-cased
+// (ASCII only, as A6's case-insensitivity means) before it is asked. A
+// string of digits ("14") is no name, and is refused, as grpc-go and
+// grpc-java refuse it.
 func parseCode(raw json.RawMessage, at string) (codes.Code, error) {
+	var c codes.Code
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if err := c.UnmarshalJSON(strconv.AppendQuote(nil, asciiUpper(s))); err != nil {
+			return 0, errorf(at, "unknown status code %q", s)
+		}
+	} else {
 		n, err := integer(raw, at)
 		if err != nil {
 			return 0, errorf(at, "must be a status code name or number, got %s", clip(raw))
 		}
-		return checkCode(n, at)
+		if n < 0 || c.UnmarshalJSON(strconv.AppendInt(nil, n, 10)) != nil {
+			return 0, errorf(at, "status code %d out of range [1, 16]", n)
+		}
 	}
-	if c, ok := codeNames[s]; ok {
-		return checkCode(int64(c), at)
-	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return checkCode(n, at)
-	}
-	return 0, errorf(at, "unknown status code %q", s)
-}
-
-func checkCode(n int64, at string) (codes.Code, error) {
-	switch {
-	case n == 0:
+	if c == codes.OK {
 		return 0, errorf(at, "OK cannot be a non-fatal status code")
-	case n < 0 || n > int64(codes.Unauthenticated):
-		return 0, errorf(at, "status code %d out of range [1, 16]", n)
 	}
-	return codes.Code(n), nil
+	return c, nil
 }
 
-// codeNames are the canonical names of gRPC status codes, as written in
-// service configs.
-var codeNames = map[string]codes.Code{
-	"OK":                  codes.OK,
-	"CANCELLED":           codes.Canceled,
-	"UNKNOWN":             codes.Unknown,
-	"INVALID_ARGUMENT":    codes.InvalidArgument,
-	"DEADLINE_EXCEEDED":   codes.DeadlineExceeded,
-	"NOT_FOUND":           codes.NotFound,
-	"ALREADY_EXISTS":      codes.AlreadyExists,
-	"PERMISSION_DENIED":   codes.PermissionDenied,
-	"RESOURCE_EXHAUSTED":  codes.ResourceExhausted,
-	"FAILED_PRECONDITION": codes.FailedPrecondition,
-	"ABORTED":             codes.Aborted,
-	"OUT_OF_RANGE":        codes.OutOfRange,
-	"UNIMPLEMENTED":       codes.Unimplemented,
-	"INTERNAL":            codes.Internal,
-	"UNAVAILABLE":         codes.Unavailable,
-	"DATA_LOSS":           codes.DataLoss,
-	"UNAUTHENTICATED":     codes.Unauthenticated,
+// asciiUpper upper-cases the ASCII letters of s, and only them: "ı" and
+// "ſ" do not become "I" and "S" (strings.ToUpper would make them).
+func asciiUpper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - ('a' - 'A')
+		}
+	}
+	return string(b)
 }
 
-// parseDuration parses the proto3 JSON form of google.protobuf.Duration:
-// an optional '-', decimal seconds with up to nine fractional digits, and
-// the suffix "s" ("1s", "0.5s", ".5s" as in A6's examples, "1.000340012s").
+// parseDuration parses s, the content of a JSON string, as the proto3
+// JSON form of google.protobuf.Duration, with protojson: an optional sign,
+// decimal seconds with at most nine fractional digits, and the suffix "s"
+// ("1s", "0.5s", ".5s" as in A6's examples, "+1.000340012s"). A duration
+// beyond time.Duration's ±292 years is refused rather than clamped.
 func parseDuration(s string) (time.Duration, error) {
-	body, ok := strings.CutSuffix(s, "s")
-	if !ok {
-		return 0, fmt.Errorf("malformed duration %q: want seconds with an \"s\" suffix, such as \"0.5s\"", s)
+	js, _ := json.Marshal(s) // a string always marshals
+	var pd durationpb.Duration
+	// protojson takes ".s" for 0 although its doc wants digits; grpc-go
+	// and grpc-java refuse it: so does this.
+	if err := protojson.Unmarshal(js, &pd); err != nil || !strings.ContainsAny(s, "0123456789") {
+		return 0, fmt.Errorf("malformed duration %q: want decimal seconds (at most nine fractional digits) with an \"s\" suffix, such as \"0.5s\"", s)
 	}
-	neg := false
-	if rest, ok := strings.CutPrefix(body, "-"); ok {
-		neg, body = true, rest
-	}
-	whole, frac, hasDot := strings.Cut(body, ".")
-	if whole == "" && frac == "" {
-		return 0, fmt.Errorf("malformed duration %q: no digits", s)
-	}
-	if !allDigits(whole) || !allDigits(frac) || (hasDot && frac == "" && whole == "") {
-		return 0, fmt.Errorf("malformed duration %q: want decimal seconds", s)
-	}
-	if len(frac) > 9 {
-		return 0, fmt.Errorf("malformed duration %q: more than nine fractional digits", s)
-	}
-	// The proto Duration range is ±315,576,000,000 s, beyond time.Duration's
-	// ±292 years: anything past time.Duration is refused rather than clamped.
 	const maxSeconds = int64(math.MaxInt64 / int64(time.Second))
-	var sec int64
-	if whole != "" {
-		var err error
-		if sec, err = strconv.ParseInt(whole, 10, 64); err != nil || sec >= maxSeconds {
-			return 0, fmt.Errorf("duration %q out of range", s)
-		}
+	if pd.Seconds >= maxSeconds || pd.Seconds <= -maxSeconds {
+		return 0, fmt.Errorf("duration %q out of range", s)
 	}
-	var ns int64
-	if frac != "" {
-		ns, _ = strconv.ParseInt(frac, 10, 64) // ≤ 9 digits: cannot fail
-		for i := len(frac); i < 9; i++ {
-			ns *= 10
-		}
-	}
-	d := time.Duration(sec)*time.Second + time.Duration(ns)
-	if neg {
-		d = -d
-	}
-	return d, nil
+	return pd.AsDuration(), nil
 }
 
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
+// thousandths returns the number raw (whose value is f, 0 < f < 1000)
+// in thousandths, the decimals beyond three dropped, as A6 says of
+// tokenRatio ("0.5466 is treated as 0.546"). It truncates the decimal
+// number as written, exactly (big.Rat), not its nearest float64: 4.35 is
+// 4350 thousandths, where math.Floor(4.35*1000) is 4349.
+func thousandths(raw json.RawMessage, f float64) float64 {
+	var q big.Rat
+	if _, ok := q.SetString(string(bytes.TrimSpace(raw))); !ok {
+		return math.Floor(f * 1000) // not reached: raw decoded as a JSON number
 	}
-	return true
+	q.Mul(&q, big.NewRat(1000, 1))
+	n := new(big.Int).Quo(q.Num(), q.Denom()) // q > 0: towards zero is down
+	return float64(n.Int64())                 // < 1e6
 }
 
 // JSON helpers. The config is decoded field by field, not into structs, so

@@ -1,11 +1,16 @@
 package hedgegrpc
 
 import (
+	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/tailcut/tailcut"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -126,6 +131,9 @@ func TestMethodPrecedence(t *testing.T) {
 	}
 }
 
+// Durations are read as proto3 JSON reads google.protobuf.Duration
+// (protojson): a sign, decimal seconds without leading zeros, at most
+// nine fractional digits, the suffix "s".
 func TestParseDuration(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -133,16 +141,54 @@ func TestParseDuration(t *testing.T) {
 	}{
 		{"0s", 0}, {"1s", time.Second}, {".5s", 500 * time.Millisecond}, {"0.5s", 500 * time.Millisecond},
 		{"1.000340012s", time.Second + 340012}, {"-2s", -2 * time.Second}, {"3.s", 3 * time.Second},
-		{"0.000000001s", 1},
+		{"0.000000001s", 1}, {"+1s", time.Second}, {"-.25s", -250 * time.Millisecond}, {"-0s", 0},
+		{"9223372035.999999999s", 9223372035*time.Second + 999999999},
 	} {
 		got, err := parseDuration(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("parseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, in := range []string{"", "s", "1", "1ms", "+1s", "1.2.3s", "1.0000000001s", "--1s", "-s", ".s", "1e3s", "99999999999999s", " 1s", "0x1s"} {
+	for _, in := range []string{"", "s", "1", "1ms", "1.2.3s", "1.0000000001s", "--1s", "+-1s", "-s", ".s", "1e3s",
+		"99999999999999s", "9223372036s", "-9223372036s", " 1s", "1s ", "0x1s", "01s", "00.5s", "1.+5s", "1.-5s", "1S", "١s"} {
 		if d, err := parseDuration(in); err == nil {
 			t.Errorf("parseDuration(%q) = %v, want an error", in, d)
+		}
+	}
+}
+
+// gRFC A6: status codes in the integer form or the case-insensitive
+// string form ([14], ["UNAVAILABLE"], ["unavailable"]). grpc-go's and
+// grpc-java's parsers take only the upper-case name; a config they accept
+// is accepted here too.
+func TestParseCodesCaseInsensitive(t *testing.T) {
+	hp := mustHedging(t, mustConfig(t, `{"methodConfig": [{"name": [{"service": "a.B"}], "hedgingPolicy": {"maxAttempts": 2,
+		"nonFatalStatusCodes": ["unavailable", "Internal", "ABORTED", "resource_exhausted", 4, 8.0, "cancelled"]}}]}`), "/a.B/M")
+	want := []codes.Code{codes.Unavailable, codes.Internal, codes.Aborted, codes.ResourceExhausted, codes.DeadlineExceeded,
+		codes.ResourceExhausted, codes.Canceled}
+	if !slices.Equal(hp.NonFatalCodes, want) {
+		t.Errorf("codes %v, want %v", hp.NonFatalCodes, want)
+	}
+}
+
+// gRFC A6: "Decimal places beyond 3 are ignored. (eg. 0.5466 is treated
+// as 0.546.)" — truncated on the number as written, not rounded, and not
+// on its nearest float64.
+func TestTokenRatioTruncated(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+	}{
+		{"0.5466", 0.546}, {"0.1", 0.1}, {"0.1239", 0.123}, {"4.35", 4.35}, {"0.0019", 0.001}, {"5.466e-1", 0.546},
+		{"0.12399999999999999999", 0.123}, {"1", 1}, {"999.9999", 999.999}, {"1000", 1000}, {"5000", 1000},
+	} {
+		sc, err := ParseServiceConfig([]byte(`{"retryThrottling": {"maxTokens": 10, "tokenRatio": ` + tc.in + `}}`))
+		if err != nil {
+			t.Errorf("tokenRatio %s: %v", tc.in, err)
+			continue
+		}
+		if got := sc.Throttling.TokenRatio; got != tc.want {
+			t.Errorf("tokenRatio %s = %v, want %v", tc.in, got, tc.want)
 		}
 	}
 }
@@ -177,10 +223,18 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"delay no unit", hedge(`{"maxAttempts": 2, "hedgingDelay": "500"}`), "methodConfig[2].hedgingPolicy.hedgingDelay: malformed duration"},
 		{"delay ms", hedge(`{"maxAttempts": 2, "hedgingDelay": "500ms"}`), "methodConfig[2].hedgingPolicy.hedgingDelay: malformed duration"},
 		{"delay negative", hedge(`{"maxAttempts": 2, "hedgingDelay": "-1s"}`), "methodConfig[2].hedgingPolicy.hedgingDelay: must not be negative"},
+		{"delay leading zero", hedge(`{"maxAttempts": 2, "hedgingDelay": "01s"}`), "methodConfig[2].hedgingPolicy.hedgingDelay: malformed duration"},
+		{"delay beyond time.Duration", hedge(`{"maxAttempts": 2, "hedgingDelay": "315576000000s"}`), "methodConfig[2].hedgingPolicy.hedgingDelay: duration \"315576000000s\" out of range"},
 		{"codes not array", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": "UNAVAILABLE"}`), "methodConfig[2].hedgingPolicy.nonFatalStatusCodes: must be a JSON array"},
 		{"unknown code", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": ["UNAVAILABLE", "BUSY"]}`), `methodConfig[2].hedgingPolicy.nonFatalStatusCodes[1]: unknown status code "BUSY"`},
-		{"lower-case code", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": ["unavailable"]}`), `nonFatalStatusCodes[0]: unknown status code "unavailable"`},
+		{"digits as a string", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": ["14"]}`), `nonFatalStatusCodes[0]: unknown status code "14"`},
+		{"Go's spelling", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": ["Canceled"]}`), `nonFatalStatusCodes[0]: unknown status code "Canceled"`},
+		{"non-ASCII fold", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": ["unavaılable"]}`), `nonFatalStatusCodes[0]: unknown status code "unavaılable"`},
 		{"code OK", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": ["OK"]}`), "nonFatalStatusCodes[0]: OK cannot be a non-fatal status code"},
+		{"code ok", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": ["ok"]}`), "nonFatalStatusCodes[0]: OK cannot be a non-fatal status code"},
+		{"code 0", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": [0]}`), "nonFatalStatusCodes[0]: OK cannot be a non-fatal status code"},
+		{"code negative", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": [-1]}`), "nonFatalStatusCodes[0]: status code -1 out of range"},
+		{"code fractional", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": [14.5]}`), "nonFatalStatusCodes[0]: must be a status code name or number"},
 		{"code out of range", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": [17]}`), "nonFatalStatusCodes[0]: status code 17 out of range"},
 		{"code object", hedge(`{"maxAttempts": 2, "nonFatalStatusCodes": [{}]}`), "nonFatalStatusCodes[0]: must be a status code name or number"},
 		{"throttling not object", `{"retryThrottling": 3}`, "retryThrottling: must be a JSON object"},
@@ -191,6 +245,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"tokenRatio zero", `{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0}}`, "retryThrottling.tokenRatio: must be greater than 0"},
 		{"tokenRatio negative", `{"retryThrottling": {"maxTokens": 10, "tokenRatio": -1}}`, "retryThrottling.tokenRatio: must be greater than 0"},
 		{"tokenRatio below a thousandth", `{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.0004}}`, "retryThrottling.tokenRatio: must be at least 0.001"},
+		{"tokenRatio truncated to zero", `{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.0009999}}`, "retryThrottling.tokenRatio: must be at least 0.001 (decimals beyond three are dropped), got 0.0009999"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc, err := ParseServiceConfig([]byte(tc.js))
@@ -211,7 +266,7 @@ func TestParseAcceptsOddButValid(t *testing.T) {
 		`{"methodConfig": [{"hedgingPolicy": {"maxAttempts": 2}}]}`, // no name: skipped, as grpc-go does
 		`{"methodConfig": [{"name": [{"service": "a.B"}], "hedgingPolicy": null, "retryPolicy": {"x": 1}}]}`,
 		`{"methodConfig": [{"name": [{"service": "a.B"}], "hedgingPolicy": {"maxAttempts": 2.0, "nonFatalStatusCodes": []}}]}`,
-		`{"methodConfig": [{"name": [{"service": "a.B"}], "hedgingPolicy": {"maxAttempts": 1e9, "nonFatalStatusCodes": ["14"]}}]}`,
+		`{"methodConfig": [{"name": [{"service": "a.B"}], "hedgingPolicy": {"maxAttempts": 1e9, "nonFatalStatusCodes": [14]}}]}`,
 		`{"retryThrottling": {"maxTokens": 1000, "tokenRatio": 5000}}`,
 		`{"loadBalancingPolicy": "round_robin", "unknown": [1, 2, {"x": null}]}`,
 	} {
@@ -232,6 +287,10 @@ func FuzzParseServiceConfig(f *testing.F) {
 		`{"methodConfig": [{"name": [{}], "hedging_policy": {"max_attempts": 7}}], "retry_throttling": {"max_tokens": 3, "token_ratio": 0.5}}`,
 		`{"methodConfig": [{"name": [{"method": "x"}]}]}`,
 		`{"retryThrottling": {"maxTokens": 1e308, "tokenRatio": 1e-308}}`,
+		`{"methodConfig": [{"name": [{"service": "a.B"}], "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "+.25s", "nonFatalStatusCodes": ["unavailable", "Data_Loss", 16]}}]}`,
+		`{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.5466}}`,
+		`{"retryThrottling": {"maxTokens": 10, "tokenRatio": 5.466E-1}}`,
+		`{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.00000000000000000000000000001e+26}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -271,13 +330,92 @@ func FuzzParseServiceConfig(f *testing.F) {
 			}
 		}
 		if th := sc.Throttling; th != nil {
-			if !(th.MaxTokens > 0 && th.MaxTokens <= 1000) || !(th.TokenRatio >= 0.001) {
+			if !(th.MaxTokens > 0 && th.MaxTokens <= 1000) || !(th.TokenRatio >= 0.001 && th.TokenRatio <= 1000) {
 				t.Fatalf("throttling %+v out of range", th)
+			}
+			if m := th.TokenRatio * 1000; math.Abs(m-math.Round(m)) > 1e-6 {
+				t.Fatalf("tokenRatio %v has more than three decimals", th.TokenRatio)
 			}
 			tt := newThrottle(th)
 			if !tt.allow() {
 				t.Fatal("a fresh throttle must allow hedges")
 			}
+		}
+	})
+}
+
+// protoDuration is the proto3 JSON form of google.protobuf.Duration that
+// time.ParseDuration also reads: a sign, seconds without leading zeros, at
+// most nine fractional digits, at least one digit, "s".
+var protoDuration = regexp.MustCompile(`^[+-]?(0|[1-9][0-9]*)?(\.[0-9]{0,9})?s$`)
+
+// FuzzParseDuration compares parseDuration with time.ParseDuration: every
+// duration parseDuration accepts has the value time.ParseDuration gives
+// it, and every string of the proto3 form with a digit that
+// time.ParseDuration reads is accepted, with that value.
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"0s", "1s", ".5s", "+1.000340012s", "-2s", "3.s", ".s", "01s", "1ms", "9223372035.999999999s", "1e3s", "-.0s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseDuration(s)
+		want, werr := time.ParseDuration(s)
+		if err == nil {
+			if werr != nil || d != want {
+				t.Fatalf("parseDuration(%q) = %v; time.ParseDuration: %v, %v", s, d, want, werr)
+			}
+			if !protoDuration.MatchString(s) || !strings.ContainsAny(s, "0123456789") {
+				t.Fatalf("parseDuration(%q) accepted a string outside the proto3 form", s)
+			}
+			return
+		}
+		if protoDuration.MatchString(s) && strings.ContainsAny(s, "0123456789") && werr == nil &&
+			want.Abs() < 9223372036*time.Second-time.Second {
+			t.Fatalf("parseDuration(%q): %v; time.ParseDuration reads it as %v", s, err, want)
+		}
+	})
+}
+
+// A method whose service config pins hedgingDelay reports that delay in
+// the policy's stats (KeyStats.Delay, Pinned), not the policy's adaptive
+// one; so does a call's WithDelay; a method without hedgingDelay reports
+// the policy's.
+func TestStatsReportPinnedHedgingDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{WarmupDelay: 25 * time.Millisecond})
+		sc := mustConfig(t, `{"methodConfig": [
+			{"name": [{"service": "grpc.testing.TestService", "method": "UnaryCall"}], "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.01s"}},
+			{"name": [{}], "hedgingPolicy": {"maxAttempts": 2}}]}`)
+		ic := UnaryClientInterceptor(p, WithServiceConfig(sc))
+		f := newFake(func(int) reply { return reply{after: time.Millisecond} })
+		const adaptive = "/grpc.testing.TestService/EmptyCall"
+		check := func(when, key string, want time.Duration, pinned bool) {
+			t.Helper()
+			for _, k := range p.Stats().Keys {
+				if k.Key == key {
+					if k.Delay != want || k.Pinned != pinned {
+						t.Errorf("%s: %s Delay %v pinned %v, want %v pinned %v", when, key, k.Delay, k.Pinned, want, pinned)
+					}
+					return
+				}
+			}
+			t.Errorf("%s: no stats for %s", when, key)
+		}
+		for _, c := range []struct {
+			when, method string
+			opts         []grpc.CallOption
+			want         time.Duration
+			pinned       bool
+		}{
+			{"hedgingDelay 0.01s", unaryMethod, nil, 10 * time.Millisecond, true},
+			{"no hedgingDelay", adaptive, nil, 25 * time.Millisecond, false},
+			{"WithDelay", adaptive, []grpc.CallOption{WithDelay(40 * time.Millisecond)}, 40 * time.Millisecond, true},
+			{"no hedgingDelay again", adaptive, nil, 25 * time.Millisecond, false},
+		} {
+			if _, err, _ := callMethod(t.Context(), c.method, ic, f, c.opts...); err != nil {
+				t.Fatal(err)
+			}
+			check(c.when, c.method, c.want, c.pinned)
 		}
 	})
 }

@@ -1,7 +1,8 @@
-// Package hedgegrpc hedges grpc-go unary calls, configured the way gRPC
-// users already configure hedging: the hedgingPolicy and retryThrottling of
-// a gRPC service config (gRFC A6), which grpc-go never parses (its method
-// config has no hedgingPolicy field: even an invalid one passes NewClient).
+// Package hedgegrpc hedges grpc-go calls, unary and streaming, configured
+// the way gRPC users already configure hedging: the hedgingPolicy and
+// retryThrottling of a gRPC service config (gRFC A6), which grpc-go never
+// parses (its method config has no hedgingPolicy field: even an invalid one
+// passes NewClient).
 //
 // On the client, [UnaryClientInterceptor] sends each call's original
 // attempt and, if it has not answered after the method's hedge delay, more
@@ -12,11 +13,31 @@
 // sends the next attempt at once; a server's grpc-retry-pushback-ms trailer
 // pauses hedging. [ParseServiceConfig] reads the service config.
 //
-// On the server, [Server] tells hedges from originals (the hedge-attempt
-// and grpc-previous-rpc-attempts metadata), counts them, and under overload
-// sheds hedges first, with RESOURCE_EXHAUSTED and a pushback trailer.
+// [StreamClientInterceptor] hedges streams as A6 does: the messages sent
+// are buffered (up to [WithBufferLimit], 64 KiB by default) and replayed on
+// every new attempt, and the stream commits to the first attempt that
+// receives response headers — or, with [WithFirstMessage], a response
+// message — cancelling the others; past the buffer limit it commits to the
+// attempt furthest along and is hedged no more.
 //
-// Streaming calls are passed through untouched: a stream cannot be replayed
-// once messages have flowed, so no stream interceptors are provided or
-// needed.
+// A hedge only escapes a slow backend if it goes to another one: under
+// grpc-go's default pick_first every attempt shares one connection to one
+// server. The load-balancing policy this package registers as
+// [BalancerName] sends each call's first attempt to the better of two ready
+// backends by measured latency and each hedge to a backend the call has not
+// used yet (gRFC A6: hedged RPCs run "typically by different backends").
+// One service config names it and the hedging policies:
+//
+//	js := `{"loadBalancingConfig": [{"tailcut_hedging": {}}],
+//	        "methodConfig": [{"name": [{"service": "shop.Catalog"}], "hedgingPolicy": {"maxAttempts": 2}}]}`
+//	sc, err := hedgegrpc.ParseServiceConfig([]byte(js))
+//	cc, err := grpc.NewClient("dns:///catalog:443",
+//		grpc.WithDefaultServiceConfig(js),
+//		grpc.WithUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))),
+//		grpc.WithStreamInterceptor(hedgegrpc.StreamClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))))
+//
+// On the server, [Server] tells hedges from originals (the hedge-attempt
+// and grpc-previous-rpc-attempts metadata) in unary calls and streams,
+// counts them, and under overload sheds hedges first, with
+// RESOURCE_EXHAUSTED and a pushback trailer.
 package hedgegrpc

@@ -63,6 +63,13 @@ type hcall struct {
 	outcome  *result       // the winner, or the failure returned
 	aborted  bool          // the caller's context ended the call
 	done     chan struct{} // closed when decided; made only if the caller waits
+
+	// stream is the stream this call hedges (stream.go), nil for a unary
+	// call: its attempts start through it, and its winner goes on after
+	// the decision.
+	stream *hstream
+
+	picks picks // the endpoints the attempts went to, for the balancer (withPick)
 }
 
 // hedged runs one call as a hedged request.
@@ -72,39 +79,14 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 		cc: cc, invoker: invoker,
 		pl: pl, th: th, key: c.key(method), max: min(pl.maxAttempts, MaxAttemptsLimit),
 	}
-	// Options that write into the caller's variables are kept back and
-	// served from the winning attempt: concurrent attempts must not write
-	// into them at the same time.
 	var headerAddr, trailerAddr *metadata.MD
 	var peerAddr *peer.Peer
-	h.base = opts // copied only if it holds such options
-	for i, o := range opts {
-		switch o := o.(type) {
-		case grpc.HeaderCallOption:
-			headerAddr = o.HeaderAddr
-		case grpc.TrailerCallOption:
-			trailerAddr = o.TrailerAddr
-		case grpc.PeerCallOption:
-			peerAddr = o.PeerAddr
-		default:
-			if len(h.base) < len(opts) {
-				h.base = append(h.base, o)
-			}
-			continue
-		}
-		if len(h.base) == len(opts) {
-			h.base = append(make([]grpc.CallOption, 0, len(opts)), opts[:i]...)
-		}
-	}
+	h.base, headerAddr, trailerAddr, peerAddr = splitCallOptions(opts)
 	h.wantHdr, h.wantPr = headerAddr != nil, peerAddr != nil
 
 	start := time.Now()
 	h.mu.Lock()
-	h.r = c.begin(ctx, h.key, method, req, start)
-	h.delay = h.r.Delay()
-	if pl.fixed {
-		h.delay = pl.delay
-	}
+	h.beginLocked(req, start)
 	actx := h.launchLocked(start)
 	if h.delay == 0 {
 		h.tryHedgeLocked(start) // hedgingDelay "0s": every attempt now
@@ -159,6 +141,17 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	return out.err
 }
 
+// beginLocked begins the call in the policy at now and sets its hedge
+// delay: the policy's, or the plan's fixed one.
+func (h *hcall) beginLocked(req any, now time.Time) {
+	h.r = h.c.begin(h.ctx, h.key, h.method, req, now)
+	h.delay = h.r.Delay()
+	if h.pl.fixed {
+		h.delay = h.pl.delay
+		h.r.UseDelay(h.delay) // the key's stats report the delay in use
+	}
+}
+
 // launchLocked registers attempt number h.launched, started at now, and
 // returns its context. The caller starts it.
 func (h *hcall) launchLocked(now time.Time) context.Context {
@@ -169,6 +162,7 @@ func (h *hcall) launchLocked(now time.Time) context.Context {
 	} else {
 		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[k], PreviousAttemptsKey, attemptValues[k])
 	}
+	actx = withPick(actx, &h.picks, k, h.stream != nil) // BalancerName sends it elsewhere than the others
 	h.slots[k] = slot{cancel: cancel, start: now, running: true}
 	h.launched++
 	h.running++
@@ -180,6 +174,10 @@ func (h *hcall) launchLocked(now time.Time) context.Context {
 func (h *hcall) startHedgeLocked(now time.Time) {
 	k := h.launched
 	actx := h.launchLocked(now)
+	if h.stream != nil {
+		h.stream.startLocked(actx, k)
+		return
+	}
 	go func() {
 		req, ok := h.hedgeRequest()
 		if !ok {
@@ -241,13 +239,18 @@ func (h *hcall) attempt(ctx context.Context, k int, req any, msg proto.Message) 
 func (h *hcall) event(res *result) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.eventLocked(res)
+}
+
+func (h *hcall) eventLocked(res *result) {
 	if h.decided {
 		return // a loser finishing after the call was decided
 	}
 	now := time.Now()
-	if res.err != nil && h.ctx.Err() != nil {
-		// The caller gave up: this attempt failed because of it, and is
-		// no answer.
+	pb, hasPB := res.pushback, res.hasPushback
+	outcome, v := h.c.judge(h.ctx, res.err, hasPB, h.pl.nonFatal)
+	if v == gaveUp {
+		// This attempt failed because the caller gave up: no answer.
 		h.abortLocked(now)
 		return
 	}
@@ -255,14 +258,9 @@ func (h *hcall) event(res *result) {
 	s := &h.slots[res.index]
 	s.running = false
 	h.running--
-	pb, hasPB := res.pushback, res.hasPushback
-	codeNonFatal := res.err != nil && h.c.nonFatalErr(h.ctx, res.err, h.pl.nonFatal)
-	// A failure with a pushback trailer is never an answer: the server
-	// refused the attempt (hedgegrpc's Server sheds hedges with
-	// RESOURCE_EXHAUSTED and a pushback) and the others may still succeed.
-	if res.err == nil || !(hasPB || codeNonFatal) {
+	if v == answered {
 		// The winner: an OK or a fatal status.
-		p.Observe(&h.r, res.index, res.end.Sub(s.start), answerOutcome(res.err), res.end)
+		p.Observe(&h.r, res.index, res.end.Sub(s.start), outcome, res.end)
 		if h.th != nil {
 			switch {
 			case res.err == nil:
@@ -276,9 +274,9 @@ func (h *hcall) event(res *result) {
 	}
 
 	// A non-fatal failure.
-	p.Observe(&h.r, res.index, res.end.Sub(s.start), tailcut.Failed, res.end)
+	p.Observe(&h.r, res.index, res.end.Sub(s.start), outcome, res.end)
 	s.cancel()
-	if h.th != nil && (codeNonFatal || pb < 0) {
+	if h.th != nil && (pb < 0 || h.c.nonFatalErr(h.ctx, res.err, h.pl.nonFatal)) {
 		h.th.failure() // A6: non-fatal codes and "do not retry" pushbacks
 	}
 	if h.failure == nil || res.index == 0 {
@@ -309,8 +307,12 @@ func (h *hcall) event(res *result) {
 // if every attempt failed. Attempts still running are cancelled and
 // learned as such.
 func (h *hcall) decideLocked(out *result, winner int, now time.Time) {
-	h.cancelRunningLocked(now)
-	if winner >= 0 {
+	h.cancelRunningLocked(now, tailcut.Canceled)
+	switch {
+	case winner < 0:
+	case h.stream != nil:
+		h.stream.winLocked(winner) // a stream goes on with its winner
+	default:
 		h.slots[winner].cancel() // its call is over: release the context
 	}
 	h.c.p.End(&h.r, winner, now)
@@ -318,20 +320,22 @@ func (h *hcall) decideLocked(out *result, winner int, now time.Time) {
 	h.finishLocked()
 }
 
-// abortLocked ends the call because the caller's context is done.
+// abortLocked ends the call because the caller's context is done: its
+// attempts are abandoned, and so is the request (tailcut.CallerGone).
 func (h *hcall) abortLocked(now time.Time) {
-	h.cancelRunningLocked(now)
-	h.c.p.End(&h.r, -1, now)
+	h.cancelRunningLocked(now, gaveUpOutcome)
+	h.c.p.Abandon(&h.r, now)
 	h.aborted = true
 	h.finishLocked()
 }
 
-func (h *hcall) cancelRunningLocked(now time.Time) {
+// cancelRunningLocked cancels the attempts still running, learned as o.
+func (h *hcall) cancelRunningLocked(now time.Time, o tailcut.Outcome) {
 	for i := range h.slots[:h.launched] {
 		if a := &h.slots[i]; a.running {
 			a.cancel()
 			a.running = false
-			h.c.p.Observe(&h.r, i, now.Sub(a.start), tailcut.Canceled, now)
+			h.c.p.Observe(&h.r, i, now.Sub(a.start), o, now)
 		}
 	}
 	h.running = 0
@@ -342,6 +346,9 @@ func (h *hcall) finishLocked() {
 	h.disarmLocked()
 	if h.done != nil {
 		close(h.done)
+	}
+	if h.stream != nil {
+		h.stream.cond.Broadcast()
 	}
 }
 

@@ -93,7 +93,7 @@ func ok(name string) (*testpb.SimpleResponse, error) {
 }
 
 // serve starts svc on 127.0.0.1 and returns its address.
-func serve(t *testing.T, svc testpb.TestServiceServer, opts ...grpc.ServerOption) string {
+func serve(t testing.TB, svc testpb.TestServiceServer, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -33,8 +33,8 @@ const DefaultPushback = time.Second
 //
 // The zero Server counts and sheds nothing. Set the fields before the first
 // call and do not change them afterwards; a Server is safe for concurrent
-// use. Streaming calls are not seen (there is no stream interceptor: streams
-// are never hedged).
+// use. Its stream interceptor tells stream hedges apart the same way, and
+// unary calls and streams share the counters and limits.
 type Server struct {
 	// HedgeLimit sheds hedges while more than HedgeLimit calls (of every
 	// kind) are in flight through this interceptor, this one included.
@@ -103,12 +103,48 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return s.intercept
 }
 
-var _ grpc.UnaryServerInterceptor = (*Server)(nil).intercept
+// StreamServerInterceptor returns the interceptor for streaming calls;
+// install it with grpc.ChainStreamInterceptor (or grpc.StreamInterceptor).
+// A stream counts as in flight, for HedgeLimit and HardLimit, until its
+// handler returns; a shed stream ends before its handler runs, with
+// RESOURCE_EXHAUSTED and the pushback trailer.
+func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return s.interceptStream
+}
+
+var (
+	_ grpc.UnaryServerInterceptor  = (*Server)(nil).intercept
+	_ grpc.StreamServerInterceptor = (*Server)(nil).interceptStream
+)
 
 func (s *Server) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	hedge := AttemptFromContext(ctx) > 0
-	n := s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
+	if err := s.admit(ctx, hedge); err != nil {
+		return nil, err
+	}
+	resp, err := handler(ctx, req)
+	s.countCanceled(ctx, hedge)
+	return resp, err
+}
+
+func (s *Server) interceptStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	hedge := AttemptFromContext(ctx) > 0
+	defer s.inFlight.Add(-1)
+	if err := s.admit(ctx, hedge); err != nil {
+		return err
+	}
+	err := handler(srv, ss)
+	s.countCanceled(ctx, hedge)
+	return err
+}
+
+// admit counts a call in flight (the caller takes it out when the call
+// ends), and returns the error that sheds it, or nil and counts it
+// handled.
+func (s *Server) admit(ctx context.Context, hedge bool) error {
+	n := s.inFlight.Add(1)
 	switch {
 	case s.HardLimit > 0 && n > int64(s.HardLimit):
 		if hedge {
@@ -116,28 +152,33 @@ func (s *Server) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo
 		} else {
 			s.shedPrimaries.Add(1)
 		}
-		return nil, s.shed(ctx, "in-flight calls over the hard limit")
+		return s.shed(ctx, "in-flight calls over the hard limit")
 	case hedge && s.HedgeLimit > 0 && n > int64(s.HedgeLimit):
 		s.shedHedges.Add(1)
-		return nil, s.shed(ctx, "in-flight calls over the hedge limit")
+		return s.shed(ctx, "in-flight calls over the hedge limit")
 	case hedge && s.Overloaded != nil && s.Overloaded(ctx):
 		s.shedHedges.Add(1)
-		return nil, s.shed(ctx, "server overloaded")
+		return s.shed(ctx, "server overloaded")
 	}
 	if hedge {
 		s.hedges.Add(1)
 	} else {
 		s.primaries.Add(1)
 	}
-	resp, err := handler(ctx, req)
-	if ctx.Err() != nil {
-		if hedge {
-			s.canceledHedges.Add(1)
-		} else {
-			s.canceledPrimaries.Add(1)
-		}
+	return nil
+}
+
+// countCanceled counts a handled call whose client had cancelled it by the
+// time its handler returned.
+func (s *Server) countCanceled(ctx context.Context, hedge bool) {
+	if ctx.Err() == nil {
+		return
 	}
-	return resp, err
+	if hedge {
+		s.canceledHedges.Add(1)
+	} else {
+		s.canceledPrimaries.Add(1)
+	}
 }
 
 // shed sets the pushback trailer and returns the RESOURCE_EXHAUSTED error.

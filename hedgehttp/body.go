@@ -2,6 +2,7 @@ package hedgehttp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -100,6 +101,37 @@ func readUpTo(r io.Reader, limit int64) (buf []byte, whole bool, err error) {
 		return buf, false, err
 	}
 	return buf, int64(len(buf)) <= limit, nil
+}
+
+// readBody reads a request body to replay it in hedges: all of it when it
+// holds at most limit bytes (whole reports that it does). declared is the
+// request's ContentLength, ≤ 0 when unknown. A body shorter or longer than
+// declared fails the request before anything is sent, with the error
+// net/http's transport gives it (transfer.go, transferWriter.writeBody),
+// which counts the whole body: the rest is counted up to DrainLimit bytes.
+func readBody(r io.Reader, declared, limit int64) (buf []byte, whole bool, err error) {
+	if declared > 0 {
+		limit = declared
+	}
+	buf, whole, err = readUpTo(r, limit)
+	if err != nil {
+		return nil, false, fmt.Errorf("hedgehttp: reading the request body: %w", err)
+	}
+	n := int64(len(buf))
+	if declared <= 0 || whole && n == declared {
+		return buf, whole, nil
+	}
+	if whole {
+		return nil, false, fmt.Errorf("http: ContentLength=%d with Body length %d", declared, n)
+	}
+	rest, err := io.Copy(io.Discard, io.LimitReader(r, DrainLimit+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("hedgehttp: reading the request body: %w", err)
+	}
+	if rest > DrainLimit {
+		return nil, false, fmt.Errorf("http: ContentLength=%d with Body length over %d", declared, n+DrainLimit)
+	}
+	return nil, false, fmt.Errorf("http: ContentLength=%d with Body length %d", declared, n+rest)
 }
 
 // prefixedBody is a body of which a prefix has been read already: Reader

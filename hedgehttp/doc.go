@@ -15,8 +15,11 @@
 //
 // Options choose the key requests are grouped by ([WithKey]), the latency
 // signal ([WithFirstByte] for streaming servers), replicas ([WithEndpoints]),
-// a hard timeout ([WithTimeout], [WithQuantileTimeout]), and which methods
-// and bodies may be repeated ([WithMethods], [WithBufferLimit]). Per request,
+// a hard timeout ([WithTimeout], [WithQuantileTimeout]), which methods
+// and bodies may be repeated ([WithMethods], [WithBufferLimit]), and
+// whether the primary runs on the caller's goroutine ([WithInlinePrimary]:
+// by default only over a base transport known to return when cancelled,
+// such as an http.Transport). Per request,
 // [WithoutHedging] and [WithDelay] override the policy through the request's
 // context.
 //

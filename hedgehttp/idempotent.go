@@ -87,8 +87,8 @@ type IdempotencyOptions struct {
 	RetryAfter time.Duration
 
 	// Logger receives one line when the store starts failing and one when
-	// it recovers, and a line for each response that could not be stored.
-	// Nil means slog.Default().
+	// it recovers, and a line for each response that could not be stored
+	// at once and for each given up. Nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -125,6 +125,20 @@ type IdempotencyOptions struct {
 //     handler is not run without the guarantee; one log line when the
 //     store starts failing, one when it answers again.
 //
+// A response that could not be stored when its run ended (the store went
+// down mid-run) is not given up: its key stays locked in this process —
+// copies that reach it get the response from memory, as a replay — while
+// a background goroutine, one per Idempotent, stores it again with backoff
+// (from 20 ms, doubling up to a second or LockLease/3), extending the
+// store's lease meanwhile, until the store answers or TTL passes. So while
+// the process lives no key runs twice. What remains is a lock whose holder
+// is gone: the process died before the store took the response (the lock
+// ends with its lease, then a copy runs again), or — for copies sent to
+// other servers — the store was down longer than LockLease. What waits in
+// memory is bounded by the runs going when the store failed: while it
+// fails, no new run starts (Begin fails first). [Idempotent.Close] stops
+// the retrying.
+//
 // Errors are application/problem+json (RFC 9457) with a title and a detail
 // that say what happened.
 //
@@ -146,19 +160,48 @@ type IdempotencyOptions struct {
 // Place it inside [Handler] (NewHandler(idem, …)), so that shed hedges never
 // reach the store, and inside authentication, so that a 401 is never
 // stored as a key's answer (4xx answers are kept: they are the result of
-// the request as sent). An Idempotent is safe for concurrent use.
+// the request as sent). An Idempotent is safe for concurrent use; call
+// Close when done with it.
 type Idempotent struct {
 	next       http.Handler
 	store      Store
 	opts       IdempotencyOptions
 	retryAfter string
 	log        *slog.Logger
+	retryMax   time.Duration // the retrier's largest pause
 
 	down  atomic.Bool // the store is failing: an episode is open
 	stats struct {
-		runs, replays, waits, conflicts, mismatches, unavailable, notStored atomic.Int64
-		waiting                                                             atomic.Int64
+		runs, replays, waits, conflicts, mismatches, unavailable, notStored, canceled atomic.Int64
+		waiting                                                                       atomic.Int64
 	}
+
+	// The keys this process holds: their run is going, or their response
+	// waits in pending to be stored. Copies that reach this process wait
+	// for them here whatever the store says (its lock may have ended
+	// with its lease while it was down).
+	mu       sync.Mutex
+	held     map[string]*holding
+	pending  []*holding // oldest first, the retrier's queue
+	retrying bool       // the retrier goroutine runs
+	closed   bool
+	ctx      context.Context // ends at Close: the retrier's store calls
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// holding is a key held by a run of this process.
+type holding struct {
+	key string
+	// lock is the store's lock, under Idempotent.mu: its token changes
+	// when a copy of this process takes the key again for it (the old
+	// lock ended with its lease while the store was down).
+	lock Lock
+	done chan struct{} // closed when the run has answered or the key is let go
+	// Set before done is closed, under Idempotent.mu.
+	rec      *Record   // the response, if the run answered one worth keeping
+	gone     bool      // no longer in Idempotent.held
+	deadline time.Time // pending: give up storing at this time (the TTL's end)
 }
 
 var _ http.Handler = (*Idempotent)(nil)
@@ -220,7 +263,10 @@ func NewIdempotent(next http.Handler, store Store, opts IdempotencyOptions) (*Id
 		log = slog.Default()
 	}
 	secs := int64((opts.RetryAfter + time.Second - 1) / time.Second)
-	return &Idempotent{next: next, store: store, opts: opts, retryAfter: strconv.FormatInt(secs, 10), log: log}, nil
+	h := &Idempotent{next: next, store: store, opts: opts, retryAfter: strconv.FormatInt(secs, 10), log: log,
+		retryMax: min(time.Second, opts.LockLease/3), held: make(map[string]*holding)}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return h, nil
 }
 
 // Headers the middleware reads and writes.
@@ -325,49 +371,92 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		}
 	}()
 	for {
+		var (
+			wake  <-chan struct{}
+			local *holding // a run of this process that holds the key
+		)
 		claim, err := h.store.Begin(ctx, key, lock)
 		if err != nil {
-			if ctx.Err() == nil {
-				h.storeFailed("Begin", err)
+			if ctx.Err() != nil { // the client went away, not the store
+				h.stats.canceled.Add(1)
+				h.refuse(w)
+				return
 			}
-			h.unavailable(w)
-			return
-		}
-		h.storeAnswered()
-		switch claim.State {
-		case ClaimCompleted:
-			if claim.Record == nil {
-				h.storeFailed("Begin", errors.New("completed claim without a record"))
+			h.storeFailed("Begin", err)
+			if local = h.holder(key); local == nil {
 				h.unavailable(w)
 				return
 			}
-			if claim.Record.Fingerprint != fp {
+		} else {
+			h.storeAnswered()
+			switch claim.State {
+			case ClaimCompleted:
+				if claim.Record == nil {
+					h.storeFailed("Begin", errors.New("completed claim without a record"))
+					h.unavailable(w)
+					return
+				}
+				if claim.Record.Fingerprint != fp {
+					h.mismatch(w)
+					return
+				}
+				h.stats.replays.Add(1)
+				replay(w, claim.Record)
+				return
+			case ClaimAcquired:
+				hd, holder := h.hold(key, lock)
+				if hd != nil {
+					if waited {
+						h.stats.waiting.Add(-1)
+						waited = false
+					}
+					r2 := new(http.Request)
+					*r2 = *r
+					r2.Body = io.NopCloser(bytes.NewReader(body))
+					r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+					h.run(w, r2, hd)
+					return
+				}
+				// A run of this process still holds the key (its lock
+				// ended with its lease while the store was down): the
+				// lock just taken is now that run's (hold gave it the
+				// token), and this copy waits for it.
+				if holder == nil { // another body: the lock is not that run's
+					h.release(ctx, key, lock.Token)
+					h.mismatch(w)
+					return
+				}
+				local = holder
+			case ClaimInProgress:
+				if claim.Fingerprint != fp {
+					h.mismatch(w)
+					return
+				}
+				// A run of this process may hold it: its answer, or its
+				// end, comes from memory without a poll.
+				wake, local = claim.Wake, h.holder(key)
+			default:
+				h.storeFailed("Begin", fmt.Errorf("unknown claim state %v", claim.State))
+				h.unavailable(w)
+				return
+			}
+		}
+		if local != nil {
+			if local.lock.Fingerprint != fp {
 				h.mismatch(w)
 				return
 			}
-			h.stats.replays.Add(1)
-			replay(w, claim.Record)
-			return
-		case ClaimAcquired:
-			if waited {
-				h.stats.waiting.Add(-1)
-				waited = false
+			select {
+			case <-local.done:
+				if local.rec != nil { // its response, not stored yet
+					h.stats.replays.Add(1)
+					replay(w, local.rec)
+					return
+				}
+				continue // let go without a response: ask the store again
+			default:
 			}
-			r2 := new(http.Request)
-			*r2 = *r
-			r2.Body = io.NopCloser(bytes.NewReader(body))
-			r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-			h.run(w, r2, key, lock, fp)
-			return
-		case ClaimInProgress:
-			if claim.Fingerprint != fp {
-				h.mismatch(w)
-				return
-			}
-		default:
-			h.storeFailed("Begin", fmt.Errorf("unknown claim state %v", claim.State))
-			h.unavailable(w)
-			return
+			wake = local.done
 		}
 		if !waited {
 			waited = true
@@ -380,7 +469,7 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		}
 		backoff = min(2*backoff, pollMax)
 		select {
-		case <-claim.Wake:
+		case <-wake:
 		case <-poll.C:
 		case <-timeout.C:
 			h.stats.conflicts.Add(1)
@@ -388,7 +477,7 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 				"A request with the same Idempotency-Key is still being processed; retry later.")
 			return
 		case <-ctx.Done():
-			h.stats.conflicts.Add(1)
+			h.stats.canceled.Add(1)
 			h.problem(w, http.StatusConflict, true, "Request with this Idempotency-Key still in progress",
 				"A request with the same Idempotency-Key was still being processed when this one ended.")
 			return
@@ -422,17 +511,17 @@ func storeKey(scope, method, path, ikey string) string {
 	return hex.EncodeToString(hs.Sum(sum[:0]))
 }
 
-// run runs the handler for the request holding key's lock, then stores
+// run runs the handler for the request holding hd's key, then stores
 // its response or releases the key.
-func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, key string, lock Lock, fp Fingerprint) {
+func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, hd *holding) {
 	h.stats.runs.Add(1)
-	hb := h.startHeartbeat(key, lock)
+	hb := h.startHeartbeat(hd)
 	cw := &captureWriter{w: w, max: h.opts.MaxStoredResponse}
 	done := false
 	defer func() {
 		hb.stop()
 		if !done { // the handler panicked: free the key, let the panic go on
-			h.release(r.Context(), key, lock.Token)
+			h.release(r.Context(), hd.key, h.letGo(hd))
 		}
 	}()
 	h.next.ServeHTTP(cw, r)
@@ -441,7 +530,7 @@ func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, key string, loc
 
 	if cw.status == 0 {
 		if r.Context().Err() != nil { // abandoned before a word was written
-			h.release(r.Context(), key, lock.Token)
+			h.release(r.Context(), hd.key, h.letGo(hd))
 			return
 		}
 		cw.WriteHeader(http.StatusOK) // what net/http would send
@@ -450,25 +539,246 @@ func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, key string, loc
 		if cw.overflow {
 			h.stats.notStored.Add(1)
 		}
-		h.release(r.Context(), key, lock.Token)
+		h.release(r.Context(), hd.key, h.letGo(hd))
 		return
 	}
-	rec := &Record{Status: cw.status, Header: cw.header, Body: cw.buf, Fingerprint: fp}
+	rec := &Record{Status: cw.status, Header: cw.header, Body: cw.buf, Fingerprint: hd.lock.Fingerprint}
+	h.answered(hd, rec) // copies that reach this process replay it from now on
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeCallTimeout)
 	defer cancel()
-	switch err := h.store.Complete(ctx, key, lock.Token, rec, h.opts.TTL); {
+	err := h.withToken(hd, func(token string) error { return h.store.Complete(ctx, hd.key, token, rec, h.opts.TTL) })
+	switch {
 	case err == nil:
 		h.storeAnswered()
+		h.letGo(hd)
 	case errors.Is(err, ErrLockLost):
 		h.stats.notStored.Add(1)
+		h.letGo(hd)
 		h.log.Warn("hedgehttp: idempotency lock lost before the response was stored; a copy may run again",
 			"method", r.Method, "path", r.URL.Path, "status", cw.status)
 	default:
-		h.stats.notStored.Add(1)
 		h.storeFailed("Complete", err)
-		h.log.Error("hedgehttp: response not stored; its key stays locked until the lease ends, then a copy runs again",
+		if h.storeLater(hd, time.Now().Add(h.opts.TTL)) {
+			h.log.Warn("hedgehttp: response not stored yet; its key stays locked and it is stored again until the store answers",
+				"method", r.Method, "path", r.URL.Path, "status", cw.status, "err", err)
+			return
+		}
+		h.stats.notStored.Add(1)
+		h.letGo(hd)
+		h.log.Error("hedgehttp: response not stored (the middleware is closed); its key stays locked until the lease ends, then a copy runs again",
 			"method", r.Method, "path", r.URL.Path, "status", cw.status, "err", err)
 	}
+}
+
+// holder returns the holding of key, or nil if no run of this process
+// holds it.
+func (h *Idempotent) holder(key string) *holding {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[key]
+}
+
+// hold records that this process holds key with lock, just acquired in
+// the store, and returns the new holding. If a run of this process holds
+// key already (the store's lock of that run ended with its lease), it
+// returns that one instead, as holder, and gives it lock's token: the
+// store's lock is that run's from now on. A holder with another
+// fingerprint is not given the lock: both results are nil.
+func (h *Idempotent) hold(key string, lock Lock) (hd, holder *holding) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old := h.held[key]; old != nil {
+		if old.lock.Fingerprint != lock.Fingerprint {
+			return nil, nil
+		}
+		old.lock.Token = lock.Token
+		return nil, old
+	}
+	hd = &holding{key: key, lock: lock, done: make(chan struct{})}
+	h.held[key] = hd
+	return hd, nil
+}
+
+// lockOf returns hd's lock as it is now.
+func (h *Idempotent) lockOf(hd *holding) Lock {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return hd.lock
+}
+
+// withToken calls op with the token of hd's lock, and again if op found
+// the lock lost because a copy of this process took the key over for hd
+// meanwhile (the token changed).
+func (h *Idempotent) withToken(hd *holding, op func(token string) error) error {
+	for {
+		tok := h.lockOf(hd).Token
+		err := op(tok)
+		if !errors.Is(err, ErrLockLost) || h.lockOf(hd).Token == tok {
+			return err
+		}
+	}
+}
+
+// answered sets the response of hd's run, which copies that reach this
+// process replay.
+func (h *Idempotent) answered(hd *holding, rec *Record) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hd.rec = rec
+	close(hd.done)
+}
+
+// letGo ends hd: the key is no longer held by this process. It returns
+// the token of hd's last lock (for a Release: no copy can take the lock
+// over once hd is gone). It may be called more than once.
+func (h *Idempotent) letGo(hd *holding) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !hd.gone {
+		hd.gone = true
+		delete(h.held, hd.key)
+		if hd.rec == nil {
+			close(hd.done)
+		}
+	}
+	return hd.lock.Token
+}
+
+// Backoff of the retrier: from retryMin, doubling up to h.retryMax.
+const retryMin = 20 * time.Millisecond
+
+// storeLater queues hd, whose response the store did not take, for the
+// retrier, which stores it until deadline. It reports false, and queues
+// nothing, once the middleware is closed.
+func (h *Idempotent) storeLater(hd *holding, deadline time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	hd.deadline = deadline
+	h.pending = append(h.pending, hd)
+	if !h.retrying {
+		h.retrying = true
+		h.wg.Add(1)
+		go h.retry()
+	}
+	return true
+}
+
+// retry is the retrier: one goroutine, while responses wait to be stored.
+// Each round tries every pending response, oldest first, and stops at the
+// first one for which the store cannot be asked at all (it is down: one
+// probe per round is enough); after a round that left any, it pauses.
+func (h *Idempotent) retry() {
+	defer h.wg.Done()
+	pause := retryMin
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		h.mu.Lock()
+		h.pending = slices.DeleteFunc(h.pending, func(hd *holding) bool { return hd.gone })
+		batch := slices.Clone(h.pending)
+		if len(batch) == 0 || h.closed {
+			h.retrying = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		left := false
+		for _, hd := range batch {
+			reached, stored := h.storePending(hd)
+			left = left || !stored
+			if !reached {
+				break
+			}
+		}
+		if !left {
+			pause = retryMin
+			continue
+		}
+		if t == nil {
+			t = time.NewTimer(pause)
+		} else {
+			t.Reset(pause)
+		}
+		select {
+		case <-t.C:
+		case <-h.ctx.Done():
+		}
+		pause = min(2*pause, h.retryMax)
+	}
+}
+
+// storePending tries to store hd's response once. It reports whether the
+// store answered (the response was stored, refused, or at least its lease
+// extended) and whether hd is settled (stored, or given up).
+func (h *Idempotent) storePending(hd *holding) (reached, settled bool) {
+	now := time.Now()
+	if !now.Before(hd.deadline) {
+		h.stats.notStored.Add(1)
+		h.letGo(hd)
+		h.log.Error("hedgehttp: response not stored before its TTL passed; a copy runs again", "status", hd.rec.Status)
+		return true, true
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, storeCallTimeout)
+	defer cancel()
+	err := h.withToken(hd, func(token string) error {
+		return h.store.Complete(ctx, hd.key, token, hd.rec, hd.deadline.Sub(now))
+	})
+	switch {
+	case err == nil:
+		h.storeAnswered()
+		h.letGo(hd)
+		return true, true
+	case errors.Is(err, ErrLockLost):
+		h.stats.notStored.Add(1)
+		h.letGo(hd)
+		h.log.Warn("hedgehttp: idempotency key taken by another request before the response was stored; it may run again",
+			"status", hd.rec.Status)
+		return true, true
+	case h.ctx.Err() != nil:
+		return false, false
+	}
+	h.storeFailed("Complete", err)
+	// Keep the lease alive: a store that refuses the record (out of
+	// memory) may still extend the lock.
+	if err := h.store.Extend(ctx, hd.key, h.lockOf(hd)); err != nil && !errors.Is(err, ErrLockLost) {
+		return false, false
+	}
+	return true, false
+}
+
+// Close stops the retrying of responses that could not be stored yet and
+// waits for the retrier to end. It does not close the Store, and the
+// middleware serves requests after it as before, except that a response
+// the store does not take is then given up at once. A response given up
+// leaves its key locked until the lease ends, then a copy runs again: the
+// same as if the process had died. Close may be called more than once; it
+// returns nil.
+func (h *Idempotent) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+	h.mu.Lock()
+	left := slices.DeleteFunc(h.pending, func(hd *holding) bool { return hd.gone })
+	h.pending = nil
+	h.mu.Unlock()
+	for _, hd := range left {
+		h.stats.notStored.Add(1)
+		h.letGo(hd)
+	}
+	if len(left) > 0 {
+		h.log.Error("hedgehttp: idempotency middleware closed with responses not stored; their keys run again once their leases end",
+			"responses", len(left))
+	}
+	return nil
 }
 
 // keepStatus reports whether a response with this final status is stored:
@@ -528,6 +838,11 @@ func (h *Idempotent) storeAnswered() {
 
 func (h *Idempotent) unavailable(w http.ResponseWriter) {
 	h.stats.unavailable.Add(1)
+	h.refuse(w)
+}
+
+// refuse answers 503: the key could not be checked.
+func (h *Idempotent) refuse(w http.ResponseWriter) {
 	h.problem(w, http.StatusServiceUnavailable, true, "Idempotency store unavailable",
 		"The request was not processed: its Idempotency-Key cannot be checked now; retry later.")
 }
@@ -563,37 +878,54 @@ type IdempotencyStats struct {
 	// Replays counts keyed requests answered from the store.
 	Replays int64
 	// Waits counts keyed requests that found their key's first run going
-	// and waited for it (they then count in Replays, Runs or Conflicts).
+	// and waited for it (they then count in Replays, Runs, Conflicts or
+	// Canceled).
 	Waits int64
 	// Waiting is the number of copies waiting now.
 	Waiting int64
-	// Conflicts counts 409 answers: a copy still waiting at LockTimeout
-	// or when its context ended.
+	// Conflicts counts 409 answers to copies still waiting at LockTimeout.
 	Conflicts int64
 	// Mismatches counts 422 answers: a key reused with another body.
 	Mismatches int64
 	// Unavailable counts 503 answers: the store could not be asked.
 	Unavailable int64
-	// NotStored counts responses worth keeping that were not stored: too
-	// large, the lock lost, or the store failing.
+	// Canceled counts keyed requests whose own context ended (their
+	// client went away, a hedge lost) before the store answered or while
+	// they waited: neither Unavailable nor Conflicts.
+	Canceled int64
+	// Pending is the number of responses waiting now to be stored again
+	// (the store did not take them when their run ended).
+	Pending int64
+	// NotStored counts responses worth keeping that were never stored:
+	// too large, the key taken by another request, given up at the TTL's
+	// end or at Close.
 	NotStored int64
 }
 
 // Stats returns a snapshot of the counters, each read atomically.
 func (h *Idempotent) Stats() IdempotencyStats {
 	s := &h.stats
+	h.mu.Lock()
+	pending := 0
+	for _, hd := range h.pending {
+		if !hd.gone {
+			pending++
+		}
+	}
+	h.mu.Unlock()
 	return IdempotencyStats{
 		Runs: s.runs.Load(), Replays: s.replays.Load(), Waits: s.waits.Load(), Waiting: s.waiting.Load(),
 		Conflicts: s.conflicts.Load(), Mismatches: s.mismatches.Load(), Unavailable: s.unavailable.Load(),
-		NotStored: s.notStored.Load(),
+		Canceled: s.canceled.Load(), Pending: int64(pending), NotStored: s.notStored.Load(),
 	}
 }
 
-// heartbeat extends a running request's lock every lease/3.
+// heartbeat extends a running request's lock every lease/3, and takes
+// the key again if the lock ended meanwhile (the store was down longer
+// than the lease) and no one else took it.
 type heartbeat struct {
 	h       *Idempotent
-	key     string
-	lock    Lock
+	hd      *holding
 	mu      sync.Mutex
 	stopped bool
 	t       *time.Timer
@@ -601,10 +933,10 @@ type heartbeat struct {
 	lost    bool
 }
 
-func (h *Idempotent) startHeartbeat(key string, lock Lock) *heartbeat {
-	hb := &heartbeat{h: h, key: key, lock: lock}
+func (h *Idempotent) startHeartbeat(hd *holding) *heartbeat {
+	hb := &heartbeat{h: h, hd: hd}
 	hb.mu.Lock() // a first beat waits for hb.t to be set
-	hb.t = time.AfterFunc(lock.Lease/3, hb.beat)
+	hb.t = time.AfterFunc(hd.lock.Lease/3, hb.beat)
 	hb.mu.Unlock()
 	return hb
 }
@@ -619,23 +951,30 @@ func (hb *heartbeat) beat() {
 	hb.mu.Unlock()
 	defer hb.wg.Done()
 
-	ctx, cancel := context.WithTimeout(context.Background(), hb.lock.Lease/3)
-	err := hb.h.store.Extend(ctx, hb.key, hb.lock)
-	cancel()
+	h, key, lock := hb.h, hb.hd.key, hb.h.lockOf(hb.hd)
+	ctx, cancel := context.WithTimeout(context.Background(), lock.Lease/3)
+	defer cancel()
+	err := h.store.Extend(ctx, key, lock)
+	if errors.Is(err, ErrLockLost) {
+		var c Claim
+		if c, err = h.store.Begin(ctx, key, lock); err == nil && c.State != ClaimAcquired {
+			err = ErrLockLost
+		}
+	}
 	switch {
 	case err == nil:
-		hb.h.storeAnswered()
+		h.storeAnswered()
 	case errors.Is(err, ErrLockLost):
-		if !hb.lost {
+		if !hb.lost && h.lockOf(hb.hd).Token == lock.Token {
 			hb.lost = true
-			hb.h.log.Warn("hedgehttp: idempotency lock lost while the request ran (lease passed); a copy may run again")
+			h.log.Warn("hedgehttp: idempotency lock lost while the request ran (lease passed); a copy may run again")
 		}
 	default:
-		hb.h.storeFailed("Extend", err)
+		h.storeFailed("Extend", err)
 	}
 	hb.mu.Lock()
 	if !hb.stopped {
-		hb.t.Reset(hb.lock.Lease / 3)
+		hb.t.Reset(lock.Lease / 3)
 	}
 	hb.mu.Unlock()
 }

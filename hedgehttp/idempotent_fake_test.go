@@ -63,6 +63,7 @@ func newIdem(t *testing.T, next http.Handler, store Store, opts IdempotencyOptio
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	return h
 }
 
@@ -168,20 +169,22 @@ func (s noWake) Begin(ctx context.Context, key string, lock Lock) (Claim, error)
 	return c, err
 }
 
-// With a store that cannot wake waiters, a copy polls, backing off to at
-// most 100 ms: it has its answer within 100 ms of the first run's end.
+// With a store that cannot wake waiters, a copy that reaches another
+// server than the first run polls, backing off to at most 100 ms: it has
+// its answer within 100 ms of the first run's end.
 func TestIdempotentCopyPollsWithoutWake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ms, _ := NewMemoryStore(MemoryStoreOptions{})
 		next := &gatedHandler{gate: make(chan struct{})}
 		h := newIdem(t, next, noWake{ms}, IdempotencyOptions{})
+		other := newIdem(t, next, noWake{ms}, IdempotencyOptions{}) // another server, one store
 		var wg sync.WaitGroup
 		wg.Go(func() { serve(h, keyed(t.Context(), "/", "k", "")) })
 		synctest.Wait()
 		var second *httptest.ResponseRecorder
 		var doneAt time.Time
 		wg.Go(func() {
-			second = serve(h, keyed(t.Context(), "/", "k", ""))
+			second = serve(other, keyed(t.Context(), "/", "k", ""))
 			doneAt = time.Now()
 		})
 		time.Sleep(5 * time.Second)

@@ -37,8 +37,12 @@ import (
 //     keys by itself.
 //  3. When the handler has answered with a response worth keeping, the
 //     middleware calls Complete: the store replaces the lock by the record,
-//     atomically and only if the lock is still held by this token, and
-//     keeps the record for ttl. Any other outcome (a 5xx, a panic, a run
+//     atomically and only if the lock is still held by this token (or the
+//     key holds nothing: the lock's lease passed and no one took it), and
+//     keeps the record for ttl. If the store cannot be asked, the
+//     middleware keeps the key locked in its own process and calls
+//     Complete again, with backoff, extending the lease, until the store
+//     answers or the TTL passes. Any other outcome (a 5xx, a panic, a run
 //     abandoned because its client went away, a response too large to
 //     keep) ends in Release, which deletes the lock if this token still
 //     holds it, so the key is not poisoned: the next copy runs again.
@@ -52,12 +56,14 @@ import (
 // of at their next poll; polling remains the fallback, so Wake is an
 // optimisation, never a requirement.
 //
-// Errors: Extend, Complete and Release return [ErrLockLost] when the token
-// does not hold the key (its lease passed and another request took it, or
-// it was never taken). Any other error means the store could not be asked
-// (network, timeout, server down); the middleware then fails closed — a
-// keyed request is refused with 503 and Retry-After rather than run without
-// the guarantee — and logs the episode once. A store must not retry an
+// Errors: Extend and Release return [ErrLockLost] when the token does not
+// hold the key (its lease passed, or it was never taken), Complete when
+// another request's lock or record holds it. Any other error means the
+// store could not be asked (network, timeout, server down); the middleware
+// then fails closed — a keyed request whose Begin fails is refused with
+// 503 and Retry-After rather than run without the guarantee, a response
+// whose Complete fails is kept and stored again later — and logs the
+// episode once. A store must not retry an
 // operation whose effect it cannot know (a Begin that may have set the lock)
 // and then report failure: the lock would be left to its lease, which is
 // safe (copies get 409 until it ends), while reporting success would not be.
@@ -79,9 +85,13 @@ type Store interface {
 	Extend(ctx context.Context, key string, lock Lock) error
 
 	// Complete replaces the lock held by token on key with rec, kept for
-	// ttl (> 0) from now, atomically. It returns ErrLockLost, and stores
-	// nothing, if the token does not hold the key. The store keeps rec as
-	// it is (a copy or its encoding): the caller does not change it after.
+	// ttl (> 0) from now, atomically; a key that holds nothing (the lock's
+	// lease passed, no one took it) gets rec too. A key that already holds
+	// rec (the same encoding: a Complete retried after it took effect)
+	// answers nil and is left as it is. It returns ErrLockLost, and stores
+	// nothing, if the key holds another request's lock or another record.
+	// The store keeps rec as it is (a copy or its encoding): the caller
+	// does not change it after.
 	Complete(ctx context.Context, key, token string, rec *Record, ttl time.Duration) error
 
 	// Release deletes the lock held by token on key, so that the next
@@ -91,8 +101,9 @@ type Store interface {
 	Release(ctx context.Context, key, token string) error
 }
 
-// ErrLockLost is returned by a [Store] when a lock is extended, completed
-// or released by a token that does not hold it.
+// ErrLockLost is returned by a [Store] when a lock is extended or
+// released by a token that does not hold it, or when Complete finds the
+// key held by another request's lock or record.
 var ErrLockLost = errors.New("hedgehttp: idempotency lock not held")
 
 // Lock describes the lock a request asks for in [Store.Begin] and renews

@@ -1,6 +1,7 @@
 package hedgehttp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -124,11 +125,17 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, rec *Record
 	size := int64(rec.Size() + len(key))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.held(key, token, now)
-	if e == nil {
-		return ErrLockLost
+	if e := s.m[key]; e != nil && now.Before(e.expires) {
+		switch {
+		case e.rec == rec || e.rec != nil && bytes.Equal(e.rec.Encode(), rec.Encode()):
+			return nil // stored already
+		case e.rec != nil || e.token != token:
+			return ErrLockLost
+		}
 	}
-	s.remove(e)
+	if e := s.m[key]; e != nil {
+		s.remove(e) // this token's lock, or expired state
+	}
 	if size > s.maxBytes {
 		return nil
 	}

@@ -113,9 +113,8 @@ func TestMemoryStoreReleaseAndLease(t *testing.T) {
 	c, _ = s.Begin(ctx, "k", a)
 	clk.advance(time.Second)
 	for name, err := range map[string]error{
-		"Extend":   s.Extend(ctx, "k", b),
-		"Complete": s.Complete(ctx, "k", "b", &Record{Status: 200}, time.Hour),
-		"Release":  s.Release(ctx, "k", "b"),
+		"Extend":  s.Extend(ctx, "k", b),
+		"Release": s.Release(ctx, "k", "b"),
 	} {
 		if !errors.Is(err, ErrLockLost) {
 			t.Errorf("%s after the lease = %v, want ErrLockLost", name, err)
@@ -128,6 +127,40 @@ func TestMemoryStoreReleaseAndLease(t *testing.T) {
 	case <-c.Wake:
 	default:
 		t.Error("Wake of the expired lock not closed when the key was taken over")
+	}
+	if err := s.Complete(ctx, "k", "b", &Record{Status: 200}, time.Hour); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Complete by b, a holding the key = %v, want ErrLockLost", err)
+	}
+}
+
+// Complete stores into a key whose lock's lease passed with no one taking
+// it (a response stored late, once the store answers again), and a
+// Complete repeated after it took effect succeeds without a change; a
+// record of another request is never replaced.
+func TestMemoryStoreCompleteLateAndRepeated(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newTestMemoryStore(t, 0)
+	a := Lock{Token: "a", Fingerprint: Fingerprint{1}, Lease: time.Second}
+	s.Begin(ctx, "k", a)
+	clk.advance(2 * time.Second)
+	rec := &Record{Status: 201, Body: []byte("late")}
+	if err := s.Complete(ctx, "k", "a", rec, time.Hour); err != nil {
+		t.Fatalf("Complete after the lease, the key empty = %v, want nil", err)
+	}
+	same := &Record{Status: 201, Body: []byte("late")}
+	if err := s.Complete(ctx, "k", "a", same, time.Hour); err != nil {
+		t.Errorf("Complete repeated with the same record = %v, want nil", err)
+	}
+	if err := s.Complete(ctx, "k", "a", &Record{Status: 500}, time.Hour); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Complete with another record = %v, want ErrLockLost", err)
+	}
+	c, _ := s.Begin(ctx, "k", Lock{Token: "b", Lease: time.Second})
+	if c.State != ClaimCompleted || c.Record != rec {
+		t.Errorf("Begin = %v %+v, want the late record", c.State, c.Record)
+	}
+	clk.advance(time.Hour)
+	if c, _ := s.Begin(ctx, "k", Lock{Token: "b", Lease: time.Second}); c.State != ClaimAcquired {
+		t.Errorf("Begin after the late record's TTL = %v, want acquired", c.State)
 	}
 }
 

@@ -41,6 +41,7 @@ type config struct {
 	timeoutQ    float64
 	timeoutMult float64
 	features    func(*http.Request) tailcut.Features // nil: DefaultFeatures
+	inline      int8                                 // WithInlinePrimary: 0 by the base's type, 1 on, -1 off
 	err         error                                // the first invalid option
 }
 
@@ -153,7 +154,8 @@ func WithFirstByte() Option {
 // choices on each endpoint's recent latency and requests in flight) and each
 // hedge of the same request to an endpoint not used yet by it. A failure
 // doubles an endpoint's latency estimate; an estimate not refreshed by
-// samples decays toward the best endpoint's within seconds, and an endpoint
+// attempts (a sample, or a loser cancelled) decays toward the best
+// endpoint's within seconds, and an endpoint
 // not measured for 125 ms gets a probe (at most one pick in 32 is a probe),
 // so that a replica avoided after failures or slow answers is measured
 // again and gets its traffic back within about two seconds once it has
@@ -183,6 +185,27 @@ func WithEndpoints(urls ...string) Option {
 			}
 		}
 		c.endpoints = append(c.endpoints, urls...)
+	}
+}
+
+// WithInlinePrimary sets whether the primary attempt runs on the caller's
+// goroutine (tailcut.Hedger.InlinePrimary) or on a goroutine of its own.
+// Inline saves a goroutine hand-off and an allocation per request
+// (BenchmarkOverhead and BenchmarkLoopbackLayers measure both paths:
+// hedgehttp-primary-goroutine against hedgehttp).
+// But inline, a hedge that wins reaches the caller only once the cancelled
+// primary has returned from the base transport: turn it on only for a base
+// that returns promptly when a request's context is cancelled, such as a
+// wrapper that counts or logs and calls an http.Transport. Without this
+// option the primary runs inline when the base is known to: see
+// [NewTransport].
+func WithInlinePrimary(on bool) Option {
+	return func(c *config) {
+		if on {
+			c.inline = 1
+		} else {
+			c.inline = -1
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -35,7 +36,11 @@ const AttemptHeader = "Hedge-Attempt"
 // buffer limit ([WithBufferLimit], 64 KiB by default), which is then read
 // into memory. Other requests, and protocol upgrades (WebSocket), are passed
 // to the base transport as they are: sent once, body intact, no header
-// added, not counted by the policy.
+// added, not counted by the policy. A buffered body shorter or longer than
+// the request's ContentLength fails the request before anything is sent,
+// with net/http's error ("http: ContentLength=60000 with Body length
+// 40000"); one of unknown length is sent with its length unknown (chunked
+// over HTTP/1.1), as the base transport would send it.
 //
 // Every attempt of a hedged request is a copy of the caller's request
 // (never the request itself, which is not modified) with its own context
@@ -56,21 +61,21 @@ const AttemptHeader = "Hedge-Attempt"
 // http.Client, close the body.
 //
 // A Transport is safe for concurrent use. Its zero value is not usable;
-// create one with [NewTransport]. On the no-hedge path (the primary answers
-// before the delay) the primary runs on the caller's goroutine
-// (tailcut.Hedger.InlinePrimary). Measured over an in-memory base transport
-// (BenchmarkOverhead, on a shared 2-core x86 machine at load average
-// 1.1–1.8) it adds 1.4–1.7 µs, 1.47 µs at the median of 8 runs, and 6
-// allocations (about 1 KB) per request: in tailcut.Hedger.Do the policy's
+// create one with [NewTransport]. Over a base transport known to return
+// promptly when cancelled (see NewTransport) the primary runs on the
+// caller's goroutine (tailcut.Hedger.InlinePrimary). So run, on the no-hedge
+// path (the primary answers before the delay), the Transport adds 1.4–1.7 µs
+// over an in-memory base transport (BenchmarkOverhead, on a shared 2-core
+// x86 machine at load average 1.1–1.8), 1.47 µs at the median of 8 runs, and
+// 6 allocations (about 1 KB) per request: in tailcut.Hedger.Do the policy's
 // bookkeeping, two clock reads and the attempt's cancellable context (2
-// allocations); here the request's state and the function Do calls (2),
-// and the header map that carries Hedge-Attempt (2). Over loopback
-// HTTP/1.1, request by request against the
-// plain transport (BenchmarkLoopbackPaired), it is 12–12.5 % slower at the
-// median on that machine (a 62 µs round trip). BenchmarkLoopbackLayers
-// shows where that goes: the Hedge-Attempt header alone costs 2.2–3 %, with
-// the primary's cancellable context 4.3–6.3 %, with the policy's
-// bookkeeping 7.2–9.1 %, through Hedger.Do 9.8–12 %.
+// allocations); here the request's state and the function Do calls (2), and
+// the header map that carries Hedge-Attempt (2). Over loopback HTTP/1.1,
+// request by request against the plain transport (BenchmarkLoopbackPaired),
+// it is 12–12.5 % slower at the median on that machine (a 62 µs round trip).
+// BenchmarkLoopbackLayers shows where that goes: the Hedge-Attempt header
+// alone costs 2.2–3 %, with the primary's cancellable context 4.3–6.3 %,
+// with the policy's bookkeeping 7.2–9.1 %, through Hedger.Do 9.8–12 %.
 type Transport struct {
 	base   http.RoundTripper
 	policy *tailcut.Policy
@@ -91,6 +96,17 @@ var _ http.RoundTripper = (*Transport)(nil)
 // host, up to two hedges, at most about 10 % extra load). Share one Policy
 // between the transports that call the same downstream so that one budget
 // caps their extra load.
+//
+// The primary attempt runs on the caller's goroutine, which saves a
+// goroutine hand-off per request, when base is known to return from
+// RoundTrip promptly once the request's context is cancelled: an
+// [*http.Transport] (http.DefaultTransport is one), golang.org/x/net/http2's
+// Transport, or a Transport of this package over such a base. Over any
+// other base (a middleware, a custom RoundTripper) it runs on a goroutine of
+// its own, so that a hedge that wins reaches the caller at once even if the
+// primary's base ignores the cancellation. [WithInlinePrimary] overrides
+// the choice, for instance for a wrapper that calls an http.Transport and
+// does nothing slow itself.
 //
 // An invalid option does not panic: [Transport.Err] reports it, and every
 // request sent through the transport fails with that error.
@@ -126,15 +142,32 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 		}
 	}
 	t.h = tailcut.Hedger[*http.Response]{
-		Policy:   p,
-		Classify: classify,
-		Discard:  discard,
-		Keep:     keep,
-		// net/http returns from RoundTrip as soon as the request's context
-		// is cancelled: the primary can run on the caller's goroutine.
-		InlinePrimary: true,
+		Policy:        p,
+		Classify:      classify,
+		Discard:       discard,
+		Keep:          keep,
+		InlinePrimary: cfg.inline > 0 || cfg.inline == 0 && returnsWhenCancelled(base),
 	}
 	return t
+}
+
+// returnsWhenCancelled reports whether base is known to return from
+// RoundTrip as soon as the request's context is cancelled, so that the
+// primary may run on the caller's goroutine: net/http's Transport,
+// golang.org/x/net/http2's (recognised by its type, which is not imported
+// here), and a Transport of this package that runs its own primary on a
+// goroutine or over such a base.
+func returnsWhenCancelled(base http.RoundTripper) bool {
+	switch b := base.(type) {
+	case nil:
+		return false
+	case *http.Transport:
+		return true
+	case *Transport:
+		return !b.h.InlinePrimary || returnsWhenCancelled(b.base)
+	}
+	t := reflect.TypeOf(base)
+	return t.Kind() == reflect.Pointer && t.Elem().Name() == "Transport" && t.Elem().PkgPath() == "golang.org/x/net/http2"
 }
 
 // Err returns the error of the first invalid option given to
@@ -170,18 +203,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	rt := &roundTrip{t: t, req: req}
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		if req.ContentLength > t.cfg.bufferLimit {
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		if req.ContentLength > 0 {
+			// A declared body that is missing: the base transport fails
+			// the request, once, as it would without hedging.
 			return t.sendOnce(req)
 		}
-		buf, whole, err := readUpTo(req.Body, t.cfg.bufferLimit)
+	case req.GetBody == nil:
+		if req.ContentLength > t.cfg.bufferLimit {
+			// The base transport sends the body as it is, and fails the
+			// request if its length is not the declared one.
+			return t.sendOnce(req)
+		}
+		buf, whole, err := readBody(req.Body, req.ContentLength, t.cfg.bufferLimit)
 		if err != nil {
 			req.Body.Close()
-			return nil, fmt.Errorf("hedgehttp: reading the request body: %w", err)
+			return nil, err
 		}
 		if !whole {
-			// Too long to buffer: send it once with what was read put
-			// back in front of the rest.
+			// Of unknown length and too long to buffer: send it once
+			// with what was read put back in front of the rest.
 			r := req.WithContext(req.Context())
 			r.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), req.Body), c: req.Body}
 			return t.sendOnce(r)
@@ -297,9 +339,9 @@ func (t *Transport) sendOnce(req *http.Request) (*http.Response, error) {
 	ep := t.eps.list[t.eps.pick(0, start)]
 	r := req.WithContext(req.Context())
 	r.URL = ep.rewrite(req.URL)
-	ep.inflight.Add(1)
+	ep.Inflight.Add(1)
 	resp, err := t.base.RoundTrip(r)
-	ep.inflight.Add(-1)
+	ep.Inflight.Add(-1)
 	now := time.Now()
 	ep.record(resp, err, now.Sub(start), false, now)
 	return resp, err
@@ -357,8 +399,9 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		r = &rt.req0
 		r.Header = rt.header0
 		if rt.buffered {
+			// ContentLength stays the caller's: the length of buf when it
+			// was declared (readBody checked it), unknown when it was not.
 			r.Body, r.GetBody = rt.newBody()
-			r.ContentLength = int64(len(rt.buf))
 		}
 	} else {
 		var err error
@@ -383,8 +426,8 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		rt.mu.Unlock()
 		ep = t.eps.list[i]
 		r.URL = ep.rewrite(r.URL)
-		ep.inflight.Add(1)
-		defer ep.inflight.Add(-1)
+		ep.Inflight.Add(1)
+		defer ep.Inflight.Add(-1)
 	}
 
 	resp, err := t.base.RoundTrip(r)
@@ -475,7 +518,6 @@ func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, er
 	switch {
 	case rt.buffered:
 		r.Body, r.GetBody = rt.newBody()
-		r.ContentLength = int64(len(rt.buf))
 	case rt.req.GetBody != nil:
 		// The primary sends req.Body itself; hedges ask for a fresh copy.
 		b, err := rt.req.GetBody()
@@ -547,7 +589,10 @@ func (e *statusError) Error() string {
 	return fmt.Sprintf("hedgehttp: attempt %d: %s", e.attempt, e.status)
 }
 
-var errHardTimeout = errors.New("hedgehttp: hard timeout")
+// errHardTimeout is the cause of a request's end at the hard timeout: it
+// wraps tailcut.ErrTimeout, so the policy counts the request as failed, not
+// as abandoned by its caller (tailcut.CallerGone).
+var errHardTimeout = fmt.Errorf("hedgehttp: hard timeout: %w", tailcut.ErrTimeout)
 
 // TimeoutError is the error of a request that hit the hard timeout set by
 // [WithTimeout] or [WithQuantileTimeout]. It matches
@@ -639,7 +684,13 @@ func permanent(err error) bool {
 	return strings.Contains(msg, "unsupported protocol scheme") ||
 		strings.Contains(msg, "no Host in request URL") ||
 		strings.Contains(msg, "invalid header field") ||
-		strings.Contains(msg, "invalid method")
+		strings.Contains(msg, "invalid method") ||
+		// A body whose length differs from its ContentLength, as the base
+		// transport finds it on a replay through GetBody: every attempt
+		// would send the same body.
+		strings.Contains(msg, "with Body length") ||
+		strings.Contains(msg, "with nil Body") ||
+		strings.Contains(msg, "request body larger than specified content length")
 }
 
 // discard drains (at most DrainLimit bytes) and closes a response that lost.

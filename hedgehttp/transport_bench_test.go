@@ -55,14 +55,21 @@ func benchPolicyTransport(b *testing.B, base http.RoundTripper, opts ...Option) 
 
 // BenchmarkOverhead is the pure cost of the Transport on the no-hedge path:
 // an in-memory base transport, plain versus wrapped. The difference of the
-// two is what hedgehttp adds per request (ns/op, allocs/op).
+// two is what hedgehttp adds per request (ns/op, allocs/op). The primary
+// runs inline, as over an *http.Transport, except in
+// hedgehttp-primary-goroutine: the cost over a base not known to return
+// when cancelled.
 func BenchmarkOverhead(b *testing.B) {
+	inline := WithInlinePrimary(true) // instantRT returns at once
 	b.Run("plain", func(b *testing.B) { benchRoundTrips(b, instantRT{}, "http://mem.test/x") })
 	b.Run("hedgehttp", func(b *testing.B) {
+		benchRoundTrips(b, benchPolicyTransport(b, instantRT{}, inline), "http://mem.test/x")
+	})
+	b.Run("hedgehttp-primary-goroutine", func(b *testing.B) {
 		benchRoundTrips(b, benchPolicyTransport(b, instantRT{}), "http://mem.test/x")
 	})
 	b.Run("hedgehttp-firstbyte", func(b *testing.B) {
-		benchRoundTrips(b, benchPolicyTransport(b, instantRT{}, WithFirstByte()), "http://mem.test/x")
+		benchRoundTrips(b, benchPolicyTransport(b, instantRT{}, inline, WithFirstByte()), "http://mem.test/x")
 	})
 	b.Run("core-Do-only", func(b *testing.B) {
 		// The share of tailcut.Hedger.Do (a goroutine, a channel, a timer,
@@ -87,7 +94,7 @@ func BenchmarkOverhead(b *testing.B) {
 	b.Run("hedgehttp-default-policy", func(b *testing.B) {
 		// The real policy: the delay is learned (and hedges may go when a
 		// round trip is slower than the p95 of the others).
-		tr := NewTransport(instantRT{}, nil)
+		tr := NewTransport(instantRT{}, nil, inline)
 		benchRoundTrips(b, tr, "http://mem.test/x")
 		st := tr.Policy().Stats()
 		b.ReportMetric(float64(st.Hedges)/float64(max(st.Requests, 1)), "hedges/op")
@@ -202,7 +209,7 @@ func BenchmarkColdCache(b *testing.B) {
 	if coldBuf == nil {
 		coldBuf = make([]byte, 8<<20)
 	}
-	hedged := benchPolicyTransport(b, instantRT{})
+	hedged := benchPolicyTransport(b, instantRT{}, WithInlinePrimary(true))
 	req, err := http.NewRequest(http.MethodGet, "http://mem.test/x", nil)
 	if err != nil {
 		b.Fatal(err)
@@ -233,7 +240,10 @@ func BenchmarkColdCache(b *testing.B) {
 //   - policy: and the policy's bookkeeping, Begin, Observe and End, with
 //     the two clock reads they need;
 //   - Do: the same call through tailcut.Hedger.Do, as hedgehttp makes it;
-//   - hedgehttp: the Transport.
+//   - hedgehttp: the Transport;
+//   - hedgehttp-primary-goroutine: the Transport over a base it does not
+//     recognise (the http.Transport behind a function), whose primary runs
+//     on a goroutine of its own (WithInlinePrimary).
 //
 // It reports, for each, how much slower than plain its median round trip
 // is, in percent. The first two are what the issue's own rules cost: every
@@ -312,6 +322,7 @@ func BenchmarkLoopbackLayers(b *testing.B) {
 		{"policy", layer(base(), true, true)},
 		{"Do", viaDo},
 		{"hedgehttp", NewTransport(base(), p)},
+		{"hedgehttp-primary-goroutine", NewTransport(roundTripFunc(base().RoundTrip), p)},
 	}
 	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
 	if err != nil {

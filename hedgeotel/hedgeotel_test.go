@@ -226,9 +226,10 @@ func TestMetrics(t *testing.T) {
 		p.Observe(&r, 0, time.Millisecond, tailcut.Completed, now)
 		p.End(&r, winner, now)
 	}
-	for _, k := range []string{"b", "c"} {
+	for _, k := range []string{"b", "c"} { // their callers give up
 		r := p.Begin(k, now)
-		p.End(&r, 0, now)
+		p.Observe(&r, 0, time.Millisecond, tailcut.Abandoned, now)
+		p.Abandon(&r, now)
 	}
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -270,6 +271,10 @@ func TestMetrics(t *testing.T) {
 		"tailcut.attempts/a":                     50,
 		"tailcut.requests/b":                     1,
 		"tailcut.requests/other":                 1, // c, beyond MaxKeys
+		"tailcut.requests.abandoned/a":           0,
+		"tailcut.requests.abandoned/b":           1,
+		"tailcut.requests.abandoned/other":       1,
+		"tailcut.requests.failed/b":              0,
 		"tailcut.hedges.denied/a/budget":         0,
 		"tailcut.extra_load/a":                   0.25,
 		"tailcut.hedge.delay/a":                  0.02,

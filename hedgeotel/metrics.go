@@ -38,8 +38,9 @@ type MetricsOptions struct {
 //
 //	tailcut.requests, tailcut.attempts, tailcut.hedges, tailcut.hedges.denied
 //	(by tailcut.reason), tailcut.hedge.wins, tailcut.hedge.triggers,
-//	tailcut.dry_run.hedges, tailcut.requests.failed, tailcut.breaker.trips
-//	(counters, per tailcut.key); tailcut.hedge.delay (s), tailcut.extra_load,
+//	tailcut.dry_run.hedges, tailcut.requests.failed,
+//	tailcut.requests.abandoned, tailcut.breaker.trips (counters, per
+//	tailcut.key); tailcut.hedge.delay (s), tailcut.extra_load,
 //	tailcut.hedge.trigger_window, tailcut.diagnosis (by tailcut.status),
 //	tailcut.breaker.state (by tailcut.state), tailcut.attempt.p99 and
 //	tailcut.predicted.p99 (s, dry run only) (gauges, per key);
@@ -71,6 +72,7 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 	m.triggers = counter("hedge.triggers", "Requests that asked for a hedge, granted or not.")
 	m.would = counter("dry_run.hedges", "Hedges that would have been sent in a dry run.")
 	m.failed = counter("requests.failed", "Requests whose every attempt failed.")
+	m.abandoned = counter("requests.abandoned", "Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures.")
 	m.trips = counter("breaker.trips", "Times the circuit breaker on hedges opened.")
 	m.delay = gauge("hedge.delay", "Hedge delay in force.", "s")
 	m.extraLoad = gauge("extra_load", "Load added by hedges: attempts / requests - 1.", "1")
@@ -89,14 +91,14 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 		return nil, err
 	}
 	return meter.RegisterCallback(m.observe, m.requests, m.attempts, m.hedges, m.denied, m.wins, m.triggers,
-		m.would, m.failed, m.trips, m.delay, m.extraLoad, m.window, m.diagnosis, m.breaker, m.p99, m.predicted,
+		m.would, m.failed, m.abandoned, m.trips, m.delay, m.extraLoad, m.window, m.diagnosis, m.breaker, m.p99, m.predicted,
 		m.inflight, m.keys)
 }
 
 // unitOf returns the UCUM annotation of a counter's unit.
 func unitOf(name string) string {
 	switch name {
-	case "requests", "requests.failed":
+	case "requests", "requests.failed", "requests.abandoned":
 		return "request"
 	case "attempts":
 		return "attempt"
@@ -112,10 +114,10 @@ type meters struct {
 	cap   *keycap.Cap
 	attrs []attribute.KeyValue
 
-	requests, attempts, hedges, denied, wins, triggers, would, failed, trips metric.Int64ObservableCounter
-	delay, extraLoad, window, diagnosis, breaker, p99, predicted             metric.Float64ObservableGauge
-	inflight                                                                 metric.Int64ObservableUpDownCounter
-	keys                                                                     metric.Int64ObservableGauge
+	requests, attempts, hedges, denied, wins, triggers, would, failed, abandoned, trips metric.Int64ObservableCounter
+	delay, extraLoad, window, diagnosis, breaker, p99, predicted                        metric.Float64ObservableGauge
+	inflight                                                                            metric.Int64ObservableUpDownCounter
+	keys                                                                                metric.Int64ObservableGauge
 }
 
 var (
@@ -171,6 +173,7 @@ func (m *meters) counters(o metric.Observer, key attribute.KeyValue, n *tailcut.
 	o.ObserveInt64(m.triggers, n.Triggered, with(key))
 	o.ObserveInt64(m.would, n.WouldHedge, with(key))
 	o.ObserveInt64(m.failed, n.Failed, with(key))
+	o.ObserveInt64(m.abandoned, n.Abandoned, with(key))
 	o.ObserveInt64(m.trips, n.BreakerTrips, with(key))
 	for d := range tailcut.NumDecisions {
 		if dec := tailcut.Decision(d); dec != tailcut.Send && dec != tailcut.DryRun {

@@ -51,9 +51,10 @@ type Collector struct {
 	cap *keycap.Cap
 	lat *attemptLatency // nil with Options.NoAttemptLatency
 
-	requests, attempts, hedges, denied, wins, failed, triggered, would, trips *prometheus.Desc
-	delay, extraLoad, windowTrigger, diagnosis, breaker, p99, predicted       *prometheus.Desc
-	inflight, keys                                                            *prometheus.Desc
+	requests, attempts, hedges, denied, wins, failed, abandoned, triggered *prometheus.Desc
+	would, trips                                                           *prometheus.Desc
+	delay, extraLoad, windowTrigger, diagnosis, breaker, p99, predicted    *prometheus.Desc
+	inflight, keys                                                         *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -81,6 +82,7 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 		denied:        d("hedges_denied_total", "Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight).", k, "reason"),
 		wins:          d("hedge_wins_total", "Requests answered by a hedge rather than the primary.", k),
 		failed:        d("requests_failed_total", "Requests whose every attempt failed.", k),
+		abandoned:     d("requests_abandoned_total", "Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures.", k),
 		triggered:     d("hedge_triggers_total", "Requests that asked for a hedge (slower than the delay, or failed), granted or not.", k),
 		would:         d("dry_run_hedges_total", "Hedges that would have been sent in a dry run.", k),
 		trips:         d("breaker_trips_total", "Times the circuit breaker on hedges opened.", k),
@@ -104,7 +106,7 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.attempts, c.hedges, c.denied, c.wins, c.failed,
-		c.triggered, c.would, c.trips, c.delay, c.extraLoad, c.windowTrigger, c.diagnosis, c.breaker,
+		c.abandoned, c.triggered, c.would, c.trips, c.delay, c.extraLoad, c.windowTrigger, c.diagnosis, c.breaker,
 		c.p99, c.predicted, c.inflight, c.keys} {
 		ch <- d
 	}
@@ -166,6 +168,7 @@ func (c *Collector) counters(ch chan<- prometheus.Metric, key string, n *tailcut
 	}
 	counter(c.wins, wins)
 	counter(c.failed, n.Failed)
+	counter(c.abandoned, n.Abandoned)
 	counter(c.triggered, n.Triggered)
 	counter(c.would, n.WouldHedge)
 	counter(c.trips, n.BreakerTrips)

@@ -133,6 +133,36 @@ tailcut_hedges_inflight 0
 	}
 }
 
+// TestCollectorAbandoned: requests whose caller gave up are exported
+// apart from the failed ones.
+func TestCollectorAbandoned(t *testing.T) {
+	p := newPolicy(t, tailcut.Config{})
+	for i := range 4 {
+		r := p.Begin("users", t0)
+		if i == 0 {
+			p.Observe(&r, 0, time.Millisecond, tailcut.Failed, t0)
+			p.End(&r, -1, t0)
+			continue
+		}
+		p.Observe(&r, 0, time.Millisecond, tailcut.Abandoned, t0)
+		p.Abandon(&r, t0)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(hedgeprom.NewCollector(p, hedgeprom.Options{}))
+	want := `
+# HELP tailcut_requests_abandoned_total Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures.
+# TYPE tailcut_requests_abandoned_total counter
+tailcut_requests_abandoned_total{key="users"} 3
+# HELP tailcut_requests_failed_total Requests whose every attempt failed.
+# TYPE tailcut_requests_failed_total counter
+tailcut_requests_failed_total{key="users"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"tailcut_requests_abandoned_total", "tailcut_requests_failed_total"); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestCollectorDryRunPrediction(t *testing.T) {
 	p := newPolicy(t, tailcut.Config{DryRun: true})
 	traffic(p, "k", 500, 10)

@@ -24,11 +24,12 @@ const NativeBucketFactor = 1.1
 var (
 	attemptKinds = [2]string{"primary", "hedge"}
 	outcomeNames = [...]string{
-		tailcut.Completed:   "completed",
-		tailcut.Failed:      "failed",
-		tailcut.Canceled:    "canceled",
-		tailcut.Errored:     "errored",
-		tailcut.Errored + 1: "other",
+		tailcut.Completed:     "completed",
+		tailcut.Failed:        "failed",
+		tailcut.Canceled:      "canceled",
+		tailcut.Errored:       "errored",
+		tailcut.Abandoned:     "abandoned",
+		tailcut.Abandoned + 1: "other",
 	}
 )
 
@@ -64,7 +65,7 @@ func newAttemptLatency(ns string, o Options, cap labeller) *attemptLatency {
 		Namespace: ns,
 		Name:      "attempt_duration_seconds",
 		Help: "Latency of one attempt from its own start, as the policy learned it: " +
-			"attempt is primary or hedge; outcome completed (an answer), failed (retried), errored (a server error), canceled (lost the race, or the caller gave up).",
+			"attempt is primary or hedge; outcome completed (an answer), failed (retried), errored (a server error), canceled (lost the race), abandoned (the caller gave up).",
 		ConstLabels:                    o.ConstLabels,
 		Buckets:                        buckets,
 		NativeHistogramBucketFactor:    NativeBucketFactor,

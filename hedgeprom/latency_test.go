@@ -61,6 +61,12 @@ func TestAttemptLatencyHistogram(t *testing.T) {
 		p.Observe(&r, 0, 20*time.Millisecond, tailcut.Failed, now)
 		p.End(&r, -1, now)
 	}
+	for i := range 2 {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		r := p.Begin("users", now)
+		p.Observe(&r, 0, 30*time.Millisecond, tailcut.Abandoned, now)
+		p.Abandon(&r, now)
+	}
 
 	s := p.Stats()
 	hedges := uint64(s.Hedges)
@@ -70,6 +76,7 @@ func TestAttemptLatencyHistogram(t *testing.T) {
 		"users/primary/canceled":  hedges,
 		"users/hedge/completed":   hedges,
 		"users/primary/failed":    5,
+		"users/primary/abandoned": 2,
 	}
 	if hedges == 0 {
 		t.Fatal("no hedge sent: the test sees no hedge series")

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +19,8 @@ import (
 //   - /metrics: Prometheus metrics — per route, the policy's figures
 //     (hedgeprom: requests, hedges, denials by reason, delay, extra load,
 //     diagnosis) with a route label, and the proxy's own: request duration,
-//     attempts, hedges and errors per upstream replica;
+//     attempts, hedges and errors per upstream replica, requests refused
+//     before routing by reason;
 //   - /debug/tailcut: the same per route and upstream as JSON ([Debug]).
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -46,13 +48,26 @@ type Debug struct {
 	// Draining is true during a graceful shutdown.
 	Draining bool `json:"draining"`
 	// Unrouted counts requests no route matched (answered 404).
-	Unrouted int64        `json:"unrouted"`
-	Routes   []DebugRoute `json:"routes"`
+	Unrouted int64 `json:"unrouted"`
+	// Refused counts requests refused before routing.
+	Refused DebugRefused `json:"refused"`
+	Routes  []DebugRoute `json:"routes"`
 	// Listeners are the traffic listeners with shedding (listeners[].shed).
 	Listeners []DebugListener `json:"listeners,omitempty"`
 	// Idempotency counts the keyed writes of the idempotency section, if
 	// the config has one.
 	Idempotency *DebugIdempotency `json:"idempotency,omitempty"`
+}
+
+// DebugRefused counts the requests refused before routing in [Debug].
+type DebugRefused struct {
+	// Path counts 400s: a path that Paths refuses (an encoded slash by
+	// default), a malformed path or a malformed Host header.
+	Path int64 `json:"path"`
+	// Method counts 405s: CONNECT and TRACE.
+	Method int64 `json:"method"`
+	// Overload counts 503s: requests past a listener's max_in_flight.
+	Overload int64 `json:"overload"`
 }
 
 // DebugIdempotency is the idempotency middleware's counters in [Debug]
@@ -110,6 +125,9 @@ type DebugRoute struct {
 	ExtraLoad    float64 `json:"extra_load"`
 	HedgeWinRate float64 `json:"hedge_win_rate"`
 	Failed       int64   `json:"failed"`
+	// Abandoned counts requests whose client went away before an answer
+	// (tailcut's Counts.Abandoned): not failures.
+	Abandoned int64 `json:"abandoned"`
 	// Denials counts hedges not sent, by reason (budget, pushback, …).
 	Denials map[string]int64 `json:"denials"`
 	// Diagnosis is the verdict on the last diagnosis window (healthy,
@@ -139,13 +157,15 @@ type DebugUpstream struct {
 // Debug returns the /debug/tailcut document.
 func (s *Server) Debug() Debug {
 	rt := s.router.Load()
-	d := Debug{Config: s.cfg.Load().file, Draining: s.draining.Load(), Unrouted: s.unrouted.Load(), Routes: []DebugRoute{}}
+	d := Debug{Config: s.cfg.Load().file, Draining: s.draining.Load(), Unrouted: s.unrouted.Load(), Routes: []DebugRoute{},
+		Refused: DebugRefused{Path: s.refused.path.Load(), Method: s.refused.method.Load(), Overload: s.refused.overload.Load()}}
 	for _, r := range rt.routes {
 		st := r.policy.Stats()
 		dr := DebugRoute{
 			Name: r.cfg.Name, Host: r.cfg.Host, PathPrefix: r.prefix, Upstream: r.cfg.Upstream, Hedging: r.hedging,
 			Requests: st.Requests, Attempts: st.Attempts, Hedges: st.Hedges,
 			HedgeRate: st.HedgeRate(), ExtraLoad: st.ExtraLoad(), HedgeWinRate: st.HedgeWinRate(), Failed: st.Failed,
+			Abandoned: st.Abandoned,
 			Denials:   map[string]int64{},
 			Diagnosis: tailcut.DiagnosisUnknown.String(), Breaker: tailcut.BreakerClosed.String(),
 			DelayMS: ms(r.policy.Config().WarmupDelay),
@@ -221,13 +241,14 @@ var (
 	descUp5xx      = prometheus.NewDesc("tailcut_proxy_upstream_5xx_total", "Attempts to an upstream replica answered with a 5xx status.", []string{"route", "upstream"}, nil)
 	descUpInflight = prometheus.NewDesc("tailcut_proxy_upstream_inflight", "Attempts to an upstream replica running now.", []string{"route", "upstream"}, nil)
 	descUnrouted   = prometheus.NewDesc("tailcut_proxy_unrouted_requests_total", "Requests no route matched, answered 404.", nil, nil)
+	descRefused    = prometheus.NewDesc("tailcut_proxy_refused_requests_total", "Requests refused before routing, by reason: path (400: an encoded slash, a malformed path or Host), method (405: CONNECT, TRACE), overload (503: past a listener's max_in_flight).", []string{"reason"}, nil)
 
 	descInServed   = prometheus.NewDesc("tailcut_proxy_inbound_requests_total", "Requests from clients served on a listener with shedding, by kind (primary, hedge: Hedge-Attempt >= 1).", []string{"listener", "kind"}, nil)
 	descInShed     = prometheus.NewDesc("tailcut_proxy_inbound_shed_total", "Requests from clients refused (429 or 503 with Retry-After) on a listener with shedding, by kind.", []string{"listener", "kind"}, nil)
 	descInCanceled = prometheus.NewDesc("tailcut_proxy_inbound_canceled_total", "Served requests whose client had gone by the time they ended, by kind.", []string{"listener", "kind"}, nil)
 	descInInflight = prometheus.NewDesc("tailcut_proxy_inbound_inflight", "Requests in flight on a listener with shedding.", []string{"listener"}, nil)
 
-	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down).", []string{"outcome"}, nil)
+	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down), canceled (the client went away first).", []string{"outcome"}, nil)
 	descIdemNotStored = prometheus.NewDesc("tailcut_proxy_idempotent_not_stored_total", "Answers worth keeping that were not stored (too large, lock lost, store failing).", nil, nil)
 	descIdemWaiting   = prometheus.NewDesc("tailcut_proxy_idempotent_waiting", "Copies of keyed writes waiting now for their first run.", nil, nil)
 )
@@ -248,6 +269,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descUnrouted, prometheus.CounterValue, float64(s.unrouted.Load()))
+	for _, r := range []struct {
+		reason string
+		n      *atomic.Int64
+	}{{"path", &s.refused.path}, {"method", &s.refused.method}, {"overload", &s.refused.overload}} {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(r.n.Load()), r.reason)
+	}
 	if ins := s.inbound.Load(); ins != nil {
 		for _, in := range *ins {
 			st := in.h.Stats()
@@ -267,7 +294,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range []struct {
 			outcome string
 			n       int64
-		}{{"run", st.Runs}, {"replay", st.Replays}, {"conflict", st.Conflicts}, {"mismatch", st.Mismatches}, {"unavailable", st.Unavailable}} {
+		}{{"run", st.Runs}, {"replay", st.Replays}, {"conflict", st.Conflicts}, {"mismatch", st.Mismatches}, {"unavailable", st.Unavailable}, {"canceled", st.Canceled}} {
 			ch <- prometheus.MustNewConstMetric(descIdemRequests, prometheus.CounterValue, float64(o.n), o.outcome)
 		}
 		ch <- prometheus.MustNewConstMetric(descIdemNotStored, prometheus.CounterValue, float64(st.NotStored))

@@ -41,6 +41,9 @@ type Config struct {
 	// Routes map requests to upstreams, first by host, then by the longest
 	// path prefix. A request no route matches gets 404.
 	Routes []Route `yaml:"routes"`
+	// Paths says how request paths are normalised before they are
+	// matched and forwarded.
+	Paths Paths `yaml:"paths"`
 	// Log configures the structured logs (log/slog) on stderr.
 	Log Log `yaml:"log"`
 	// ShutdownTimeout is how long SIGTERM waits for requests in flight
@@ -119,12 +122,57 @@ type Idempotency struct {
 	RetryAfter time.Duration `yaml:"retry_after"`
 }
 
+// Paths is how the proxy reads a request's path. Each path is normalised
+// once, before the idempotency store and the routes see it, and forwarded
+// in that form, so that what a route matched is what the upstream
+// receives:
+//
+//   - percent-encoded unreserved characters (letters, digits, "-", ".",
+//     "_", "~") are decoded, other escapes get upper-case hex, and bytes
+//     not allowed in a path are encoded (RFC 3986 §2);
+//   - runs of "/" are merged into one (MergeSlashes);
+//   - dot-segments ("." and "..", encoded or not) are removed as RFC 3986
+//     §5.2.4 says: /public/%2e%2e/private/x is /private/x, which a route
+//     for /public/ does not match;
+//   - an encoded slash (%2F), an encoded backslash (%5C) or a backslash
+//     is handled by EscapedSlashes.
+//
+// The query is forwarded as it came. A path that is malformed (a bad
+// escape, not starting with "/") gets 400. Escapes are decoded once: %25
+// is data, so %252e stays %252e (an upstream that decodes twice is not
+// protected).
+type Paths struct {
+	// EscapedSlashes is what a path with %2F, %5C or "\" gets:
+	// "reject" (the default) answers 400; "keep" forwards them as %2F and
+	// %5C, data inside a segment that routes never take for a separator
+	// (only for upstreams that do not decode them into separators either);
+	// "unescape" makes each a "/" before dot-segments are removed.
+	EscapedSlashes string `yaml:"escaped_slashes"`
+	// MergeSlashes merges runs of "/" into one ("/a//b" is "/a/b"), before
+	// dot-segments are removed, as most servers read them. Unset means
+	// true; false keeps empty segments (RFC 3986: "/a//b" is not "/a/b").
+	MergeSlashes *bool `yaml:"merge_slashes"`
+}
+
+// DefaultMaxInFlight is a listener's bound on requests in flight when its
+// max_in_flight is not set.
+const DefaultMaxInFlight = 2048
+
 // Listener is one address client traffic arrives on.
 type Listener struct {
 	// Name identifies the listener in logs. Defaults to its address.
 	Name string `yaml:"name"`
 	// Listen is a host:port, e.g. "127.0.0.1:8080" or ":8080".
 	Listen string `yaml:"listen"`
+	// MaxInFlight bounds the requests the listener serves at once: past
+	// it a request gets 503 with Retry-After: 1 at once, without reaching
+	// the routes, so that a backlog (a slow upstream, a starved CPU) cannot
+	// grow the proxy's memory without bound (a GET in flight holds about
+	// 50 KiB of the proxy's heap and stacks, BenchmarkMemoryInFlight; a
+	// body buffered for replay adds its size). Zero means
+	// DefaultMaxInFlight, or shed.hard_limit if that is larger; -1 means
+	// no bound.
+	MaxInFlight int `yaml:"max_in_flight"`
 	// Shed, if set, protects the proxy from hedging clients of its own:
 	// requests arriving with Hedge-Attempt ≥ 1 are refused first when the
 	// listener is busy (hedgehttp.Handler), and the listener's requests
@@ -203,7 +251,8 @@ type Policy struct {
 	// MaxHedges is the most hedges per request, 1 to 4. Zero means 1.
 	MaxHedges int `yaml:"max_hedges"`
 	// Budget is the extra load hedges may add, as a fraction of the
-	// route's requests: 0.1 or "10%". Zero means 10 %.
+	// route's requests: 0.1 or "10%", at most 1. Unset means 10 %. Zero is
+	// an error: a route that must not hedge says hedge: false.
 	Budget Fraction `yaml:"budget"`
 	// BudgetBurst is how many hedges may go at once beyond the budget's
 	// balance. Zero means 10.
@@ -395,11 +444,24 @@ func (v *validator) add(p path, format string, args ...any) {
 	v.errs = append(v.errs, fmt.Errorf("%s: %s: %s", v.file, p, msg))
 }
 
+// has reports whether the field at p is written in the config.
+func (v *validator) has(p path) bool {
+	n, _ := v.walk(p)
+	return n != nil
+}
+
 // line returns the line of the deepest node on p that exists.
 func (v *validator) line(p path) int {
+	_, line := v.walk(p)
+	return line
+}
+
+// walk follows p from the root: it returns the node at p (nil if a field
+// on p is not written) and the line of the deepest node on p that exists.
+func (v *validator) walk(p path) (*yaml.Node, int) {
 	n := v.root
 	if n == nil {
-		return 0
+		return nil, 0
 	}
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
@@ -425,11 +487,11 @@ func (v *validator) line(p path) int {
 			}
 		}
 		if next == nil {
-			return line
+			return nil, line
 		}
 		n = next
 	}
-	return line
+	return n, line
 }
 
 func (c *Config) validate(v *validator) {
@@ -460,6 +522,13 @@ func (c *Config) validate(v *validator) {
 		v.add(path{"log", "level"}, "want debug, info, warn or error, got %q", c.Log.Level)
 	}
 
+	switch c.Paths.EscapedSlashes {
+	case "", EscapedSlashesReject, EscapedSlashesKeep, EscapedSlashesUnescape:
+	default:
+		v.add(path{"paths", "escaped_slashes"}, "want reject, keep or unescape, got %q", c.Paths.EscapedSlashes)
+	}
+	rules := c.Paths.rules()
+
 	if len(c.Listeners) == 0 {
 		v.add(path{"listeners"}, "at least one listener is required")
 	}
@@ -473,6 +542,11 @@ func (c *Config) validate(v *validator) {
 		}
 		if !strings.HasSuffix(l.Listen, ":0") { // port 0: any free port
 			addrs[l.Listen] = true
+		}
+		if l.MaxInFlight < -1 {
+			v.add(path{"listeners", i, "max_in_flight"}, "want a positive bound, 0 for the default (%d) or -1 for none, got %d", DefaultMaxInFlight, l.MaxInFlight)
+		} else if sh := l.Shed; sh != nil && l.MaxInFlight > 0 && sh.HardLimit > l.MaxInFlight {
+			v.add(path{"listeners", i, "shed", "hard_limit"}, "%d is above max_in_flight %d: it would never be reached", sh.HardLimit, l.MaxInFlight)
 		}
 		if sh := l.Shed; sh != nil {
 			at := func(f string) path { return path{"listeners", i, "shed", f} }
@@ -538,6 +612,13 @@ func (c *Config) validate(v *validator) {
 		names[r.Name] = true
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
 			v.add(append(p, "path_prefix"), "must start with /, got %q", r.PathPrefix)
+		} else if n, err := rules.normalize(r.PathPrefix); err != nil {
+			v.add(append(p, "path_prefix"), "%v: %q", err, r.PathPrefix)
+		} else if n != prefixOrRoot(r.PathPrefix) {
+			// Request paths are matched in normal form (see Paths): a
+			// prefix in another form would never match, or match other
+			// paths than it says.
+			v.add(append(p, "path_prefix"), "%q is not in normal form: write %q", r.PathPrefix, n)
 		}
 		if h := r.Host; h != "" {
 			if strings.ContainsAny(h, "/ :") || strings.Contains(strings.TrimPrefix(h, "*."), "*") {
@@ -631,6 +712,8 @@ func (pol *Policy) validate(v *validator, p path) {
 	}
 	if b := float64(pol.Budget); b != 0 && !(b > 0 && b <= 1) {
 		v.add(at("budget"), "must be in (0, 1] (or 0%%–100%%), got %v", b)
+	} else if b == 0 && v.has(at("budget")) {
+		v.add(at("budget"), "must be above 0 (unset means 10%%); to turn hedging off, write hedge: false")
 	}
 	if b := pol.BudgetBurst; b != 0 && (!(b >= 1) || math.IsInf(b, 0)) {
 		v.add(at("budget_burst"), "must be at least 1, got %v", b)
@@ -696,6 +779,20 @@ func (c *Config) adminListen() string {
 		return ""
 	}
 	return c.Admin.Listen
+}
+
+// maxInFlight returns the listener's bound on requests in flight, or 0 for
+// none.
+func (l Listener) maxInFlight() int {
+	switch {
+	case l.MaxInFlight < 0:
+		return 0
+	case l.MaxInFlight > 0:
+		return l.MaxInFlight
+	case l.Shed != nil && l.Shed.HardLimit > DefaultMaxInFlight:
+		return l.Shed.HardLimit
+	}
+	return DefaultMaxInFlight
 }
 
 func (c *Config) shutdownTimeout() time.Duration {

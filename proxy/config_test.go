@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/budget"
 )
 
 const validConfig = `
@@ -189,6 +191,30 @@ listeners:
 upstreams: [{name: u, urls: ["http://h:1"]}]
 routes: [{name: r, upstream: u}]
 `, []string{"c.yaml:4: listeners[0].shed.hard_limit: 5 is below hedge_limit 10", "c.yaml:4: listeners[0].shed.retry_after: must not be negative"}},
+		{"paths", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - {name: a, upstream: u, path_prefix: "/x/../y/"}
+  - {name: b, upstream: u, path_prefix: "/a%2fb/"}
+  - {name: c, upstream: u, path_prefix: "/%7euser//"}
+paths: {escaped_slashes: decode}
+`, []string{
+			`c.yaml:8: paths.escaped_slashes: want reject, keep or unescape, got "decode"`,
+			`c.yaml:5: routes[0].path_prefix: "/x/../y/" is not in normal form: write "/y/"`,
+			`c.yaml:6: routes[1].path_prefix: encoded slash or backslash in path: "/a%2fb/"`,
+			`c.yaml:7: routes[2].path_prefix: "/%7euser//" is not in normal form: write "/~user/"`,
+		}},
+		{"max_in_flight", `
+listeners:
+  - {listen: ":8080", max_in_flight: -2}
+  - {listen: ":8081", max_in_flight: 100, shed: {hard_limit: 200}}
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes: [{name: r, upstream: u}]
+`, []string{
+			"c.yaml:3: listeners[0].max_in_flight: want a positive bound, 0 for the default (2048) or -1 for none, got -2",
+			"c.yaml:4: listeners[1].shed.hard_limit: 200 is above max_in_flight 100",
+		}},
 		{"empty", ``, []string{"c.yaml: empty config"}},
 		{"nothing", `log: {format: json}`, []string{"c.yaml:1: listeners: at least one", "upstreams: at least one", "routes: at least one"}},
 		{"not yaml", "listeners: [", []string{"c.yaml:"}},
@@ -205,6 +231,66 @@ routes: [{name: r, upstream: u}]
 				}
 			}
 		})
+	}
+}
+
+// budget: 0% is not a silent 10 %: it is an error that names the field
+// and says how to turn hedging off. Unset still means 10 %.
+func TestParseRejectsZeroBudget(t *testing.T) {
+	for _, b := range []string{"0%", "0", "0.0"} {
+		_, err := Parse("c.yaml", []byte(`
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - name: r
+    upstream: u
+    policy:
+      budget: `+b+"\n"))
+		want := "c.yaml:8: routes[0].policy.budget: must be above 0 (unset means 10%); to turn hedging off, write hedge: false"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("budget: %s: error %v, want %q", b, err, want)
+		}
+	}
+	c, err := Parse("c.yaml", []byte(`
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes: [{name: r, upstream: u, policy: {max_hedges: 1}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPolicy(c.Routes[0], discardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := p.Config().Budget.(*budget.Ratio)
+	if !ok {
+		t.Fatalf("budget %T, want *budget.Ratio", p.Config().Budget)
+	}
+	if ratio, _, _ := r.Limits(); ratio != 0.1 {
+		t.Errorf("unset budget: ratio %v, want 0.1", ratio)
+	}
+}
+
+// Every listener has a bound on requests in flight unless it says -1.
+func TestListenerMaxInFlightDefault(t *testing.T) {
+	c, err := Parse("c.yaml", []byte(`
+listeners:
+  - {listen: ":8080"}
+  - {listen: ":8081", max_in_flight: 10}
+  - {listen: ":8082", max_in_flight: -1}
+  - {listen: ":8083", shed: {hard_limit: 5000}}
+  - {listen: ":8084", shed: {hard_limit: 100}}
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes: [{name: r, upstream: u}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{DefaultMaxInFlight, 10, 0, 5000, DefaultMaxInFlight} {
+		if got := c.Listeners[i].maxInFlight(); got != want {
+			t.Errorf("listeners[%d]: bound %d, want %d", i, got, want)
+		}
 	}
 }
 

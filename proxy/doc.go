@@ -9,8 +9,18 @@
 // admin listener (loopback by default) with /metrics, /healthz and
 // /debug/tailcut.
 //
-// A listener may also shed load from hedging clients of its own
-// (listeners[].shed, a hedgehttp.Handler): their hedges are refused first.
+// A listener serves at most max_in_flight requests at once (2048 by
+// default); past it a request gets 503 with Retry-After at once. It may
+// also shed load from hedging clients of its own (listeners[].shed, a
+// hedgehttp.Handler): their hedges are refused first.
+//
+// Paths are normalised once, before anything else sees them, and matched
+// and forwarded in that one form (see [Paths]): escapes of unreserved
+// characters decoded, dot-segments removed (RFC 3986 §5.2.4), runs of "/"
+// merged; a path with an encoded slash or a backslash gets 400 unless
+// paths.escaped_slashes says keep or unescape. So /public/%2e%2e/private
+// is /private, which a route for /public/ does not match. CONNECT and
+// TRACE get 405: the proxy is not a tunnel.
 //
 // An idempotency section ([Idempotency], hedgehttp.Idempotent in front of
 // the routes, on a memory or a Redis store) runs each keyed write upstream

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,7 +16,7 @@ import (
 func TestProxyFleet(t *testing.T) {
 	mr := miniredis.RunT(t)
 	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	cfg, err := Parse("f.yaml", []byte(fmt.Sprintf(`
+	s := runServer(t, fmt.Sprintf(`
 listeners: [{listen: "127.0.0.1:0"}]
 admin: {listen: "off"}
 upstreams: [{name: u, urls: [%q]}]
@@ -25,19 +24,9 @@ routes: [{name: users, upstream: u}]
 fleet:
   instance: proxy-a
   redis: {addrs: [%q]}
-`, u.URL, mr.Addr())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, discardLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan []net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, func(a []net.Addr) { addrs <- a }) }()
-	a := <-addrs
+`, u.URL, mr.Addr()))
+	a := s.addrs
+	ctx := context.Background()
 	client := &http.Client{Transport: &http.Transport{}}
 	for range 30 {
 		resp, err := client.Get("http://" + a[0].String() + "/x")
@@ -66,10 +55,7 @@ fleet:
 	if !found {
 		t.Errorf("no sketch of route users in Redis: keys %v", mr.Keys())
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	s.stop(t)
 	if s.fleetStore != nil || len(s.syncers) != 0 {
 		t.Error("Run returned with the fleet still running")
 	}

@@ -100,18 +100,11 @@ func BenchmarkThroughput(b *testing.B) {
 			if mode == "hedge-off" {
 				policy = "policy: {hedge: false}"
 			}
-			cfg, err := Parse("bench.yaml", []byte(fmt.Sprintf(`
+			s := newServer(b, fmt.Sprintf(`
 listeners: [{listen: "127.0.0.1:0"}]
 upstreams: [{name: u, urls: [%q]}]
 routes: [{name: r, upstream: u, %s}]
-`, up.URL, policy)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := New(cfg, discardLogger())
-			if err != nil {
-				b.Fatal(err)
-			}
+`, up.URL, policy))
 			defer s.base.CloseIdleConnections()
 			url, c := benchFront(b, s.Handler())
 			benchGets(b, url+"/item", c)
@@ -145,20 +138,13 @@ func BenchmarkThroughputRatio(b *testing.B) {
 	rp2.Transport, rp2.BufferPool = tr, copyBuffers
 	pooledURL, pooledClient := benchFront(b, rp2)
 
-	cfg, err := Parse("bench.yaml", []byte(fmt.Sprintf(`
+	s := newServer(b, fmt.Sprintf(`
 listeners: [{listen: "127.0.0.1:0"}]
 upstreams: [{name: u, urls: [%q]}]
 routes:
   - {name: hedged, path_prefix: /h/, upstream: u}
   - {name: plain, path_prefix: /p/, upstream: u, policy: {hedge: false}}
-`, up.URL)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := New(cfg, discardLogger())
-	if err != nil {
-		b.Fatal(err)
-	}
+`, up.URL))
 	defer s.base.CloseIdleConnections()
 	tcURL, tcClient := benchFront(b, s.Handler())
 
@@ -240,6 +226,16 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// memInUse returns the memory statistics after two collections: what is
+// still reachable.
+func memInUse() runtime.MemStats {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m
+}
+
 // BenchmarkMemory sends 100,000 requests through the proxy and reports the
 // live heap after the first 10,000 (warm: pools, sketches and connections
 // made) and after all of them. Run it once:
@@ -247,29 +243,16 @@ func cpuTime() time.Duration {
 //	go test -run '^$' -bench Memory -benchtime 1x ./proxy
 func BenchmarkMemory(b *testing.B) {
 	up := benchUpstream(b)
-	cfg, err := Parse("bench.yaml", []byte(fmt.Sprintf(`
+	s := newServer(b, fmt.Sprintf(`
 listeners: [{listen: "127.0.0.1:0"}]
 upstreams: [{name: u, urls: [%q, %q]}]
 routes:
   - {name: a, path_prefix: /a/, upstream: u}
   - {name: b, path_prefix: /b/, upstream: u, policy: {hedge: false}}
-`, up.URL, up.URL+"/")))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := New(cfg, discardLogger())
-	if err != nil {
-		b.Fatal(err)
-	}
+`, up.URL, up.URL+"/"))
 	defer s.base.CloseIdleConnections()
 	front, c := benchFront(b, s.Handler())
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
+	heap := func() uint64 { return memInUse().HeapAlloc }
 	send := func(n int) {
 		var wg sync.WaitGroup
 		var next atomic.Int64
@@ -300,5 +283,85 @@ routes:
 		b.ReportMetric(float64(warm)/1024, "warm-heap-KiB")
 		b.ReportMetric(float64(end)/1024, "end-heap-KiB")
 		b.ReportMetric((float64(end)-float64(warm))/1024, "growth-KiB")
+	}
+}
+
+// BenchmarkMemoryInFlight holds 1000 GETs at a stalled upstream, sent
+// straight to it ("direct") or through the proxy ("proxy"), and reports the
+// heap and goroutine stacks they hold, per request: the proxy's own cost of
+// a request in flight is the difference, which listeners[].max_in_flight
+// bounds. Run it once:
+//
+//	go test -run '^$' -bench MemoryInFlight -benchtime 1x ./proxy
+func BenchmarkMemoryInFlight(b *testing.B) {
+	const held = 1000
+	var arrived sync.WaitGroup
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		<-release
+	}))
+	defer up.Close()
+	s := newServer(b, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: a, upstream: u, policy: {hedge: false}}]
+`, up.URL))
+	defer s.base.CloseIdleConnections()
+	proxyURL, _ := benchFront(b, s.Handler())
+	inUse := func() uint64 {
+		m := memInUse()
+		return m.HeapAlloc + m.StackInuse
+	}
+	for _, c := range []struct{ name, url string }{{"direct", up.URL}, {"proxy", proxyURL}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				tr := &http.Transport{MaxIdleConnsPerHost: held}
+				client := &http.Client{Transport: tr}
+				release = make(chan struct{})
+				before, g0 := inUse(), runtime.NumGoroutine()
+				arrived.Add(held)
+				var done sync.WaitGroup
+				for range held {
+					done.Go(func() {
+						resp, err := client.Get(c.url + "/x")
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					})
+				}
+				arrived.Wait()
+				after, g1 := inUse(), runtime.NumGoroutine()
+				close(release)
+				done.Wait()
+				tr.CloseIdleConnections()
+				s.base.CloseIdleConnections()
+				b.ReportMetric((float64(after)-float64(before))/held/1024, "KiB/held")
+				b.ReportMetric(float64(g1-g0)/held, "goroutines/held")
+			}
+		})
+	}
+}
+
+// BenchmarkNormalize measures the path normalisation every request goes
+// through: a path already in normal form (a scan, no allocation) and one
+// with escapes and dot-segments to rewrite.
+func BenchmarkNormalize(b *testing.B) {
+	r := Paths{}.rules()
+	for _, c := range []struct{ name, path string }{
+		{"normal", "/api/v1/users/12345/orders"},
+		{"rewrite", "/api/v1/%7Eusers/./12345/../orders%2d"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.normalize(c.path); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -63,6 +63,23 @@ func startUpstream(t *testing.T, name string, serve func(w http.ResponseWriter, 
 	return u
 }
 
+// holdingUpstream starts a replica that holds each request for path until
+// release is called (each arrival is sent on entered, which buffers 8) and
+// answers other paths at once.
+func holdingUpstream(t *testing.T, path string) (u *upstream, entered <-chan struct{}, release func()) {
+	t.Helper()
+	in := make(chan struct{}, 8)
+	held := make(chan struct{})
+	u = startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == path {
+			in <- struct{}{}
+			<-held
+		}
+		io.WriteString(w, "ok")
+	})
+	return u, in, sync.OnceFunc(func() { close(held) })
+}
+
 // stallUntilCanceled blocks a handler until its client cancels (bounded, so
 // a broken test still ends).
 func stallUntilCanceled(w http.ResponseWriter, r *http.Request) {
@@ -80,16 +97,73 @@ type testProxy struct {
 	client     *http.Client
 }
 
-func startProxy(t *testing.T, yaml string) *testProxy {
-	t.Helper()
+// newServer parses yaml (as test.yaml) and builds its Server.
+func newServer(tb testing.TB, yaml string) *Server {
+	tb.Helper()
 	cfg, err := Parse("test.yaml", []byte(yaml))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	s, err := New(cfg, discardLogger())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return s
+}
+
+// running is a Server serving its own listeners with Run.
+type running struct {
+	*Server
+	addrs  []net.Addr // traffic listeners first, then the admin listener
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	once   sync.Once
+}
+
+// runServer builds the Server of yaml and runs it until stop (or the end
+// of the test).
+func runServer(t *testing.T, yaml string) *running {
+	t.Helper()
+	s := newServer(t, yaml)
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan []net.Addr, 1)
+	r := &running{Server: s, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx, func(a []net.Addr) { addrs <- a }) }()
+	t.Cleanup(func() { r.wait() })
+	select {
+	case r.addrs = <-addrs:
+		return r
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+		return nil
+	}
+}
+
+// url returns the http:// URL of the i-th bound listener.
+func (r *running) url(i int) string { return "http://" + r.addrs[i].String() }
+
+// wait ends Run (if it still runs) and returns its error.
+func (r *running) wait() error {
+	r.once.Do(func() {
+		r.cancel()
+		r.err = <-r.done
+	})
+	return r.err
+}
+
+// stop ends Run and fails the test if it returned an error.
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func startProxy(t *testing.T, yaml string) *testProxy {
+	t.Helper()
+	s := newServer(t, yaml)
 	traffic := httptest.NewServer(s.Handler())
 	admin := httptest.NewServer(s.AdminHandler())
 	tr := &http.Transport{}
@@ -554,25 +628,13 @@ func TestProxyRunDrains(t *testing.T) {
 		<-release
 		io.WriteString(w, "finished")
 	})
-	cfg, err := Parse("d.yaml", []byte(fmt.Sprintf(`
+	s := runServer(t, fmt.Sprintf(`
 listeners: [{listen: "127.0.0.1:0"}]
 admin: {listen: "127.0.0.1:0"}
 upstreams: [{name: u, urls: [%q]}]
 routes: [{name: r, upstream: u, policy: {hedge: false}}]
-`, u.URL)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, discardLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addrs := make(chan []net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, func(a []net.Addr) { addrs <- a }) }()
-	a := <-addrs
+`, u.URL))
+	a := s.addrs
 	if len(a) != 2 {
 		t.Fatalf("addrs %v", a)
 	}
@@ -595,7 +657,7 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 		res <- result{resp.StatusCode, string(b), err}
 	}()
 	<-entered
-	cancel()
+	s.cancel()
 	// The drain has begun once /healthz says so.
 	for {
 		resp, err := client.Get("http://" + a[1].String() + "/healthz")
@@ -612,9 +674,7 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	if r.err != nil || r.code != 200 || r.body != "finished" {
 		t.Fatalf("request in flight: %+v", r)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	s.stop(t)
 }
 
 // The meter under each route's transport refuses any host outside the
@@ -689,16 +749,8 @@ routes: [{name: r, upstream: u, policy: {first_byte: true, warmup_delay: 1s}}]
 // A listener with shedding refuses a client's hedges while busy, before its
 // primaries, and counts both.
 func TestProxyListenerShedsClientHedges(t *testing.T) {
-	entered := make(chan struct{}, 1)
-	release := make(chan struct{})
-	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/block" {
-			entered <- struct{}{}
-			<-release
-		}
-		io.WriteString(w, "ok")
-	})
-	cfg, err := Parse("s.yaml", []byte(fmt.Sprintf(`
+	u, entered, release := holdingUpstream(t, "/block")
+	s := runServer(t, fmt.Sprintf(`
 listeners:
   - name: main
     listen: "127.0.0.1:0"
@@ -706,19 +758,8 @@ listeners:
 admin: {listen: "off"}
 upstreams: [{name: u, urls: [%q]}]
 routes: [{name: r, upstream: u, policy: {hedge: false}}]
-`, u.URL)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, discardLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan []net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, func(a []net.Addr) { addrs <- a }) }()
-	base := "http://" + (<-addrs)[0].String()
+`, u.URL))
+	base := s.url(0)
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
 	send := func(path, attempt string) *http.Response {
@@ -741,7 +782,7 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	if resp := send("/x", "0"); resp.StatusCode != 200 {
 		t.Errorf("client primary while busy: %d, want 200", resp.StatusCode)
 	}
-	close(release)
+	release()
 	if code := <-blocked; code != 200 {
 		t.Errorf("blocked primary: %d", code)
 	}
@@ -754,7 +795,7 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 			t.Errorf("upstream saw %+v", r)
 		}
 	}
-	if n := testutil.CollectAndCount((*collector)(s), "tailcut_proxy_inbound_shed_total"); n != 2 {
+	if n := testutil.CollectAndCount((*collector)(s.Server), "tailcut_proxy_inbound_shed_total"); n != 2 {
 		t.Errorf("%d inbound shed series, want 2 (primary, hedge)", n)
 	}
 	problems, err := testutil.GatherAndLint(s.reg)
@@ -764,8 +805,5 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	for _, pr := range problems {
 		t.Errorf("metric lint: %s: %s", pr.Metric, pr.Text)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	s.stop(t)
 }

@@ -73,6 +73,9 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 	opts := []hedgehttp.Option{
 		hedgehttp.WithEndpoints(pool.URLs...),
 		hedgehttp.WithKey(func(*http.Request) string { return rc.Name }),
+		// The meter counts and calls an *http.Transport: it returns when
+		// cancelled, and the primary may run on the caller's goroutine.
+		hedgehttp.WithInlinePrimary(true),
 	}
 	if len(rc.Policy.Methods) > 0 {
 		opts = append(opts, hedgehttp.WithMethods(rc.Policy.Methods...))
@@ -192,6 +195,7 @@ func (r *route) matches(host, path string) (score int, ok bool) {
 type router struct {
 	routes   []*route
 	byName   map[string]*route
+	paths    pathRules // how [Server.Handler] normalises paths
 	unrouted *atomic.Int64
 }
 
@@ -204,16 +208,20 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	http.Error(w, "tailcut proxy: no route for this request", http.StatusNotFound)
 }
 
+// match returns the route of req, whose path is in normal form (see
+// pathRules.normalize): it is matched escaped, as the upstream receives it,
+// so that an encoded slash kept as %2F is never taken for a separator.
 func (rt *router) match(req *http.Request) *route {
 	host := req.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	path := req.URL.EscapedPath()
 	var best *route
 	bestScore := -1
 	for _, r := range rt.routes {
-		if s, ok := r.matches(host, req.URL.Path); ok && s > bestScore {
+		if s, ok := r.matches(host, path); ok && s > bestScore {
 			best, bestScore = r, s
 		}
 	}

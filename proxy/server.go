@@ -44,6 +44,7 @@ type Server struct {
 	dur    *prometheus.HistogramVec
 
 	unrouted atomic.Int64
+	refused  refusals
 	draining atomic.Bool
 
 	mu     sync.Mutex // serialises reloads
@@ -65,6 +66,13 @@ type Server struct {
 	idem      *hedgehttp.Idempotent
 	idemRedis *idemredis.Store
 	keyedOnce func(*http.Request) bool
+}
+
+// refusals counts the requests refused before routing, by reason.
+type refusals struct {
+	path     atomic.Int64 // 400: a path the rules refuse, a malformed Host
+	method   atomic.Int64 // 405: CONNECT, TRACE
+	overload atomic.Int64 // 503: past a listener's max_in_flight
 }
 
 // inbound is a traffic listener wrapped in a hedgehttp.Handler.
@@ -247,7 +255,7 @@ func (s *Server) Reload(cfg *Config) error {
 	for _, u := range cfg.Upstreams {
 		pools[u.Name] = u
 	}
-	rt := &router{byName: make(map[string]*route), unrouted: &s.unrouted}
+	rt := &router{byName: make(map[string]*route), paths: cfg.Paths.rules(), unrouted: &s.unrouted}
 	for _, rc := range cfg.Routes {
 		var prev *route
 		if old != nil {
@@ -291,13 +299,20 @@ func listenAddrs(c *Config) []string {
 }
 
 // Handler returns the handler of client traffic: the router of the config
-// in force, behind the idempotency middleware if the config has one.
+// in force, behind the idempotency middleware if the config has one. In
+// front of both, each request's path is normalised once (see [Paths]) and
+// CONNECT and TRACE are refused with 405.
 func (s *Server) Handler() http.Handler {
+	next := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.router.Load().ServeHTTP(w, r)
+	}))
 	if s.idem != nil {
-		return s.idem
+		next = s.idem
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.router.Load().ServeHTTP(w, r)
+		if r, ok := s.admit(w, r, s.router.Load().paths); ok {
+			next.ServeHTTP(w, r)
+		}
 	})
 }
 
@@ -344,6 +359,9 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 			}
 			ins = append(ins, inbound{name: name, h: hh})
 			h = hh
+		}
+		if m := l.maxInFlight(); m > 0 {
+			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
 		}
 		srvs = append(srvs, srv{name: name, ln: ln, hs: &http.Server{
 			Handler:           h,
@@ -421,11 +439,37 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		}
 	}
 	s.router.Load().closeIdle()
+	if s.idem != nil {
+		s.idem.Close() // stops storing responses again, before the store closes
+	}
 	if s.idemRedis != nil {
 		s.idemRedis.Close()
 	}
 	s.logger.Info("stopped")
 	return runErr
+}
+
+// bounded serves at most max requests at once (a listener's
+// max_in_flight); the others get 503 with Retry-After at once, so that a
+// backlog costs a refused answer each instead of a request's buffers and
+// goroutines.
+type bounded struct {
+	next    http.Handler
+	max     int64
+	n       atomic.Int64
+	refused *atomic.Int64
+}
+
+func (b *bounded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if b.n.Add(1) > b.max {
+		b.n.Add(-1)
+		b.refused.Add(1)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "tailcut proxy: too many requests in flight", http.StatusServiceUnavailable)
+		return
+	}
+	defer b.n.Add(-1)
+	b.next.ServeHTTP(w, r)
 }
 
 // NewLogger returns the logger described by l, writing to w.

@@ -235,7 +235,8 @@ func (p *loadPlan) runOne(ctx context.Context, strategy string, progress func(do
 		if err != nil {
 			return nil, usageError{err}
 		}
-		rt = hedgehttp.NewTransport(counter, pol)
+		// counter calls an *http.Transport: it returns when cancelled.
+		rt = hedgehttp.NewTransport(counter, pol, hedgehttp.WithInlinePrimary(true))
 	}
 	client := &http.Client{Transport: rt, Timeout: p.timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -33,6 +33,11 @@ The YAML config lists listeners, upstream pools, routes (host and path prefix)
 with a hedging policy each, and an admin listener (loopback by default) with
 /metrics, /healthz and /debug/tailcut. See examples/proxy/tailcut.yaml.
 
+Request paths are normalised before routing (dot-segments removed, %2F
+rejected unless paths.escaped_slashes says otherwise) and forwarded as
+matched; CONNECT and TRACE get 405. Each listener serves at most
+max_in_flight requests at once (default 2048), 503 past it.
+
 SIGTERM or SIGINT drains requests in flight and exits; SIGHUP reloads the
 config without dropping connections (a bad config is logged and ignored).`,
 		Example: `  tailcut proxy --config tailcut.yaml --check

@@ -40,6 +40,16 @@ func TestProxyCheck(t *testing.T) {
 	}
 }
 
+// budget: 0% fails --check, naming the field, instead of meaning 10 %.
+func TestProxyCheckRejectsZeroBudget(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "zero.yaml")
+	os.WriteFile(p, []byte("listeners: [{listen: \":8080\"}]\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nroutes:\n  - name: r\n    upstream: u\n    policy: {budget: 0%}\n"), 0o600)
+	code, _, errs := runCLI(t, "proxy", "--config", p, "--check")
+	if code != 2 || !strings.Contains(errs, p+":6: routes[0].policy.budget: must be above 0") || !strings.Contains(errs, "hedge: false") {
+		t.Errorf("budget: 0%%: exit %d, stderr %q", code, errs)
+	}
+}
+
 // The proxy command in process: serves, reloads on SIGHUP (a bad config is
 // ignored), stops on SIGTERM.
 func TestProxySignals(t *testing.T) {

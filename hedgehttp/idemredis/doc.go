@@ -15,9 +15,9 @@
 // Begin is SET NX PX run in a Lua script together with the GET that tells,
 // when the key is taken, what holds it: one round trip, atomic. Extend,
 // Complete and Release are compare-and-set scripts: they act only if the
-// key holds a lock with the caller's token, so a request whose lease passed
-// and whose key another request took can neither extend, overwrite nor
-// delete what the other holds. Lock and record being one key, every script
+// key holds a lock with the caller's token (Complete also if it holds
+// nothing), so a request whose lease passed and whose key another request
+// took can neither extend, overwrite nor delete what the other holds. Lock and record being one key, every script
 // touches one key; the braces make it a Cluster hash tag anyway, so that
 // anything kept beside a key later lands in the same slot.
 //
@@ -47,6 +47,14 @@
 // connections pooled before a Redis restart do not fail a request each);
 // every retry is safe: a Begin retried after it set the lock finds its own
 // lock and waits it out like any copy (ClaimInProgress, then 409 or the
-// lease's end), and a Complete or Release retried after it acted reports
-// hedgehttp.ErrLockLost while the record it stored stays.
+// lease's end), a Complete retried after it acted finds its own record and
+// reports success, and a Release retried after it acted reports
+// hedgehttp.ErrLockLost.
+//
+// A response whose Complete fails is not lost while its server runs: the
+// middleware keeps its key locked in that process (copies sent there get
+// the response from memory) and stores it once Redis answers again. With
+// appendonly yes the lock survives a Redis restart until its lease ends;
+// an outage longer than LockLease lets a copy sent to another server run
+// before the response is stored (TestRedisKilledMidRunNoKeyRunsTwice).
 package idemredis

@@ -40,6 +40,14 @@ func (s *waitSignal) Begin(ctx context.Context, key string, lock hedgehttp.Lock)
 // middleware on store.
 func serve(t *testing.T, next http.Handler, store hedgehttp.Store, opts hedgehttp.IdempotencyOptions) (*httptest.Server, *http.Client) {
 	t.Helper()
+	srv, c, _ := serveIdem(t, next, store, opts)
+	return srv, c
+}
+
+// serveIdem is serve that also returns the middleware, which the test's
+// cleanup closes.
+func serveIdem(t *testing.T, next http.Handler, store hedgehttp.Store, opts hedgehttp.IdempotencyOptions) (*httptest.Server, *http.Client, *hedgehttp.Idempotent) {
+	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -47,11 +55,12 @@ func serve(t *testing.T, next http.Handler, store hedgehttp.Store, opts hedgehtt
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	tr := &http.Transport{MaxIdleConnsPerHost: 200}
 	t.Cleanup(tr.CloseIdleConnections)
-	return srv, &http.Client{Transport: tr}
+	return srv, &http.Client{Transport: tr}, h
 }
 
 func TestIdempotentMiniredis(t *testing.T) { testIdempotent(t, miniBackend) }
@@ -232,5 +241,162 @@ func TestRedisKilledMidTest(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRedisKilledMidRunNoKeyRunsTwice kills redis-server (SIGKILL) while
+// keyed writes run and restarts it on the same port after an outage
+// longer than the locks' lease (appendonly yes, appendfsync always): the
+// writes that answer during the outage ("b") and those still running when
+// Redis returns ("c") each run once, while the serving process stays up —
+// copies sent during the outage get the response from memory, copies sent
+// after it wait for the run — and every response reaches Redis: copies
+// sent to another server after it are replays.
+func TestRedisKilledMidRunNoKeyRunsTwice(t *testing.T) {
+	const (
+		perGroup = 20
+		lease    = 200 * time.Millisecond
+	)
+	dir := t.TempDir()
+	args := []string{"--dir", dir, "--appendonly", "yes", "--appendfsync", "always"}
+	srv := redistest.Start(t, 0, args...)
+	store, err := Config{Addrs: []string{srv.Addr()}, Timeout: 500 * time.Millisecond}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+
+	var mu sync.Mutex
+	runs := map[string]int{}
+	gates := map[byte]chan struct{}{'b': make(chan struct{}), 'c': make(chan struct{})}
+	started := make(chan struct{}, 2*perGroup)
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		runs[r.URL.Path]++
+		n := runs[r.URL.Path]
+		mu.Unlock()
+		if gate := gates[r.URL.Path[1]]; gate != nil && n == 1 {
+			started <- struct{}{}
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "%s run %d", r.URL.Path, n)
+	})
+	opts := hedgehttp.IdempotencyOptions{LockLease: lease}
+	h, c, idem := serveIdem(t, next, store, opts)
+	h2, c2, _ := serveIdem(t, next, store, opts) // another server of the fleet
+	paths := func(group string) []string {
+		var ps []string
+		for i := range perGroup {
+			ps = append(ps, fmt.Sprintf("/%s/%d", group, i))
+		}
+		return ps
+	}
+	send := func(c *http.Client, base, path string) idemtest.Answer {
+		return idemtest.Send(t, c, t.Context(), http.MethodPost, base+path, "k"+path, "x")
+	}
+	// sendAll sends one request per path at once and returns the answers
+	// in the order of the paths.
+	sendAll := func(c *http.Client, base string, ps []string) []idemtest.Answer {
+		out := make([]idemtest.Answer, len(ps))
+		var wg sync.WaitGroup
+		for i, p := range ps {
+			wg.Go(func() { out[i] = send(c, base, p) })
+		}
+		wg.Wait()
+		return out
+	}
+	wantRun := func(what string, as []idemtest.Answer, ps []string, replayed bool) {
+		t.Helper()
+		for i, a := range as {
+			want := ps[i] + " run 1"
+			if a.Status != http.StatusOK || a.Body != want || (a.Header.Get(hedgehttp.ReplayedHeader) == "true") != replayed {
+				t.Errorf("%s %s = %d %q replayed %q, want 200 %q replayed %v", what, ps[i], a.Status, a.Body,
+					a.Header.Get(hedgehttp.ReplayedHeader), want, replayed)
+			}
+		}
+	}
+	// poll waits (20 s at most) until cond holds.
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 20s: %s", what)
+			}
+			<-tick.C
+		}
+	}
+
+	a, b, cc := paths("a"), paths("b"), paths("c")
+	wantRun("write before the crash", sendAll(c, h.URL, a), a, false)
+
+	var wg, wgB sync.WaitGroup
+	var answersB, answersC []idemtest.Answer
+	wgB.Go(func() { answersB = sendAll(c, h.URL, b) })
+	wg.Go(func() { answersC = sendAll(c, h.URL, cc) })
+	for range 2 * perGroup {
+		<-started // every b and c write runs, its key locked in Redis
+	}
+	srv.Kill()
+	close(gates['b'])
+	wgB.Wait()
+	wantRun("write answered after the crash", answersB, b, false)
+	if s := idem.Stats(); s.Pending != perGroup {
+		t.Errorf("Pending = %d with Redis down, want %d (the b responses)", s.Pending, perGroup)
+	}
+	wantRun("copy, Redis down, of a write answered after the crash", sendAll(c, h.URL, b), b, true)
+	for _, a := range sendAll(c, h.URL, paths("d")) {
+		if a.Status != http.StatusServiceUnavailable {
+			t.Errorf("new keyed write with Redis down = %d, want 503", a.Status)
+		}
+	}
+	// The outage outlasts every lease: Redis's clock ends them, whatever
+	// its restart finds in the append-only file.
+	time.Sleep(5 * lease)
+	redistest.Start(t, srv.Port, args...)
+	poll("the client reaches the restarted redis-server", func() bool { return store.Client.Ping(t.Context()).Err() == nil })
+
+	// Copies of the c writes, still running: they wait for the runs.
+	var copiesC []idemtest.Answer
+	wg.Go(func() { copiesC = sendAll(c, h.URL, cc) })
+	ranC := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, p := range cc {
+			n += runs[p]
+		}
+		return n
+	}
+	poll("every copy of a running write waits or runs", func() bool {
+		return idem.Stats().Waiting+int64(ranC()-perGroup) >= perGroup
+	})
+	close(gates['c'])
+	wg.Wait()
+	wantRun("write answered after the restart", answersC, cc, false)
+	wantRun("copy, after the restart, of a running write", copiesC, cc, true)
+
+	poll("every response reaches Redis", func() bool { return idem.Stats().Pending == 0 })
+	for _, group := range [][]string{a, b, cc} {
+		wantRun("copy on this server", sendAll(c, h.URL, group), group, true)
+		wantRun("copy on another server", sendAll(c2, h2.URL, group), group, true)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, group := range [][]string{a, b, cc} {
+		for _, p := range group {
+			if runs[p] != 1 {
+				t.Errorf("%s ran %d times, want 1", p, runs[p])
+			}
+		}
+	}
+	if s := idem.Stats(); s.NotStored != 0 {
+		t.Errorf("NotStored = %d, want 0 (every response stored at last)", s.NotStored)
 	}
 }

@@ -59,10 +59,25 @@ end
 `
 
 var (
-	extendScript   = redis.NewScript(heldBy + `redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1`)
-	completeScript = redis.NewScript(heldBy + `redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1`)
-	releaseScript  = redis.NewScript(heldBy + `redis.call('DEL', KEYS[1]) return 1`)
+	extendScript  = redis.NewScript(heldBy + `redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1`)
+	releaseScript = redis.NewScript(heldBy + `redis.call('DEL', KEYS[1]) return 1`)
 )
+
+// completeScript sets the record ARGV[2] for ARGV[3] ms if the key holds
+// the lock of token ARGV[1] or nothing (the lease passed, no one took it),
+// and answers 1; it answers 1 without acting if the key holds that very
+// record already (a Complete retried after it acted), 0 otherwise.
+var completeScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[2] then
+	return 1
+end
+if v and (string.sub(v, 1, 1) ~= 'L' or string.sub(v, 34) ~= ARGV[1]) then
+	return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+`)
 
 // redisKey returns the Redis key of an idempotency key.
 func (s *Store) redisKey(key string) (string, error) {
@@ -154,8 +169,8 @@ func (s *Store) Extend(ctx context.Context, key string, lock hedgehttp.Lock) err
 	return s.run(ctx, "Extend", extendScript, key, lock.Token, ms(lock.Lease))
 }
 
-// Complete implements [hedgehttp.Store]: the lock held by token becomes
-// rec's encoding, SET with PX ttl, in one script.
+// Complete implements [hedgehttp.Store]: the lock held by token (or an
+// empty key) becomes rec's encoding, SET with PX ttl, in one script.
 func (s *Store) Complete(ctx context.Context, key, token string, rec *hedgehttp.Record, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("idemredis: Complete: ttl %v must be positive", ttl)

@@ -186,6 +186,28 @@ func testStore(t *testing.T, newBackend func(*testing.T) backend) {
 		}
 	})
 
+	t.Run("late and repeated Complete", func(t *testing.T) {
+		be := newBackend(t)
+		s := &Store{Client: be.client}
+		key := testKey("f")
+		if c, err := s.Begin(ctx, key, lock("t1")); err != nil || c.State != hedgehttp.ClaimAcquired {
+			t.Fatalf("Begin = %v, %v", c.State, err)
+		}
+		be.client.Del(ctx, DefaultPrefix+"{"+key+"}") // the lease passed, no one took the key
+		if err := s.Complete(ctx, key, "t1", record(), time.Hour); err != nil {
+			t.Fatalf("Complete into the empty key = %v, want nil", err)
+		}
+		if err := s.Complete(ctx, key, "t1", record(), time.Hour); err != nil {
+			t.Errorf("Complete repeated with the same record = %v, want nil (a retry after it acted)", err)
+		}
+		if err := s.Complete(ctx, key, "t2", &hedgehttp.Record{Status: 500}, time.Hour); !errors.Is(err, hedgehttp.ErrLockLost) {
+			t.Errorf("Complete of another record = %v, want ErrLockLost", err)
+		}
+		if c, err := s.Begin(ctx, key, lock("t3")); err != nil || c.State != hedgehttp.ClaimCompleted || !reflect.DeepEqual(c.Record, record()) {
+			t.Errorf("Begin after the late Complete = %+v, %v; want the record", c, err)
+		}
+	})
+
 	t.Run("one of many acquires", func(t *testing.T) {
 		be := newBackend(t)
 		s := &Store{Client: be.client}

@@ -104,6 +104,7 @@ func each(a, b *tailcut.Counts, f func(x *int64, y int64)) {
 		f(&a.Wins[i], b.Wins[i])
 	}
 	f(&a.Failed, b.Failed)
+	f(&a.Abandoned, b.Abandoned)
 	for i := range a.Denied {
 		f(&a.Denied[i], b.Denied[i])
 	}

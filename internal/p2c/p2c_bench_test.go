@@ -1,4 +1,4 @@
-package hedgehttp
+package p2c
 
 import (
 	"testing"
@@ -6,24 +6,24 @@ import (
 )
 
 // BenchmarkPick measures the balancer's pick for a primary among three
-// endpoints with samples, sequentially and from all Ps at once.
+// replicas with samples, sequentially and from all Ps at once.
 func BenchmarkPick(b *testing.B) {
-	eps := newEndpoints([]string{"http://a", "http://b", "http://c"})
+	s := newSet(3)
 	for i, d := range []time.Duration{5, 6, 7} {
-		eps.list[i].observe(d*time.Millisecond, t0)
+		s.Replicas[i].Observe(d*time.Millisecond, t0)
 	}
 	now := t0.Add(10 * time.Millisecond)
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			eps.pick(0, now)
+			s.Pick(0, now)
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				eps.pick(0, now)
+				s.Pick(0, now)
 			}
 		})
 	})
