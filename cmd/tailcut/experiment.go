@@ -252,10 +252,10 @@ func (s *stepBar) step(step string, ended bool) {
 			progressbar.OptionThrottle(s.throttle), progressbar.OptionClearOnFinish(),
 			progressbar.OptionSetWidth(30))
 	}
-	if step != "" {
-		s.bar.Describe(step)
-	}
 	_ = s.bar.Set(s.done)
+	if step != "" {
+		s.bar.Describe(step) // draws at once, with the count just set
+	}
 }
 
 func (s *stepBar) finish() {
