@@ -337,6 +337,8 @@ func FrontierChart(title string, curve []FrontierPoint, marks []FrontierPoint) (
 		p.Add(s)
 		p.Legend.Add(m.Label, s)
 	}
+	// Room above the highest mark, which would otherwise touch the title.
+	p.Y.Max += 0.06 * (p.Y.Max - p.Y.Min)
 	svg, err := renderSVG(p, 7*vg.Inch, 4*vg.Inch)
 	return Chart{Title: title, SVG: svg}, err
 }
