@@ -160,6 +160,8 @@ type Policy struct {
 	states sync.Pool
 	noPool bool
 
+	onAttempt atomic.Pointer[[]func(AttemptEvent)] // OnAttempt's functions (onattempt.go); nil: none
+
 	inflight    atomic.Int64  // hedges granted and not yet observed
 	sampleSeq   atomic.Uint64 // sequence for requests sampled without an ID
 	sampleBelow uint64        // a request is sampled if its hash is below; 0: no sampling
@@ -466,9 +468,11 @@ func (p *Policy) takeInflight() bool {
 // until every request is hedged.
 //
 // Observe also feeds the key's circuit breaker ([Failed] and [Errored] are
-// errors, [Completed] a success, [Canceled] and [Abandoned] neither) and
-// ends the in-flight time of a hedge (attempt ≥ 1).
+// errors, [Completed] a success, [Canceled] and [Abandoned] neither),
+// ends the in-flight time of a hedge (attempt ≥ 1), and calls the
+// functions registered with [Policy.OnAttempt].
 func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outcome, now time.Time) {
+	p.notifyAttempt(r, attempt, latency, o)
 	ks := r.ks
 	if attempt >= 1 && attempt < 8 && r.inflight&(1<<attempt) != 0 {
 		r.inflight &^= 1 << attempt

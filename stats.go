@@ -33,7 +33,8 @@ type Counts struct {
 	// choice counts in no error figure (Failed, the circuit breaker).
 	Abandoned int64
 	// Denied counts hedges not sent, by cause (indexed by Decision; the
-	// Send and DryRun entries are always zero).
+	// Send and DryRun entries are always zero). [Counts.DeniedBy] reads
+	// it by name: c.DeniedBy(DenyBudget).
 	Denied [numDecisions]int64
 	// Triggered counts requests that asked for a hedge at least once: still
 	// unanswered at their hedge delay, or failed. Granted or not, each
@@ -77,6 +78,18 @@ func (c Counts) Denials() int64 {
 		n += d
 	}
 	return n
+}
+
+// DeniedBy returns the number of hedges denied for reason d ([DenyBudget],
+// [DenyMaxHedges], [DenyPushback], [DenyBreaker], [DenyLoad],
+// [DenySampling], [DenyInflight]; d.String() is its metric label). It is
+// zero for [Send], [DryRun] and any value out of range, so a loop over
+// every Decision below NumDecisions lists each denial once.
+func (c Counts) DeniedBy(d Decision) int64 {
+	if int(d) >= len(c.Denied) {
+		return 0
+	}
+	return c.Denied[d]
 }
 
 func ratio(a, b int64) float64 {

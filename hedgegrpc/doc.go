@@ -1,7 +1,8 @@
 // Package hedgegrpc hedges grpc-go calls, unary and streaming, configured
 // the way gRPC users already configure hedging: the hedgingPolicy and
-// retryThrottling of a gRPC service config (gRFC A6), which grpc-go parses
-// but ignores.
+// retryThrottling of a gRPC service config (gRFC A6), which grpc-go never
+// parses (its method config has no hedgingPolicy field: even an invalid one
+// passes NewClient).
 //
 // On the client, [UnaryClientInterceptor] sends each call's original
 // attempt and, if it has not answered after the method's hedge delay, more

@@ -100,3 +100,27 @@ func ExampleParseRetryAfter() {
 	// 30s true
 	// 0s false
 }
+
+// The one-line client's policy, for its statistics or an exporter
+// (reg.MustRegister(hedgeprom.NewCollector(hedgehttp.PolicyOf(client),
+// hedgeprom.Options{}))), without a type assertion.
+func ExamplePolicyOf() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+
+	client := &http.Client{Transport: hedgehttp.NewTransport(nil, nil)}
+	for range 3 {
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+	}
+	s := hedgehttp.PolicyOf(client).Stats()
+	fmt.Println("requests:", s.Requests, "hedges:", s.Hedges)
+	fmt.Println("plain client:", hedgehttp.PolicyOf(&http.Client{}) == nil)
+	// Output:
+	// requests: 3 hedges: 0
+	// plain client: true
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,4 +37,29 @@ func BenchmarkGather(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(series), "series")
+}
+
+// BenchmarkObserveAttempt measures a request's decision path (Begin,
+// Observe, End) without a collector and with one, whose attempt-latency
+// histogram Observe then feeds.
+func BenchmarkObserveAttempt(b *testing.B) {
+	for _, name := range []string{"without", "collector"} {
+		b.Run(name, func(b *testing.B) {
+			p, err := tailcut.New(tailcut.Config{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if name == "collector" {
+				hedgeprom.NewCollector(p, hedgeprom.Options{})
+			}
+			b.ReportAllocs()
+			now := t0
+			for b.Loop() {
+				r := p.Begin("users", now)
+				p.Observe(&r, 0, 3*time.Millisecond, tailcut.Completed, now)
+				p.End(&r, 0, now)
+				now = now.Add(time.Millisecond)
+			}
+		})
+	}
 }

@@ -1,6 +1,9 @@
 // Package hedgeprom exports what a [tailcut.Policy] has done as Prometheus
 // metrics: a [Collector] over [tailcut.Policy.Stats], read at scrape time,
-// so the request path pays nothing for it.
+// and a histogram of every attempt's latency (primary or hedge, by
+// outcome), which the policy feeds as attempts end through
+// [tailcut.Policy.OnAttempt] — one histogram observation per attempt,
+// or nothing with Options.NoAttemptLatency.
 //
 //	reg.MustRegister(hedgeprom.NewCollector(policy, hedgeprom.Options{}))
 //

@@ -255,6 +255,11 @@ func customDefaults(mean time.Duration) Defaults {
 	return Defaults{Requests: 20000, Rate: rate, Fanout: 1, Replicas: 3, Workers: 16}
 }
 
+// AdvisedSamples is the fewest samples a custom scenario is advised to
+// have: ten above its p99. With fewer, its tail is a handful of values,
+// drawn again and again, and [CustomFromSamples] sets a Caveat.
+const AdvisedSamples = 1000
+
 // CustomFromSamples returns the custom scenario whose service time is drawn
 // (with replacement) from the given samples.
 func CustomFromSamples(name string, samples []time.Duration) (*Scenario, error) {
@@ -275,7 +280,18 @@ func CustomFromSamples(name string, samples []time.Duration) (*Scenario, error) 
 		Draw: func(r *rand.Rand, _ Call) Service {
 			return Service{Work: sorted[r.IntN(len(sorted))]}
 		},
+		CDF:    samplesCDF(sorted),
+		Caveat: samplesCaveat(name, len(sorted)),
 	}, nil
+}
+
+// samplesCaveat warns of a samples file smaller than AdvisedSamples.
+func samplesCaveat(name string, n int) string {
+	if n >= AdvisedSamples {
+		return ""
+	}
+	return fmt.Sprintf("only %d latency samples in %s: the simulated latencies are those %d values drawn again and again, "+
+		"and the p99 of any strategy is one of them; give at least %d (ten above the p99)", n, name, n, AdvisedSamples)
 }
 
 // CustomFromSpec returns the custom scenario of a spec.
@@ -335,6 +351,7 @@ func CustomFromSpec(name string, s *Spec) (*Scenario, error) {
 			i, _ := slices.BinarySearch(cum, u)
 			return Service{Work: draws[min(i, len(draws)-1)](r)}
 		},
+		CDF: specCDF(s),
 	}, nil
 }
 

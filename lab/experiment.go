@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tailcut/tailcut"
@@ -17,6 +18,16 @@ type Experiment struct {
 	Title   string
 	Summary string
 	run     func(o Options) (*Outcome, error)
+	steps   func(o Options) int // the Progress calls of a run; nil: one
+}
+
+// Steps returns how many steps a run with o reports to Options.Progress,
+// for a progress bar's total.
+func (e *Experiment) Steps(o Options) int {
+	if e.steps == nil {
+		return 1
+	}
+	return e.steps(o)
 }
 
 // Options tune an experiment run.
@@ -26,7 +37,9 @@ type Options struct {
 	// Scale multiplies the number of requests (for quick tests); zero
 	// means 1. Statistics get noisier below 1.
 	Scale float64
-	// Progress, if set, is told which step runs now.
+	// Progress, if set, is told which step starts now ([Experiment.Steps]
+	// of them in a run). Calls do not overlap, though an experiment may run
+	// several steps at once on several cores (predictive does).
 	Progress func(step string)
 	// Real also runs the experiment for real, over loopback HTTP against
 	// an in-process server (see [RunReal]); only lock and predictive
@@ -107,14 +120,18 @@ func (o *Outcome) Section() Section {
 // shows them.
 func Experiments() []*Experiment {
 	return []*Experiment{
-		{Name: "fanout", Title: "Fan-out amplification", Summary: "a 1 % leg tail at fan-out 1, 10, 50, 100 against 1 − 0.99^N, then with adaptive hedging per leg", run: expFanout},
+		{Name: "fanout", Title: "Fan-out amplification", Summary: "a 1 % leg tail at fan-out 1, 10, 50, 100 against 1 − 0.99^N, then with adaptive hedging per leg", run: expFanout,
+			steps: func(Options) int { return 4 }},
 		{Name: "bhope", Title: "The 74 % p99 cut (bhope/hedge benchmark)", Summary: "none / static 10 ms / static 50 ms / adaptive on 50,000 requests", run: expBhope},
-		{Name: "lock", Title: "The lock-contention trap", Summary: "A no hedging + global lock, B hedging + global lock, C hedging + 16 sharded locks", run: expLock},
+		{Name: "lock", Title: "The lock-contention trap", Summary: "A no hedging + global lock, B hedging + global lock, C hedging + 16 sharded locks", run: expLock,
+			steps: func(o Options) int { return map[bool]int{false: 5, true: 10}[o.Real] }},
 		{Name: "outage", Title: "Outage: everything 10× slower", Summary: "extra load of static hedging against budgeted adaptive during an outage", run: expOutage},
 		{Name: "budget", Title: "The cost table: hedging with and without a budget", Summary: "before / hedging without budget / hedging with budget: p99, mean, volume, utilisation", run: expBudget},
-		{Name: "drift", Title: "Drift: adaptive against every static delay", Summary: "the latency triples halfway; adaptive against a sweep of static delays", run: expDrift},
+		{Name: "drift", Title: "Drift: adaptive against every static delay", Summary: "the latency triples halfway; adaptive against a sweep of static delays", run: expDrift,
+			steps: func(Options) int { return 1 + len(DriftStatics) }},
 		{Name: "delay", Title: "Where to put the delay", Summary: "p90 / p95 / p99 and the SLA-capped min(p90, SLA) × 0.8 on the p99–extra-load frontier", run: expDelay},
-		{Name: "predictive", Title: "Predictive hedging: how much of the gap to the oracle features close", Summary: "adaptive / predictive / oracle on predictable, replica-skew, size, noise and bhope, 5 seeds of 200,000 requests", run: expPredictive},
+		{Name: "predictive", Title: "Predictive hedging: how much of the gap to the oracle features close", Summary: "adaptive / predictive / oracle on predictable, replica-skew, size, noise and bhope, 5 seeds of 200,000 requests", run: expPredictive,
+			steps: func(o Options) int { return 7*o.seeds(predictiveSeeds) + map[bool]int{false: 0, true: 4}[o.Real] }},
 		{Name: "bigtable", Title: "The Tail at Scale: 1,000 keys over 100 servers", Summary: "hedge after 10 ms: p99.9 of a 1,000-key read, and the extra requests", run: expBigtable},
 	}
 }
@@ -141,6 +158,14 @@ func (e *Experiment) Run(o Options) (*Outcome, error) {
 	}
 	if o.Real && e.Name != "lock" && e.Name != "predictive" {
 		return nil, fmt.Errorf("lab: experiment %s has no real mode (only lock and predictive)", e.Name)
+	}
+	if p := o.Progress; p != nil {
+		var mu sync.Mutex
+		o.Progress = func(step string) {
+			mu.Lock()
+			defer mu.Unlock()
+			p(step)
+		}
 	}
 	out, err := e.run(o)
 	if err != nil {

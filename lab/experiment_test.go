@@ -85,3 +85,25 @@ func TestExperimentDrift(t *testing.T) {
 		t.Errorf("auto delay settled after %q, want within 5 s of the shift", settle[3])
 	}
 }
+
+// TestExperimentSteps: each experiment reports as many steps as Steps
+// says, the progress bar's total.
+func TestExperimentSteps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every experiment")
+	}
+	for _, x := range Experiments() {
+		o := Options{Scale: 0.02, Seeds: 1, Requests: 2000}
+		if x.Name != "predictive" {
+			o.Seeds, o.Requests = 0, 0
+		}
+		n := 0
+		o.Progress = func(string) { n++ }
+		if _, err := x.Run(o); err != nil {
+			t.Fatal(err)
+		}
+		if want := x.Steps(o); n != want {
+			t.Errorf("%s: %d steps, Steps says %d", x.Name, n, want)
+		}
+	}
+}

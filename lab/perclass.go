@@ -26,7 +26,8 @@ type classLimit struct {
 
 // classCand is one schedule of one class: hedges at d (and 2d when k is
 // 2), its hedges per request of the class, and its requests' latencies
-// under it, sorted.
+// under it, sorted: all of them, or the slowest few (classSchedule's
+// keep).
 type classCand struct {
 	d    time.Duration
 	k    int
@@ -66,8 +67,11 @@ func perClassDraws(sc *Scenario, seed uint64, n int) (labels []string, byLabel m
 
 // classSchedule is the schedule of hedges at d (and 2d when k is 2) on
 // the requests rs: its hedges, and the requests' latencies under it,
-// sorted.
-func classSchedule(rs []classReq, d time.Duration, k int) classCand {
+// sorted — only the slowest keep of them when keep is positive (the limit's
+// search counts the requests above a latency only up to the 1 % it
+// allows: past that any count will do, and sorting the rest cost most of
+// the predictive experiment's time).
+func classSchedule(rs []classReq, d time.Duration, k, keep int) classCand {
 	c := classCand{d: d, k: k, lat: make([]time.Duration, len(rs))}
 	sent := 0
 	for i, q := range rs {
@@ -82,9 +86,55 @@ func classSchedule(rs []classReq, d time.Duration, k int) classCand {
 		}
 		c.lat[i] = l
 	}
-	slices.Sort(c.lat)
+	if keep > 0 && keep < len(c.lat) {
+		selectSlowest(c.lat, keep)
+		c.lat = slices.Clone(c.lat[len(c.lat)-keep:])
+	}
+	radixSort(c.lat)
 	c.cost = float64(sent)
 	return c
+}
+
+// selectSlowest reorders a so that its last m elements are its m largest
+// (in no order): a quickselect, pivots the median of three.
+func selectSlowest(a []time.Duration, m int) {
+	lo, hi, at := 0, len(a)-1, len(a)-m // a[at:] must hold the m largest
+	for hi > lo {
+		mid := lo + (hi-lo)/2
+		if a[mid] < a[lo] {
+			a[mid], a[lo] = a[lo], a[mid]
+		}
+		if a[hi] < a[lo] {
+			a[hi], a[lo] = a[lo], a[hi]
+		}
+		if a[hi] < a[mid] {
+			a[hi], a[mid] = a[mid], a[hi]
+		}
+		pivot := a[mid]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] < pivot {
+				i++
+			}
+			for a[j] > pivot {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		// a[lo:j+1] ≤ pivot ≤ a[i:hi+1], and a[j+1:i] == pivot.
+		switch {
+		case at <= j:
+			hi = j
+		case at >= i:
+			lo = i
+		default:
+			return
+		}
+	}
 }
 
 // perClassLimit computes the limit on n requests of sc (seed) at extra
@@ -100,12 +150,16 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 		return classLimit{}, false
 	}
 	slices.Sort(labels)
+	// The search needs exact counts of the requests above a latency only
+	// while they are within the 1 % it allows; a group's count past that
+	// makes the choice infeasible whatever its exact value.
+	keep := int(0.01*float64(n)) + 1
 	cands := func(rs []classReq) []classCand {
 		p := make([]time.Duration, len(rs))
 		for i, q := range rs {
 			p[i] = q.x[0]
 		}
-		slices.Sort(p)
+		radixSort(p)
 		// The candidate delays: a geometric grid 2 % apart from the p30
 		// to the p99.9, and the quantiles from the p90 by 0.25 %. With
 		// the quantiles by 1 % alone the warm class's best delay on
@@ -126,7 +180,7 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 		var out []classCand
 		for _, d := range ds {
 			for k := 1; k <= 2; k++ {
-				c := classSchedule(rs, d, k)
+				c := classSchedule(rs, d, k, keep)
 				out = append(out, c)
 			}
 		}
@@ -151,6 +205,8 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 				}
 				for j, c := range groups[i] {
 					cur[i] = j
+					// Requests above t: exact up to keep, and when all the
+					// kept ones are (t below them), at least keep.
 					k := sort.Search(len(c.lat), func(x int) bool { return c.lat[x] > t })
 					rec(i+1, cost+c.cost, slow+float64(len(c.lat)-k))
 				}

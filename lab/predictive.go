@@ -92,28 +92,49 @@ func expPredictive(o Options) (*Outcome, error) {
 		limitClosed   []float64
 		interval      []string // per seed, the bootstrap interval of gap closed
 	}
+	// The runs of every scenario and seed, on every core; each is
+	// deterministic, so the table does not depend on their order.
+	type unit struct {
+		ad, pr, or *Result
+		lo, hi     float64
+		interval   bool
+		limit      classLimit
+		limited    bool
+	}
+	units := make([]unit, len(scs)*nSeeds)
+	err := parallel(len(units), func(k int) error {
+		sc, seed := scs[k/nSeeds], o.Seed+uint64(k%nSeeds)
+		o.step("predictive %s seed %d", sc.Name, seed)
+		cfg := Config{Scenario: sc, Requests: o.runRequests(predictiveRequests), Seed: seed}
+		rs, err := runEach(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Oracle}})
+		if err != nil {
+			return err
+		}
+		u := &units[k]
+		u.ad, u.pr, u.or = rs[0], rs[1], rs[2]
+		u.lo, u.hi, u.interval = gapInterval(u.ad, u.pr, u.or, seed)
+		// The most per-label fixed delays could close, at adaptive's
+		// extra load.
+		u.limit, u.limited = perClassLimit(sc, seed, o.requests(limitDraws), u.ad.ExtraLoad)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	res := map[string]*agg{}
-	for _, sc := range scs {
+	for si, sc := range scs {
 		a := &agg{}
 		res[sc.Name] = a
 		for i := range nSeeds {
-			seed := o.Seed + uint64(i)
-			o.step("predictive %s seed %d", sc.Name, seed)
-			cfg := Config{Scenario: sc, Requests: o.runRequests(predictiveRequests), Seed: seed}
-			rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Oracle}})
-			if err != nil {
-				return nil, err
-			}
-			ad, pr, or := rs[0], rs[1], rs[2]
+			u := units[si*nSeeds+i]
+			ad, pr, or := u.ad, u.pr, u.or
 			a.closed = append(a.closed, gapClosed(ad.P99, pr.P99, or.P99))
-			if lo, hi, ok := gapInterval(ad, pr, or, seed); ok {
-				a.interval = append(a.interval, wholePct(lo)+" to "+wholePct(hi))
+			if u.interval {
+				a.interval = append(a.interval, wholePct(u.lo)+" to "+wholePct(u.hi))
 			} else {
 				a.interval = append(a.interval, "—")
 			}
-			// The most per-label fixed delays could close, at adaptive's
-			// extra load.
-			if l, ok := perClassLimit(sc, seed, o.requests(limitDraws), ad.ExtraLoad); ok {
+			if l := u.limit; u.limited {
 				a.limit += millis(l.PerClass) / float64(nSeeds)
 				a.limitClosed = append(a.limitClosed, gapClosed(ad.P99, l.PerClass, or.P99))
 			}
@@ -245,17 +266,23 @@ func valuesTable(o Options) (Table, error) {
 		Header: []string{"scenario", "strategy", "p99 ms", "extra", "gap closed (mean)", "gap closed per seed", "extra ≤ adaptive's (seeds)", "worst |p99 / adaptive's − 1|"}}
 	scaled, _ := Lookup("size-scaled")
 	sts := []Strategy{{Kind: Adaptive}, {Kind: Predictive}, {Kind: Predictive, Features: ValuesOnly}, {Kind: Predictive, Features: LabelsValues}, {Kind: Oracle}}
-	for _, sc := range []*Scenario{scaled, noiseScenario()} {
+	scs := []*Scenario{scaled, noiseScenario()}
+	runs := make([][]*Result, len(scs)*nSeeds)
+	err := parallel(len(runs), func(k int) error {
+		sc, seed := scs[k/nSeeds], o.Seed+uint64(k%nSeeds)
+		o.step("predictive (values) %s seed %d", sc.Name, seed)
+		var err error
+		runs[k], err = runEach(Config{Scenario: sc, Requests: o.runRequests(predictiveRequests), Seed: seed}, sts)
+		return err
+	})
+	if err != nil {
+		return t, err
+	}
+	for si, sc := range scs {
 		p99 := make([][]time.Duration, len(sts))
 		extra := make([][]float64, len(sts))
 		for i := range nSeeds {
-			seed := o.Seed + uint64(i)
-			o.step("predictive (values) %s seed %d", sc.Name, seed)
-			rs, err := Compare(Config{Scenario: sc, Requests: o.runRequests(predictiveRequests), Seed: seed}, sts)
-			if err != nil {
-				return t, err
-			}
-			for j, r := range rs {
+			for j, r := range runs[si*nSeeds+i] {
 				p99[j] = append(p99[j], r.P99)
 				extra[j] = append(extra[j], r.ExtraLoad)
 			}

@@ -121,8 +121,8 @@ func TestPerClassLimitFine(t *testing.T) {
 	sc := mustLookup(t, "predictable")
 	const n = 40000
 	_, byLabel, _ := perClassDraws(sc, 1, n)
-	cold := classSchedule(byLabel[labelCold], 10*time.Millisecond, 1)
-	warm := classSchedule(byLabel[labelWarm], 31*time.Millisecond, 1)
+	cold := classSchedule(byLabel[labelCold], 10*time.Millisecond, 1, 0)
+	warm := classSchedule(byLabel[labelWarm], 31*time.Millisecond, 1, 0)
 	lat := slices.Sorted(slices.Values(append(slices.Clone(cold.lat), warm.lat...)))
 	p99, cost := pct(int64s(lat), 0.99), (cold.cost+warm.cost)/n
 	l, ok := perClassLimit(sc, 1, n, cost)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,6 +95,15 @@ type Scenario struct {
 	// (predictive:values, predictive:labels+values); Draw sees it in
 	// Call.Value.
 	Value func(seed uint64, c Call) float64
+	// CDF, if set, is the exact distribution of the service time
+	// (Service.Total) of call c, as Draw draws it: P(Total ≤ t). The
+	// report's true quantiles come from it; without it, from draws of
+	// Calibrate, which wander where the density is low.
+	CDF func(t time.Duration, c Call) float64
+	// Caveat, if set, says why the scenario's results may not mean what
+	// they seem (a samples file too small to have a tail); the CLI prints
+	// it as a warning.
+	Caveat string
 }
 
 // Validate reports whether s can be simulated.
@@ -190,12 +198,14 @@ func builtins() []*Scenario {
 			Summary:  "lognormal mean 5 ms, sd 2 ms, 5 % stragglers ×10 (the bhope/hedge benchmark: p99 64 ms)",
 			Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 16},
 			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: drawBhope(r)} },
+			CDF:      plain(bhopeCDF),
 		},
 		{
 			Name:     "demo",
 			Summary:  "trimodal: 90 % U(80,120) ms, 5 % U(280,320) ms, 5 % U(750,850) ms (the seed's Python demo)",
 			Defaults: Defaults{Requests: 20000, Rate: 200, Fanout: 1, Replicas: 3, Workers: 32},
 			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: drawDemo(r)} },
+			CDF:      plain(demoCDF),
 		},
 		{
 			Name:     "gc",
@@ -203,6 +213,7 @@ func builtins() []*Scenario {
 			Defaults: Defaults{Requests: 50000, Rate: 1000, Fanout: 1, Replicas: 3, Workers: 16},
 			GC:       &GCPauses{Period: time.Second, Pause: 50 * time.Millisecond},
 			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: bhopeDist.draw(r)} },
+			CDF:      plain(bhopeDist.cdf),
 		},
 		{
 			Name: "lock",
@@ -211,6 +222,7 @@ func builtins() []*Scenario {
 			Defaults: Defaults{Requests: 2000, Concurrency: 50, Fanout: 1, Replicas: 1, Workers: 1024, IgnoreCancel: true},
 			Locks:    1,
 			Draw:     func(r *rand.Rand, _ Call) Service { return lockService(r) },
+			CDF:      plain(lockCDF),
 		},
 		{
 			Name:     "lock16",
@@ -218,6 +230,7 @@ func builtins() []*Scenario {
 			Defaults: Defaults{Requests: 2000, Concurrency: 50, Fanout: 1, Replicas: 1, Workers: 1024, IgnoreCancel: true},
 			Locks:    16,
 			Draw:     func(r *rand.Rand, _ Call) Service { return lockService(r) },
+			CDF:      plain(lockCDF),
 		},
 		{
 			Name:     "drift",
@@ -230,6 +243,7 @@ func builtins() []*Scenario {
 				}
 				return Service{Work: d}
 			},
+			CDF: scaled(bhopeCDF, 3, func(c Call) bool { return 2*c.Request >= c.Requests }),
 		},
 		{
 			Name:     "outage",
@@ -242,6 +256,7 @@ func builtins() []*Scenario {
 				}
 				return Service{Work: d}
 			},
+			CDF: scaled(bhopeCDF, 10, func(c Call) bool { return 3*c.Request >= c.Requests && 3*c.Request < 2*c.Requests }),
 		},
 		{
 			Name:          "fanout",
@@ -249,6 +264,7 @@ func builtins() []*Scenario {
 			Defaults:      Defaults{Requests: 10000, Rate: 20, Fanout: 10, Replicas: 10, Workers: 1000},
 			SlowThreshold: time.Second,
 			Draw:          func(r *rand.Rand, _ Call) Service { return Service{Work: fanoutLeg(r)} },
+			CDF:           plain(fanoutCDF),
 		},
 		{
 			Name: "predictable",
@@ -263,6 +279,8 @@ func builtins() []*Scenario {
 				}
 				return Service{Work: d}
 			},
+			// A tenth of the requests cold, half of their attempts ×8.
+			CDF: plain(func(t float64) float64 { return 0.95*bhopeCDF(t) + 0.05*bhopeCDF(t/8) }),
 		},
 		{
 			Name:       "replica-skew",
@@ -277,6 +295,8 @@ func builtins() []*Scenario {
 				}
 				return Service{Work: d}
 			},
+			// The primary on each of the 4 replicas alike, as Calibrate draws it.
+			CDF: plain(func(t float64) float64 { return 0.75*bhopeCDF(t) + 0.25*bhopeCDF(t/4) }),
 		},
 		{
 			Name: "size-scaled",
@@ -288,6 +308,7 @@ func builtins() []*Scenario {
 			Draw: func(r *rand.Rand, c Call) Service {
 				return Service{Work: time.Duration(float64(drawBhope(r)) * math.Exp2(sizeAlpha*(c.Value-sizeMedianLog2)))}
 			},
+			CDF: plain(sizeScaledCDF),
 		},
 		{
 			Name:     "mmc",
@@ -296,6 +317,7 @@ func builtins() []*Scenario {
 			Draw: func(r *rand.Rand, _ Call) Service {
 				return Service{Work: time.Duration(r.ExpFloat64() * float64(10*time.Millisecond))}
 			},
+			CDF: plain(func(t float64) float64 { return -math.Expm1(-max(t, 0) / float64(10*time.Millisecond)) }),
 		},
 	}
 }
@@ -351,7 +373,7 @@ func (s *Scenario) Calibrate(seed uint64, n, at, total int) []time.Duration {
 		}
 		out[i] = s.Draw(r, c).Total()
 	}
-	slices.Sort(out)
+	radixSort(out)
 	return out
 }
 

@@ -422,9 +422,16 @@ func (s *sim) run() {
 	if cfg.SeriesEvery > 0 {
 		s.schedule(0, evSeries, 0, 0, 0)
 	}
+	// end is the time of the last event of the run itself: a series
+	// sample after the last answer must not lengthen the span (and so
+	// lower the utilisation) of a run recorded for a chart.
+	var end int64
 	for s.heap.len() > 0 {
 		e := s.heap.pop()
 		s.now = e.t
+		if e.kind != evSeries {
+			end = e.t
+		}
 		switch e.kind {
 		case evArrival:
 			s.startRequest()
@@ -456,6 +463,7 @@ func (s *sim) run() {
 			}
 		}
 	}
+	s.now = end
 }
 
 func (s *sim) interarrival() int64 {
@@ -894,7 +902,7 @@ func (s *sim) result() *Result {
 		LockWait:  time.Duration(s.lockWaitNS),
 	}
 	sorted := slices.Clone(s.lat)
-	slices.Sort(sorted)
+	radixSort(sorted)
 	r.sorted = sorted
 	r.byIndex = s.lat
 	r.extra = s.extra
@@ -948,7 +956,7 @@ func (s *sim) result() *Result {
 			key := at * 100 / cfg.Requests
 			v, ok := cache[key]
 			if !ok {
-				v = quantileOf(s.sc.Calibrate(cfg.Seed, 10000, at, cfg.Requests), q)
+				v = s.sc.trueQuantile(cfg.Seed, q, Call{Request: at, Requests: cfg.Requests}, 100000)
 				cache[key] = v
 			}
 			s.series[i].True = v

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -88,17 +89,10 @@ func runExperiments(e *env, f *experimentFlags, args []string) error {
 		}
 		todo = []*lab.Experiment{x}
 	}
-	sp := newSpinner(e)
-	var outs []*lab.Outcome
-	for _, x := range todo {
-		out, err := x.Run(lab.Options{Seed: f.seed, Seeds: f.seeds, Requests: f.requests, Progress: sp.step, Real: f.real})
-		if err != nil {
-			sp.finish()
-			return err
-		}
-		outs = append(outs, out)
+	outs, err := runTodo(e, todo, lab.Options{Seed: f.seed, Seeds: f.seeds, Requests: f.requests, Real: f.real})
+	if err != nil {
+		return err
 	}
-	sp.finish()
 	if f.html != "" {
 		rep := &lab.Report{Title: "tailcut lab — published experiments"}
 		if len(outs) == 1 {
@@ -177,17 +171,75 @@ func wrap(s string, width int) string {
 	return b.String()
 }
 
-// spinner shows the running step on stderr when it is a terminal and the
-// run has lasted more than a second.
-type spinner struct {
-	e     *env
-	start time.Time
-	bar   *progressbar.ProgressBar
+// runTodo runs the experiments, all at once on every core (each is
+// deterministic: the outcomes are those of a run one by one), except with
+// --real, whose real runs measure the machine and so go one at a time.
+// A progress bar counts their steps.
+func runTodo(e *env, todo []*lab.Experiment, o lab.Options) ([]*lab.Outcome, error) {
+	total := 0
+	for _, x := range todo {
+		total += x.Steps(o)
+	}
+	bar := newStepBar(e, total)
+	defer bar.finish()
+	outs := make([]*lab.Outcome, len(todo))
+	errs := make([]error, len(todo))
+	run := func(i int) {
+		xo := o
+		started := false
+		xo.Progress = func(step string) {
+			bar.step(step, started) // a new step ends the one before
+			started = true
+		}
+		outs[i], errs[i] = todo[i].Run(xo)
+		if started {
+			bar.step("", true)
+		}
+	}
+	if o.Real {
+		for i := range todo {
+			run(i)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for i := range todo {
+			wg.Go(func() { run(i) })
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return outs, nil
 }
 
-func newSpinner(e *env) *spinner { return &spinner{e: e, start: time.Now()} }
+// stepBar shows the experiments' steps done out of their total, with an
+// estimate of the time left, on stderr when it is a terminal and the run
+// has lasted more than a second. It is safe for concurrent use.
+type stepBar struct {
+	e        *env
+	total    int
+	start    time.Time
+	throttle time.Duration // between redraws
 
-func (s *spinner) step(name string) {
+	mu   sync.Mutex
+	done int
+	bar  *progressbar.ProgressBar
+}
+
+func newStepBar(e *env, total int) *stepBar {
+	return &stepBar{e: e, total: total, start: time.Now(), throttle: 100 * time.Millisecond}
+}
+
+// step records that step starts, and, if ended, that a step ended.
+func (s *stepBar) step(step string, ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ended {
+		s.done++
+	}
 	if !s.e.stderrTTY {
 		return
 	}
@@ -195,14 +247,20 @@ func (s *spinner) step(name string) {
 		if time.Since(s.start) < time.Second {
 			return
 		}
-		s.bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(s.e.stderr),
-			progressbar.OptionSpinnerType(14), progressbar.OptionClearOnFinish())
+		s.bar = progressbar.NewOptions(s.total, progressbar.OptionSetWriter(s.e.stderr),
+			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(s.throttle), progressbar.OptionClearOnFinish(),
+			progressbar.OptionSetWidth(30))
 	}
-	s.bar.Describe(name)
-	_ = s.bar.Add(1)
+	_ = s.bar.Set(s.done)
+	if step != "" {
+		s.bar.Describe(step) // draws at once, with the count just set
+	}
 }
 
-func (s *spinner) finish() {
+func (s *stepBar) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.bar != nil {
 		_ = s.bar.Finish()
 	}

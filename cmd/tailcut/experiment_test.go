@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestExperimentList(t *testing.T) {
@@ -62,5 +64,29 @@ func TestWrap(t *testing.T) {
 	got := wrap("aaa bbb ccc\nddd", 7)
 	if got != "aaa bbb\nccc\nddd" {
 		t.Errorf("wrap = %q", got)
+	}
+}
+
+// TestExperimentStepBar: on a terminal, after a second, the bar shows the
+// step running and the steps done out of the total; without a terminal,
+// nothing.
+func TestExperimentStepBar(t *testing.T) {
+	var errb bytes.Buffer
+	b := newStepBar(&env{stderr: &errb, stderrTTY: true}, 4)
+	b.start, b.throttle = b.start.Add(-2*time.Second), 0
+	b.step("predictive bhope seed 1", false)
+	b.step("predictive bhope seed 2", true)
+	b.step("", true)
+	if out := errb.String(); !strings.Contains(out, "predictive bhope seed 2") || !strings.Contains(out, "2/4") {
+		t.Errorf("bar %q: want the step and 2/4", out)
+	}
+	b.finish()
+	errb.Reset()
+	q := newStepBar(&env{stderr: &errb}, 4)
+	q.start = q.start.Add(-2 * time.Second)
+	q.step("x", true)
+	q.finish()
+	if errb.Len() != 0 {
+		t.Errorf("bar shown without a terminal: %q", errb.String())
 	}
 }

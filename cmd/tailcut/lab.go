@@ -63,8 +63,11 @@ static:10ms, adaptive and oracle. Try your own latency distribution with
 YAML/JSON spec (.yaml, .yml, .json).
 
 Strategies: none, retry[:timeout], static[:delay], adaptive,
-speculative[:delay], oracle; a ! after the name (static!:10ms) switches the
-hedge budget off for that strategy.`,
+predictive[:values|:labels+values], speculative[:delay], oracle; a ! after
+the name (static!:10ms) switches the hedge budget off for that strategy.
+predictive is the policy with the scenario's feature label on each request
+(Config.Predictive; the predictable, replica-skew and size-scaled scenarios
+have one); :values attaches its numeric value instead, :labels+values both.`,
 		Example: `  tailcut lab
   tailcut lab --scenario demo --strategies none,static:130ms,adaptive
   tailcut lab --scenario fanout --fanout 50 --json
@@ -132,6 +135,9 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 		cfg.Scenario, err = lab.Custom(f.samples)
 		if err != nil {
 			return cfg, usageError{err}
+		}
+		if c := cfg.Scenario.Caveat; c != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", c)
 		}
 	default:
 		cfg.Scenario, err = lab.Lookup(f.scenario)
@@ -325,8 +331,10 @@ func labReport(cfg lab.Config, results []*lab.Result) *lab.Report {
 		sec.Charts = append(sec.Charts, c)
 	}
 	for _, r := range results {
-		if len(r.Series) > 1 {
-			if c, err := lab.SeriesChart("Adaptive delay over time against the true quantile ("+r.Strategy+")", r.Series, fmt.Sprintf("p%g", cfg.Threshold()*100)); err == nil {
+		// Only a policy's delay moves: a static delay, none or the
+		// oracle would draw a flat line.
+		if len(r.Series) > 1 && r.PolicyStats != nil {
+			if c, err := lab.SeriesChart("Hedge delay over time against the true quantile ("+r.Strategy+")", r.Series, fmt.Sprintf("p%g", cfg.Threshold()*100)); err == nil {
 				sec.Charts = append(sec.Charts, c)
 			}
 		}

@@ -80,7 +80,7 @@ against an unhedged route, and compare.`,
 	fl.StringVar(&f.method, "method", http.MethodGet, "request method (only GET, HEAD, OPTIONS or requests with an Idempotency-Key header are hedged)")
 	fl.StringArrayVarP(&f.headers, "header", "H", nil, "request header `\"Name: value\"` (repeatable)")
 	fl.StringVar(&f.body, "body", "", "request body")
-	fl.Float64Var(&f.quantile, "quantile", 0.95, "quantile of the recent latency after which a hedge is sent")
+	fl.Float64Var(&f.quantile, "quantile", 0, "pin the hedge delay to this quantile of the recent latency (default: the library's auto delay)")
 	fl.StringVar(&f.budget, "budget", "10%", "hedge budget: fraction of traffic (0.1 or 10%)")
 	fl.IntVar(&f.maxHedges, "max-hedges", tailcut.DefaultMaxHedges, "most extra attempts per request (1–4)")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-request timeout")
@@ -127,7 +127,7 @@ func loadPlanOf(cmd *cobra.Command, f *loadFlags, rawURL string) (*loadPlan, err
 		return nil, usagef("--duration must be positive, got %v", f.duration)
 	case f.timeout <= 0:
 		return nil, usagef("--timeout must be positive, got %v", f.timeout)
-	case !(f.quantile > 0 && f.quantile < 1):
+	case f.quantile != 0 && !(f.quantile > 0 && f.quantile < 1):
 		return nil, usagef("--quantile must be in (0, 1), got %v", f.quantile)
 	case f.maxHedges < 1 || f.maxHedges > tailcut.MaxHedgesLimit:
 		return nil, usagef("--max-hedges must be in [1, %d], got %d", tailcut.MaxHedgesLimit, f.maxHedges)
@@ -481,8 +481,12 @@ func (p *loadPlan) describe() string {
 	if p.requests > 0 {
 		span = fmt.Sprintf("%d requests", p.requests)
 	}
-	return fmt.Sprintf("%s, %s per run; hedging: quantile %g, max hedges %d, budget %g %%",
-		load, span, p.policy.Quantile, p.policy.MaxHedges, p.budget*100)
+	delay := "auto delay"
+	if q := p.policy.Quantile; q != 0 {
+		delay = fmt.Sprintf("quantile %g", q)
+	}
+	return fmt.Sprintf("%s, %s per run; hedging: %s, max hedges %d, budget %g %%",
+		load, span, delay, p.policy.MaxHedges, p.budget*100)
 }
 
 // writeLoadTable prints the results with the columns of `tailcut lab`'s

@@ -101,3 +101,27 @@ func TestLoadJSON(t *testing.T) {
 		t.Errorf("server hits %d, want 100", hits.Load())
 	}
 }
+
+// TestLoadDefaultsToTheLibrarysPolicy: without --quantile, load's adaptive
+// run is the library's default policy (the auto delay), not a pinned p95;
+// --quantile pins it.
+func TestLoadDefaultsToTheLibrarysPolicy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "hedging: auto delay,"},
+		{[]string{"--quantile", "0.9"}, "hedging: quantile 0.9,"},
+	} {
+		args := append([]string{"load", "--concurrency", "2", "--requests", "20", "--hedge", "on"}, c.args...)
+		code, out, errs := runCLI(t, append(args, srv.URL)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%v: output lacks %q:\n%s", args, c.want, out)
+		}
+	}
+}

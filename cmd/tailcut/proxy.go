@@ -24,8 +24,10 @@ func newProxyCmd(e *env) *cobra.Command {
 		Long: `proxy runs a hedging reverse proxy: point a service written in any language at
 it instead of at its upstream replicas, and its safe requests (GET, HEAD,
 OPTIONS, or any with an Idempotency-Key) are hedged to another replica when
-they are slower than the route's recent latency quantile, within a budget of
-extra load. Everything else is sent once, untouched.
+they are still unanswered at the route's hedge delay — by default tailcut's
+auto delay, predicted from the route's recent latency to minimise its p99
+(a route's policy.quantile pins it to a quantile instead) — within a budget
+of extra load. Everything else is sent once, untouched.
 
 The YAML config lists listeners, upstream pools, routes (host and path prefix)
 with a hedging policy each, and an admin listener (loopback by default) with

@@ -5,6 +5,7 @@ package keycap
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/tailcut/tailcut"
 )
@@ -12,8 +13,9 @@ import (
 // Other is the label under which the keys past the cap are summed.
 const Other = "other"
 
-// Cap keeps the first Max keys it sees under their own label for its whole
-// life (in order of first sight; Stats sorts keys, so ties go
+// Cap keeps the first Max keys it sees — in a [Cap.Split] or a [Cap.Label],
+// whichever comes first — under their own label for its whole life (in
+// order of first sight; Stats sorts keys, so ties within a Split go
 // alphabetically) and sums the others under [Other]. It is safe for
 // concurrent use.
 type Cap struct {
@@ -22,6 +24,9 @@ type Cap struct {
 	mu       sync.Mutex
 	exported map[string]bool
 	other    tailcut.Counts // the last "other" sums, kept monotonic
+
+	own  sync.Map    // the keys of exported, for Label without mu
+	full atomic.Bool // len(exported) == max: a key not in own is Other
 }
 
 // New returns a Cap of max keys: zero means def, a negative max none.
@@ -43,9 +48,7 @@ func (c *Cap) Split(s tailcut.Stats) (own []tailcut.KeyStats, other tailcut.Coun
 	defer c.mu.Unlock()
 	var sum tailcut.Counts
 	for _, k := range s.Keys {
-		if !c.exported[k.Key] && len(c.exported) < c.max && k.Key != Other {
-			c.exported[k.Key] = true
-		}
+		c.admitLocked(k.Key)
 		if c.exported[k.Key] {
 			own = append(own, k)
 			each(&sum, &k.Counts, func(x *int64, y int64) { *x += y })
@@ -56,6 +59,40 @@ func (c *Cap) Split(s tailcut.Stats) (own []tailcut.KeyStats, other tailcut.Coun
 	each(&other, &c.other, func(x *int64, y int64) { *x = max(*x, y) })
 	c.other = other
 	return own, other
+}
+
+// Label returns the label key is exported under: key itself if it holds,
+// or can still take, one of the Max places, else [Other]. A key that
+// holds its place is found without a lock (the request path calls it).
+func (c *Cap) Label(key string) string {
+	if _, ok := c.own.Load(key); ok {
+		return key
+	}
+	if c.full.Load() {
+		return Other
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.admitLocked(key) {
+		return key
+	}
+	return Other
+}
+
+// admitLocked gives key a place if it has none and one is free, and
+// reports whether it holds one. c.mu must be held.
+func (c *Cap) admitLocked(key string) bool {
+	if c.exported[key] {
+		return true
+	}
+	if len(c.exported) >= c.max || key == Other {
+		c.full.Store(len(c.exported) >= c.max)
+		return false
+	}
+	c.exported[key] = true
+	c.own.Store(key, struct{}{})
+	c.full.Store(len(c.exported) >= c.max)
+	return true
 }
 
 // each applies f to every pair of counters of a and b.

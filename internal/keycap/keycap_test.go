@@ -34,3 +34,27 @@ func TestSplit(t *testing.T) {
 		t.Errorf("negative max gives %d labels, want none", c.max)
 	}
 }
+
+// TestLabelSharesThePlaces: Label and Split give out the same Max places,
+// first come first served, and "other" never takes one.
+func TestLabelSharesThePlaces(t *testing.T) {
+	c := New(2, 50)
+	if got := c.Label(Other); got != Other {
+		t.Errorf("Label(other) = %q", got)
+	}
+	if got := c.Label("c"); got != "c" {
+		t.Errorf("Label(c) = %q, want c (a free place)", got)
+	}
+	own, other := c.Split(stats(10, map[string]int64{"a": 3, "b": 4, "c": 2}))
+	if len(own) != 2 || own[0].Key != "a" || own[1].Key != "c" || other.Requests != 5 {
+		t.Fatalf("own %v other %d, want a, c and 5", own, other.Requests)
+	}
+	for key, want := range map[string]string{"a": "a", "b": Other, "c": "c", "d": Other} {
+		if got := c.Label(key); got != want {
+			t.Errorf("Label(%s) = %q, want %q", key, got, want)
+		}
+	}
+	if c := New(-1, 50); c.Label("a") != Other {
+		t.Error("a cap of no keys gave a label")
+	}
+}
