@@ -25,10 +25,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newPolicy returns a policy hedging at a fixed 20 ms, with a budget that
 // never runs out.
-func newPolicy(t *testing.T) *tailcut.Policy {
+func newPolicy(t *testing.T) *tailcut.Policy { return newPolicyHedges(t, 0) }
+
+// newPolicyHedges is newPolicy with at most n hedges a request (0: the
+// default).
+func newPolicyHedges(t *testing.T, n int) *tailcut.Policy {
 	t.Helper()
 	b, _ := budget.NewRatio(1, 1e9, -1)
-	p, err := tailcut.New(tailcut.Config{WarmupDelay: 20 * time.Millisecond, MinSamples: 1 << 30, Budget: b,
+	p, err := tailcut.New(tailcut.Config{WarmupDelay: 20 * time.Millisecond, MinSamples: 1 << 30, Budget: b, MaxHedges: n,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

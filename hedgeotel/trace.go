@@ -111,6 +111,9 @@ func (o *Observer) AttemptStarted(ctx context.Context, a tailcut.AttemptStart) c
 	if caller.IsRecording() {
 		caller.SetAttributes(KeyKey.String(a.Key), AttemptsKey.Int(a.Index+1))
 	}
+	if a.Index > 0 && !o.noResend {
+		ctx = context.WithValue(ctx, resendKey{}, a.Index) // for ResendCounting's tracers
+	}
 	if o.tracer == nil {
 		return ctx
 	}
