@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -73,7 +74,11 @@ func TestOneLineClientSpans(t *testing.T) {
 			if string(b) != "hedge" {
 				t.Fatalf("body %q, want the hedge's", b)
 			}
-			<-ended.all // the loser's inner span ends once its RoundTrip returns
+			select { // the loser's span ends once its call returns
+			case <-ended.all:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d of %d spans ended", ended.count(), ended.want)
+			}
 
 			var outer sdktrace.ReadOnlySpan
 			byParent := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
@@ -186,4 +191,10 @@ func (c *endCounter) OnEnd(sdktrace.ReadOnlySpan) {
 	if c.n++; c.n == c.want {
 		close(c.all)
 	}
+}
+
+func (c *endCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
