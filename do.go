@@ -331,8 +331,14 @@ type attempt struct {
 	cancel  context.CancelFunc
 	start   time.Time
 	running bool
-	reason  SendReason      // why it was sent, for the Observer
-	octx    context.Context // the context the Observer returned; nil without one
+}
+
+// observed is what an Observer's calls need of the attempts beyond what
+// Do tracks: it lives apart so that a call without an Observer carries
+// and clears no more per attempt.
+type observed struct {
+	ctx    [MaxHedgesLimit + 1]context.Context // what the Observer returned
+	reason [MaxHedgesLimit + 1]SendReason      // why the attempt was sent
 }
 
 // state is one hedged call. The caller's goroutine runs the primary itself;
@@ -363,6 +369,8 @@ type state[T any] struct {
 	attempts          [MaxHedgesLimit + 1]attempt
 
 	call[T]
+
+	obs *observed // made for the first call with an Observer; kept when pooled
 
 	nextTick int              // the next hedge slot to time
 	tickC    <-chan time.Time // w.tick's channel while a slot is armed
@@ -404,6 +412,10 @@ func (st *state[T]) recycle(quick bool) {
 	st.h, st.p, st.ctx, st.fn, st.key = Hedger[T]{}, nil, nil, nil, ""
 	st.start, st.delay, st.maxAttempts = time.Time{}, 0, 0
 	clear(st.attempts[:n])
+	if st.obs != nil {
+		clear(st.obs.ctx[:n])
+		clear(st.obs.reason[:n])
+	}
 	st.launched, st.running, st.kept, st.req = 0, 0, 0, Request{}
 	st.done, st.late = false, nil
 	if !quick {
@@ -480,11 +492,10 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	// are methods of their own, so that this one reads straight through.
 	pctx := ctx
 	if h.Observer != nil {
-		pctx = attemptStarted(h.Observer, ctx, key, 0, SentPrimary, start)
-		st.attempts[0].octx = pctx
+		pctx = st.started(0, SentPrimary, start)
 	}
 	actx, cancel := newAttemptContext(pctx)
-	st.attempts[0].cancel, st.attempts[0].start, st.attempts[0].running = cancel, start, true
+	st.attempts[0] = attempt{cancel: cancel, start: start, running: true}
 	st.launched, st.running = 1, 1
 	if st.maxAttempts > 1 {
 		w.arm(start, st.at(1)) // every field of st that fire reads is set by now
@@ -655,13 +666,11 @@ func (st *state[T]) finish(v T, err error) (T, error) {
 // goroutine of its own.
 func (st *state[T]) launch(now time.Time, r SendReason) {
 	ctx := st.ctx
-	var octx context.Context
 	if st.h.Observer != nil {
-		octx = attemptStarted(st.h.Observer, ctx, st.key, st.launched, r, now)
-		ctx = octx
+		ctx = st.started(st.launched, r, now)
 	}
 	actx, cancel := newAttemptContext(ctx)
-	st.attempts[st.launched] = attempt{cancel: cancel, start: now, running: true, reason: r, octx: octx}
+	st.attempts[st.launched] = attempt{cancel: cancel, start: now, running: true}
 	go st.run(actx, Attempt{Index: st.launched, Key: st.key}, st.fn)
 	st.launched++
 	st.running++
@@ -675,12 +684,24 @@ func (st *state[T]) hedge(now time.Time, r SendReason) {
 	}
 }
 
+// started tells the Observer that attempt i starts at now for reason r,
+// and returns the context to derive the attempt's from. Call it only with
+// an Observer.
+func (st *state[T]) started(i int, r SendReason, now time.Time) context.Context {
+	if st.obs == nil {
+		st.obs = new(observed)
+	}
+	ctx := st.h.Observer.AttemptStarted(st.ctx, AttemptStart{Key: st.key, Index: i, Reason: r, Start: now})
+	st.obs.ctx[i], st.obs.reason[i] = ctx, r
+	return ctx
+}
+
 // ended tells the Observer that attempt i ended at now with outcome o and
 // error err. Call it only with an Observer.
 func (st *state[T]) ended(i int, o Outcome, now time.Time, won bool, err error) {
 	a := &st.attempts[i]
-	st.h.Observer.AttemptEnded(a.octx, AttemptEnd{
-		AttemptStart: AttemptStart{Key: st.key, Index: i, Reason: a.reason, Start: a.start},
+	st.h.Observer.AttemptEnded(st.obs.ctx[i], AttemptEnd{
+		AttemptStart: AttemptStart{Key: st.key, Index: i, Reason: st.obs.reason[i], Start: a.start},
 		Outcome:      o, Latency: now.Sub(a.start), Won: won, Err: err,
 	})
 }

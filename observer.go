@@ -85,9 +85,3 @@ type AttemptEnd struct {
 	// cancelled while it still ran, context.Canceled.
 	Err error
 }
-
-// attemptStarted tells o that attempt i starts at now for reason r, and
-// returns the context the attempt runs under.
-func attemptStarted(o AttemptObserver, ctx context.Context, key string, i int, r SendReason, now time.Time) context.Context {
-	return o.AttemptStarted(ctx, AttemptStart{Key: key, Index: i, Reason: r, Start: now})
-}

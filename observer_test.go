@@ -128,3 +128,32 @@ end 1 delay 4 won=false 5ms ctx=attempt1 err=context canceled`},
 		})
 	}
 }
+
+// nopObserver is told of attempts and does nothing.
+type nopObserver struct{}
+
+func (nopObserver) AttemptStarted(ctx context.Context, _ AttemptStart) context.Context { return ctx }
+func (nopObserver) AttemptEnded(context.Context, AttemptEnd)                           {}
+
+// BenchmarkDoFastPathObserver is BenchmarkDoFastPath's Hedger.Do-inline
+// with an Observer that does nothing: what telling one costs.
+func BenchmarkDoFastPathObserver(b *testing.B) {
+	ctx := context.Background()
+	call := func(ctx context.Context, a Attempt) (int, error) { return a.Index, nil }
+	for _, obs := range []AttemptObserver{nil, nopObserver{}} {
+		name := "none"
+		if obs != nil {
+			name = "nop"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, _ := New(Config{WarmupDelay: time.Second})
+			h := &Hedger[int]{Policy: p, InlinePrimary: true, Observer: obs}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := h.Do(ctx, "k", call); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -2,8 +2,10 @@ package hedgegrpcotel_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +40,17 @@ func (service) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testp
 		return nil, ctx.Err()
 	}
 	return &testpb.SimpleResponse{}, nil
+}
+
+// StreamingOutputCall sends one message, except on the original attempt
+// of a stream asking for one response parameter, which hangs until the
+// client cancels it (sending no headers: the hedge commits the stream).
+func (service) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, s testpb.TestService_StreamingOutputCallServer) error {
+	if len(req.GetResponseParameters()) == 1 && hedgegrpc.AttemptFromContext(s.Context()) == 0 {
+		<-s.Context().Done()
+		return s.Context().Err()
+	}
+	return s.Send(&testpb.StreamingOutputCallResponse{})
 }
 
 // serve starts a real grpc server on loopback and returns its address.
@@ -138,7 +151,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) counts {
 				}
 			case hedgegrpcotel.HedgesMetricName:
 				for _, dp := range m.Data.(metricdata.Histogram[int64]).DataPoints {
-					if v, _ := dp.Attributes.Value("grpc.method"); v.AsString() != "grpc.testing.TestService/UnaryCall" {
+					if v, _ := dp.Attributes.Value("grpc.method"); !strings.HasPrefix(v.AsString(), "grpc.testing.TestService/") {
 						t.Errorf("hedges recorded for method %q", v.AsString())
 					}
 					if _, ok := dp.Attributes.Value(attribute.Key("grpc.target")); !ok {
@@ -242,6 +255,79 @@ func TestPluginCountsCalls(t *testing.T) {
 			if c.hedgedCalls != hedges || c.hedgesSent != hedges {
 				t.Errorf("%s: %d calls, %d hedges; want %d of each (one hedge at most a call)", hedgegrpcotel.HedgesMetricName,
 					c.hedgedCalls, c.hedgesSent, hedges)
+			}
+		})
+	}
+}
+
+// TestPluginCountsStreams sends 100 streams, one in ten committed to its
+// hedge, through the plugin chained before hedgegrpc: chained plainly, the
+// grpc.OnFinish callback that records the plugin's per-call metric runs
+// for every attempt, losers as CANCELLED calls; through DialOptions it runs
+// once per stream.
+func TestPluginCountsStreams(t *testing.T) {
+	const streams = 100
+	for _, ours := range []bool{false, true} {
+		name := "chained plainly"
+		if ours {
+			name = "DialOptions"
+		}
+		t.Run(name, func(t *testing.T) {
+			addr := serve(t)
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			defer mp.Shutdown(context.Background())
+			o := opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp}}
+			p := newPolicy(t)
+			done := newAttemptsDone()
+			dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(done)}
+			if ours {
+				dial = append(dial, hedgegrpcotel.DialOptions(o, p)...)
+			} else {
+				dial = append(dial, opentelemetry.DialOption(o), grpc.WithChainStreamInterceptor(hedgegrpc.StreamClientInterceptor(p)))
+			}
+			cc, err := grpc.NewClient(addr, dial...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			client := testpb.NewTestServiceClient(cc)
+			for i := range streams {
+				req := &testpb.StreamingOutputCallRequest{}
+				if i%10 == 0 {
+					req.ResponseParameters = []*testpb.ResponseParameters{{}} // its original hangs
+				}
+				s, err := client.StreamingOutputCall(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for {
+					if _, err = s.Recv(); err != nil {
+						break
+					}
+				}
+				if err != io.EOF {
+					t.Fatalf("stream %d: %v", i, err)
+				}
+			}
+			done.wait()
+			hedges := p.Stats().Hedges
+			c := collect(t, reader)
+			t.Logf("%d hedges; calls by status %v; attempts by status %v", hedges, c.calls, c.attempts)
+			if hedges < streams/10 {
+				t.Fatalf("%d hedges, want at least %d", hedges, streams/10)
+			}
+			if !ours {
+				if c.calls["OK"] != streams || c.calls["CANCELLED"] < streams/10 {
+					t.Errorf("calls by status %v, want %d OK and at least %d CANCELLED", c.calls, streams, streams/10)
+				}
+				return
+			}
+			if len(c.calls) != 1 || c.calls["OK"] != streams {
+				t.Errorf("grpc.client.call.duration by status %v, want %d calls, all OK", c.calls, streams)
+			}
+			if c.hedgesSent != hedges {
+				t.Errorf("%s sums %d hedges, want %d", hedgegrpcotel.HedgesMetricName, c.hedgesSent, hedges)
 			}
 		})
 	}
