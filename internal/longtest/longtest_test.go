@@ -16,7 +16,7 @@ func TestSkip(t *testing.T) {
 			t.Errorf("%s=%q: Enabled %v, want %v", Env, c.env, got, c.runs)
 		}
 		ran := false
-		ok := t.Run("case", func(t *testing.T) {
+		ok := t.Run(Env+"="+c.env, func(t *testing.T) {
 			Skip(t, "a long run")
 			ran = true
 		})
