@@ -97,7 +97,7 @@
 // may carry up to four labels and four numbers ([Features], [WithFeatures],
 // [Policy.BeginWith]; the adapters add the method and a size bucket).
 // Requests with the same labels share a bucket: a latency sketch of their
-// own, blended with the key's by sample count. A label set with
+// own, blended with the key's by sample count. A label added with
 // [Features.Where] names where the primary goes; its hedges go elsewhere and
 // their latencies are learned apart. Numbers feed an online quantile
 // regression per key, whose predicted classes are buckets too. A bucket
