@@ -16,6 +16,7 @@ import (
 // value above the ceiling; on four groups (the relaxation, which takes no
 // shortcut) the same answer whatever the guess.
 func TestAllocateShortcuts(t *testing.T) {
+	t.Parallel()
 	p, err := New(Config{Predictive: true})
 	if err != nil {
 		t.Fatal(err)

@@ -46,12 +46,14 @@ type Config struct {
 	// recent per-key latency (times Multiplier): 0.95 is The Tail at
 	// Scale's rule, about 5 % extra load. Must be in (0, 1).
 	//
-	// Zero means auto (see auto.go): the policy predicts, from the
-	// measured distribution, the Target percentile that each of a dozen
-	// candidate schedules would give — the budget's denials at each
-	// trigger rate modelled — and uses the best. The first hedge's trigger
-	// rate stays within 0.8 × the budget's ratio unless a higher one
-	// promises a Target at least 5 % lower. A fixed quantile that hedges
+	// Zero means auto: the policy predicts, from the measured
+	// distribution, the Target percentile that each candidate schedule
+	// would give — the budget's denials at each trigger rate modelled —
+	// and uses the best. With a budget that states its ratio and burst
+	// (the default budget.Ratio), first-hedge trigger rates up to 1.5 ×
+	// the ratio compete and the prediction decides; with one that does
+	// not (a token bucket), the first hedge's trigger rate stays within
+	// 0.8 × an assumed ratio of 5 %. A fixed quantile that hedges
 	// about as often as the budget allows is a trap: the denials then fall
 	// at random, and a denied straggler is the p99. The auto delay also
 	// notices a shift of the latency and relearns from the new latencies
@@ -108,7 +110,7 @@ type Config struct {
 
 	// MaxKeys bounds the number of keys the policy tracks; past it the key
 	// used least recently (of a small random sample) is forgotten. Zero
-	// means 1,024. Each key holds at most 16 KiB of sketch.
+	// means 1,024. Each key holds at most 32 KiB of sketch.
 	MaxKeys int
 
 	// Warm, if set, seeds every new key's estimator, so a fresh process
@@ -172,7 +174,7 @@ type Config struct {
 	// Zero means 16. Each bucket holds at most about 9 KiB of sketch (18
 	// KiB for a bucket of Features.Where, whose hedges are learned apart),
 	// so a key holds at most FeatureBuckets × 18 KiB (288 KiB at 16; 144
-	// KiB without Where) besides its own 16 KiB.
+	// KiB without Where) besides its own 32 KiB.
 	FeatureBuckets int
 
 	// Logger receives the diagnosis warning (one per episode and key) when

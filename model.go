@@ -201,29 +201,17 @@ func (t *bucketTable) find(h uint64) *bucket {
 // labels make a bucket of the class alone. Until some request's class is
 // other than the middle one (÷√2 to ×√2), as with values that carry no
 // signal, the requests are scheduled as their labels alone would be.
-// The regression's class and update cost 47–52 ns a request in CPU time
-// (BenchmarkRegression; past 20,000 steps it learns from one primary in
-// four).
+// The regression's class and update are measured by BenchmarkRegression
+// (past 20,000 steps it learns from one primary in four).
 //
 // BeginWith allocates nothing, except when a label sequence is new to the
 // key (its bucket is made, the least recently used one evicted past
-// Config.FeatureBuckets) and in the model's recomputations (about 5 KiB
-// each). On the request path of Begin, Observe and End, in CPU time per
-// request (perf stat's task-clock over 2,000,000 requests, each build's
-// test binary, rounds interleaved on a shared 2-core machine), it costs
-// more than Begin: with predictable's label, where the buckets' own
-// schedules are used (BenchmarkDecisionPathPredictable), +40 ns (median
-// of 6 rounds); with one numeric value and nine class buckets whose
-// schedules are used on 99 % of the requests
-// (BenchmarkDecisionPathValues), +148 ns (median of 16 rounds; 13 of them
-// at most 200 ns, the other three in the host's slow spells; +142 ns
-// between the fastest run of each); with a value that carries no signal
-// +67 ns. The value path is the regression's class and sampled update,
-// the class bucket's estimator learning the primary (under the key's
-// lock, taken once for both), the bucket's lookup and schedule, and the
-// model's recomputation amortised — about 0.4 ms over nine buckets,
-// made about every 15,000 requests there. The measurements of earlier
-// versions, and what each change cut, are in docs/EXPERIMENTS.md §9.
+// Config.FeatureBuckets) and in the model's recomputations. What it costs
+// over Begin on the request path is measured by
+// BenchmarkDecisionPathPredictable (labels) and BenchmarkDecisionPathValues
+// (numeric values, with and without a signal); the recomputation, paid by
+// the request that triggers it about every 15,000 requests a key, by
+// BenchmarkModelRecomputeValues.
 func (p *Policy) BeginWith(key string, f *Features, now time.Time) (r Request) {
 	r = p.Begin(key, now)
 	if f == nil || f.n == 0 && f.nv == 0 || !p.cfg.Predictive {

@@ -55,21 +55,16 @@ import (
 // from one primary in regSample (every fourth, deterministically): its
 // step counts, horizon and publication are then in sampled primaries.
 //
-// Cost: the class and the update, 47–52 ns a request in CPU time
-// (BenchmarkRegression, 4,000,000 requests under perf stat, 3 runs at
-// load average 4.6–5.9 on the shared 2-core machine; 83–98 ns unsampled
-// in the same runs). On the decision path (BenchmarkDecisionPathValues,
-// the size-scaled latencies), BeginWith with a value costs +148 ns over
-// Begin in CPU time where the classes' buckets are used, and +67 ns with
-// a value that carries no signal (medians; BeginWith's doc, and
-// docs/EXPERIMENTS.md §9 for the earlier figures).
+// Cost: BenchmarkRegression measures the class and the update;
+// BenchmarkDecisionPathValues measures BeginWith with a value against Begin
+// on the size-scaled latencies, with and without a signal in the value.
 
 // regTau is the quantile the regression predicts: near where a hedge delay
 // lies under a budget of a few per cent to 10 %, so the class says where a
 // request's own delay would be. It must stay in the body of the
 // distribution: on the lab's size-scaled scenario the median did as well,
 // the p95 — at the edge of bhope's 5 % stragglers, where the density is
-// low and SGD noisy — not at all (docs/EXPERIMENTS.md §9).
+// low and SGD noisy — not at all (`tailcut lab experiment predictive`).
 const regTau = 0.9
 
 const (
@@ -86,7 +81,7 @@ const (
 	// step after warm-up it lost 3 points of the gap closed on the lab's
 	// size-scaled scenario (the SGD's early steps are what it learns
 	// from); from here none with the value alone, 1 with the label too
-	// (docs/EXPERIMENTS.md §9).
+	// (`tailcut lab experiment predictive`).
 	regSample      = 4
 	regSampleAfter = 20000
 	// regHorizon is the number of observations (steps) the running

@@ -121,6 +121,7 @@ func runScaled(p *Policy, n int, values bool, r *rand.Rand) (p99 time.Duration, 
 // joint schedule is used, and it gives a lower p99 than the key's
 // schedule on the same latencies, with no more hedges.
 func TestRegressionClasses(t *testing.T) {
+	t.Parallel()
 	const n = 60_000
 	var p99 [2]time.Duration
 	var hedges [2]int
@@ -149,6 +150,7 @@ func TestRegressionClasses(t *testing.T) {
 // without them: no request gets a class, every delay is the one Begin
 // gives on the same latencies.
 func TestRegressionNoSignal(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Predictive: true, Window: 10 * time.Second}
 	p, _ := New(cfg)
 	q, _ := New(cfg)

@@ -93,6 +93,7 @@ func TestAutoFollowsAShift(t *testing.T) {
 // ones included, the shift detector never fires (it would throw history
 // away for nothing).
 func TestAutoNoShiftOnSteadyTraffic(t *testing.T) {
+	t.Parallel()
 	for name, gen := range autoDists {
 		p, _ := New(Config{MaxHedges: 2})
 		hedgedRun(p, rand.New(rand.NewPCG(5, 6)), gen, 1, 100_000, time.Unix(1_700_000_000, 0))

@@ -10,5 +10,10 @@
 //   - [TokenBucket]: the classic bucket of capacity C refilled at r tokens
 //     per second (on golang.org/x/time/rate), sized with [BucketSize].
 //
+// Extra load stays within the ratio plus the burst, even in a total outage,
+// when every primary is slow. Under fan-out, size a Ratio's burst to several
+// × fan-out × ratio: the legs of one request deposit together, and a burst
+// smaller than that overflows and denies later hedges at random.
+//
 // Every method takes now; nothing here reads the clock.
 package budget

@@ -55,11 +55,10 @@
 // Reading a random sample of instances bounds what a big fleet costs a
 // reader: per round at most MaxKeys × MaxInstances payloads, typically
 // 32 × 300–700 B ≈ 10–22 KB per key. Redis holds instances × keys payloads.
-// Decoding and merging costs 15–19 µs per payload (BenchmarkMerge32, on a
-// shared 2-core machine), so a round of 16 keys × 32 instances takes 6–11 ms
-// of one core, whether the store is in memory, a loopback miniredis or a
-// loopback redis-server (BenchmarkRound*), once per Interval, outside the
-// request path.
+// Decoding and merging the payloads is the round's main cost
+// (BenchmarkMerge32 measures it per payload, BenchmarkRound* a whole round
+// over memory, a loopback miniredis or a loopback redis-server); it is paid
+// once per Interval, outside the request path.
 //
 // # Consistency
 //

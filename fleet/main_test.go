@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut"
-	"github.com/tailcut/tailcut/internal/redistest"
+	"github.com/tailcut/tailcut/internal/redisconn/redistest"
 	"github.com/tailcut/tailcut/latency"
 )
 

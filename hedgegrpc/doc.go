@@ -13,6 +13,28 @@
 // sends the next attempt at once; a server's grpc-retry-pushback-ms trailer
 // pauses hedging. [ParseServiceConfig] reads the service config.
 //
+// With a service config ([WithServiceConfig]):
+//
+//   - Only methods with a hedgingPolicy are hedged, the most specific entry
+//     winning (method, service, default); without a service config every
+//     method through the interceptors is hedged.
+//   - No hedgingDelay means adaptive: the policy's delay for that method.
+//     "0s" sends every attempt at once, as in A6; a fixed hedgingDelay (or
+//     [WithDelay]) is what the method's KeyStats report as its delay.
+//   - maxAttempts is capped at 5 and by the policy's MaxHedges + 1, and
+//     every hedge also needs the policy's budget and fuses.
+//     retryThrottling works as in A6, per server.
+//   - Validation follows A6: status codes as integers or names in any case,
+//     proto3 JSON durations, tokenRatio truncated to three decimals; errors
+//     name the field (methodConfig[1].hedgingPolicy.maxAttempts: …).
+//
+// Attempts carry hedge-attempt: k and, on hedges,
+// grpc-previous-rpc-attempts: k. A trailer grpc-retry-pushback-ms: n pauses
+// hedging of that method for n ms; a negative or malformed value stops
+// hedging for that call. Each attempt decodes into its own message; only
+// the winner's reaches the caller's reply. Per call, [WithoutHedging] and
+// [WithDelay] override the policy.
+//
 // [StreamClientInterceptor] hedges streams as A6 does: the messages sent
 // are buffered (up to [WithBufferLimit], 64 KiB by default) and replayed on
 // every new attempt, and the stream commits to the first attempt that
@@ -25,7 +47,11 @@
 // server. The load-balancing policy this package registers as
 // [BalancerName] sends each call's first attempt to the better of two ready
 // backends by measured latency and each hedge to a backend the call has not
-// used yet (gRFC A6: hedged RPCs run "typically by different backends").
+// used yet (gRFC A6: hedged RPCs run "typically by different backends");
+// a backend once slow gets probes, so it is not starved. With one backend
+// (or pick_first) every attempt goes to the same server.
+// BenchmarkLoopbackBalancer compares it with round_robin and pick_first
+// over loopback backends, one of them slow.
 // One service config names it and the hedging policies:
 //
 //	js := `{"loadBalancingConfig": [{"tailcut_hedging": {}}],

@@ -23,13 +23,51 @@
 // [WithoutHedging] and [WithDelay] override the policy through the request's
 // context.
 //
+// The rules a Transport keeps:
+//
+//   - Only what is safe to repeat is hedged. A body is replayed through
+//     GetBody or buffered up to the buffer limit (64 KiB); anything else (a
+//     POST without a key, a large streamed body, a WebSocket upgrade) goes
+//     to the base transport once, body intact. A buffered body shorter or
+//     longer than its ContentLength fails the request with net/http's error
+//     before anything is sent.
+//   - Each attempt is a copy of the caller's request (which is never
+//     modified) with its own context. Once the caller has closed the
+//     response body it may reuse its request, even if a losing hedge is
+//     still running.
+//   - Connection errors and 502/503/504 send the next attempt at once,
+//     budget permitting; if every attempt fails the caller gets the
+//     primary's response or error, and a final 5xx counts for the breaker.
+//   - A winning hedge never waits for the primary: the primary runs on the
+//     caller's goroutine only over a base that returns when cancelled.
+//   - A 429 or 503 with Retry-After (seconds or an HTTP date, capped at
+//     [MaxPushback]) pauses hedging for its key; primaries are untouched.
+//   - An invalid option never panics: [Transport.Err] reports it, and every
+//     request fails with it.
+//
+// [PolicyOf] returns a client's policy, for its Stats or a metrics
+// collector. Share one policy between transports that call the same
+// downstream.
+//
 // On the server side, [Handler] is the matching middleware: it reads the
 // Hedge-Attempt header, puts the attempt index in the request context
 // ([AttemptFromContext]), counts primaries and hedges apart, and when the
 // server is busy refuses hedges first, with 429 and Retry-After — which a
 // Transport honours as pushback — and primaries only past a hard limit.
+// Handlers must watch the request context: a cancelled loser frees the
+// server only if its handler stops.
+//
 // [Idempotent] makes hedged writes safe: the copies of a request carrying
-// one Idempotency-Key run the handler once and all get its response, kept
-// in a [Store] ([MemoryStore] in one process, or Redis in package
-// hedgehttp/idemredis for a fleet).
+// one Idempotency-Key (a POST, PUT, PATCH or DELETE; the key scoped by
+// method, path and an optional Scope) run the handler once, and every copy
+// gets the same status, header and body, plus Idempotent-Replayed: true.
+// The same key with another body gets 422, a copy still waiting for the
+// first run at the lock timeout 409 with Retry-After, and every keyed write
+// 503 while the store cannot be reached — never a silent second run. A
+// 5xx, 408, 425, 429, a panic or a run abandoned before it wrote anything
+// releases the key, so the next copy runs again. The [Store] decides where
+// "once" holds: [MemoryStore] (the default) within one process, enough when
+// every copy reaches the same server; package hedgehttp/idemredis across a
+// fleet, so that hedges sent to other replicas ([WithEndpoints]) still run
+// once. BenchmarkIdempotent measures its cost.
 package hedgehttp

@@ -8,7 +8,19 @@
 //	reg.MustRegister(hedgeprom.NewCollector(policy, hedgeprom.Options{}))
 //
 // Metric names follow Prometheus conventions (base units, _total for
-// counters, _ratio for fractions). Per-key series are bounded: the first
+// counters, _ratio for fractions), under Options.Namespace ("tailcut" by
+// default): per key, tailcut_requests_total, tailcut_attempts_total,
+// tailcut_hedges_total, tailcut_hedges_denied_total{reason},
+// tailcut_hedge_wins_total, tailcut_hedge_triggers_total,
+// tailcut_requests_failed_total, tailcut_requests_abandoned_total (callers
+// that gave up; not failures), tailcut_dry_run_hedges_total,
+// tailcut_breaker_trips_total, tailcut_breaker_state{state},
+// tailcut_hedge_delay_seconds, tailcut_extra_load_ratio,
+// tailcut_hedge_trigger_window_ratio, tailcut_diagnosis{status}, and in a
+// dry run tailcut_attempt_p99_seconds and tailcut_predicted_p99_seconds;
+// per policy, tailcut_hedges_inflight and tailcut_keys; and the histogram
+// tailcut_attempt_duration_seconds{key,attempt,outcome} (attempt primary or
+// hedge; native and classic buckets). Per-key series are bounded: the first
 // MaxKeys keys seen keep their own label, every other key is summed under
 // key="other".
 package hedgeprom

@@ -3,7 +3,7 @@
 // tailcut's claims are measured and where a user tries their own latency
 // distribution before turning hedging on.
 //
-// The model (DESIGN.md, "The lab's model"): an open-loop (Poisson, [Config.Rate])
+// The model (docs/DESIGN.md, "The lab's model"): an open-loop (Poisson, [Config.Rate])
 // or closed-loop ([Config.Concurrency]) client sends requests of
 // [Config.Fanout] legs each — a request finishes when its last leg does —
 // to [Config.Replicas] replicas with [Config.Workers] workers each and a FIFO
@@ -24,9 +24,18 @@
 // a client sees it); cancelled losers are observed at their cancellation
 // with [tailcut.Canceled].
 //
-// The virtual clock is time.Unix(0, 0) plus the simulated offset. A run of
-// 50,000 requests takes tens of milliseconds (BenchmarkDefaultRun: the
-// default four strategies in about 0.16 s); a million about 0.5–1.5 s
-// (BenchmarkMillion). No event allocates: events are values in a
-// slice-backed heap and attempt, leg and request records are reused.
+// [Compare] runs several strategies on one workload and judges each against
+// the unhedged baseline by the rollout gates: the p99 down by at least
+// [GateP99Cut], errors not up, extra load within the budget plus its burst.
+// A hedge rate above 50 % carries [RootCauseWarning]. Beside a policy's
+// run it sets the limit ([LimitOf]): the best p99 fixed delays reach on the
+// unhedged run's latencies at the same extra load, attempts independent and
+// every hedge granted. The published experiments ([Experiments],
+// [LookupExperiment]; `tailcut lab experiment`) reproduce claims about
+// hedging next to their published figures.
+//
+// The virtual clock is time.Unix(0, 0) plus the simulated offset. No event
+// allocates: events are values in a slice-backed heap and attempt, leg and
+// request records are reused. BenchmarkDefaultRun (the default four
+// strategies on 50,000 requests) and BenchmarkMillion measure the speed.
 package lab

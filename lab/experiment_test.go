@@ -38,12 +38,14 @@ func TestExperimentLockTrap(t *testing.T) {
 }
 
 func TestExperimentOutageWithinBudget(t *testing.T) {
+	t.Parallel()
 	if o := runExperiment(t, "outage", 0.5); !o.Holds {
 		t.Errorf("outage: %s", o.Verdict)
 	}
 }
 
 func TestExperimentBhopeAndBudgetHold(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"bhope", "budget"} {
 		if o := runExperiment(t, name, 0.3); !o.Holds {
 			t.Errorf("%s: %s", name, o.Verdict)
@@ -75,6 +77,7 @@ func TestExperimentJSON(t *testing.T) {
 // within seconds (its windows last 30 s), and on each side of the shift
 // its p99 is below that of every static delay with no more extra load.
 func TestExperimentDrift(t *testing.T) {
+	t.Parallel()
 	o := runExperiment(t, "drift", 1)
 	if !o.Holds {
 		t.Errorf("drift: %s", o.Verdict)
@@ -89,6 +92,7 @@ func TestExperimentDrift(t *testing.T) {
 // TestExperimentSteps: each experiment reports as many steps as Steps
 // says, the progress bar's total.
 func TestExperimentSteps(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs every experiment")
 	}

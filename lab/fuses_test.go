@@ -14,6 +14,7 @@ import (
 // measured without hedging, a p99 within 15 % of the p99 the same policy
 // then reaches with hedging switched on (issue 6).
 func TestDryRunPredictsP99(t *testing.T) {
+	t.Parallel()
 	sc, err := Lookup("bhope")
 	if err != nil {
 		t.Fatal(err)

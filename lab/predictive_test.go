@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/longtest"
 )
 
 func TestParsePredictive(t *testing.T) {
@@ -36,6 +38,7 @@ func TestPredictiveWithoutLabelsIsAdaptive(t *testing.T) {
 // than adaptive's at no more extra load (seed 1; every run is
 // deterministic).
 func TestPredictiveReplicaSkew(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scenario: mustLookup(t, "replica-skew"), Seed: 1}
 	rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive}})
 	if err != nil {
@@ -74,9 +77,7 @@ func TestRunRealPredictive(t *testing.T) {
 // experiment runs longer: docs/EXPERIMENTS.md §9, "How long a run").
 // Every run is deterministic; the seeds run side by side.
 func TestPredictivePredictable(t *testing.T) {
-	if testing.Short() {
-		t.Skip("five runs of 200,000 requests")
-	}
+	longtest.Skip(t, "five runs of 200,000 requests")
 	for seed := uint64(1); seed <= 5; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
@@ -97,6 +98,7 @@ func TestPredictivePredictable(t *testing.T) {
 // ones late, and beats the best single schedule; it is not computed where
 // the label names the replica.
 func TestPerClassLimit(t *testing.T) {
+	t.Parallel()
 	l, ok := perClassLimit(mustLookup(t, "predictable"), 1, 40000, 0.09)
 	if !ok {
 		t.Fatal("predictable: no per-class limit")
@@ -118,6 +120,7 @@ func TestPerClassLimit(t *testing.T) {
 // schedule's own cost. With candidate delays 1 % of quantile apart it was
 // 1.1 ms worse (42.47 against 41.38 ms, seed 1, 40,000 draws).
 func TestPerClassLimitFine(t *testing.T) {
+	t.Parallel()
 	sc := mustLookup(t, "predictable")
 	const n = 40000
 	_, byLabel, _ := perClassDraws(sc, 1, n)
@@ -171,6 +174,7 @@ func TestPredictiveValuesNoSignal(t *testing.T) {
 // On size-scaled the value (the size's log2) pays: a lower p99 than
 // adaptive's at no more extra load (seed 1; every run is deterministic).
 func TestPredictiveValuesSizeScaled(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scenario: mustLookup(t, "size-scaled"), Seed: 1}
 	rs, err := Compare(cfg, []Strategy{{Kind: Adaptive}, {Kind: Predictive, Features: ValuesOnly}})
 	if err != nil {
@@ -217,6 +221,7 @@ func TestMeanInterval(t *testing.T) {
 }
 
 func TestPredictiveSeedsOption(t *testing.T) {
+	t.Parallel()
 	if got := (Options{}).seeds(predictiveSeeds); got != 5 {
 		t.Errorf("default: %d seeds", got)
 	}

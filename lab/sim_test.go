@@ -39,6 +39,7 @@ func mustRun(t testing.TB, cfg Config, st string) *Result {
 // With no hedging, the fraction of fan-out requests that meet at least one
 // straggler leg is 1 − (1 − p)^N (The Tail at Scale).
 func TestFanoutStragglerFractionMatchesTheory(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ n, requests int }{{1, 20000}, {10, 10000}, {50, 5000}, {100, 4000}} {
 		r := mustRun(t, Config{Scenario: mustLookup(t, "fanout"), Fanout: tc.n, Requests: tc.requests, Seed: 7}, "none")
 		want := 1 - math.Pow(1-FanoutStragglerP, float64(tc.n))
@@ -83,6 +84,7 @@ func TestMMcMatchesErlangC(t *testing.T) {
 }
 
 func TestBhopeAdaptiveCutsP99WithinBudget(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Scenario: mustLookup(t, "bhope"), Requests: 20000, Seed: 1}
 	base := mustRun(t, cfg, "none")
 	ad := mustRun(t, cfg, "adaptive")

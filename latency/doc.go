@@ -29,5 +29,5 @@
 // both windows when a caller finds the distribution has shifted.
 //
 // Nothing here reads the clock: every method takes now, so the same code runs
-// in real time inside a client and in virtual time inside the lab.
+// in real time inside a client and in virtual time inside a simulator.
 package latency

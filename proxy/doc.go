@@ -9,6 +9,15 @@
 // admin listener (loopback by default) with /metrics, /healthz and
 // /debug/tailcut.
 //
+// GET, HEAD and OPTIONS requests, and any request with an Idempotency-Key,
+// are hedged to another replica when slower than the route's hedge delay;
+// hedges add at most the route's budget (10 % by default), even in an
+// outage. A budget of 0 % is an error: a route that must not hedge says
+// hedge: false. A fleet section pools every route's latency sketches with
+// the other proxies through Redis (package fleet). The admin listener's
+// /debug/tailcut serves, per route and replica, the delay, hedge rate,
+// extra load, denials and diagnosis.
+//
 // A listener serves at most max_in_flight requests at once (2048 by
 // default); past it a request gets 503 with Retry-After at once. It may
 // also shed load from hedging clients of its own (listeners[].shed, a
@@ -24,7 +33,10 @@
 //
 // An idempotency section ([Idempotency], hedgehttp.Idempotent in front of
 // the routes, on a memory or a Redis store) runs each keyed write upstream
-// once, whichever copy of it arrives first, and sends it unhedged.
+// once, whichever copy of it arrives first, and sends it unhedged: a hedge
+// of it to another replica would run it twice, and the proxy cannot tell
+// whether a slow replica has already applied it. A client's own hedges
+// still pay off: the first copy to reach the store runs.
 //
 // Safety: only configured replicas are ever contacted; requests that are
 // not safe to repeat (a POST without Idempotency-Key) or whose body is past

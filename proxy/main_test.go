@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/tailcut/tailcut/internal/redistest"
+	"github.com/tailcut/tailcut/internal/redisconn/redistest"
 )
 
 // Every test in the package ends with no goroutine of ours left running

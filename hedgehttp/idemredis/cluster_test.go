@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/hedgehttp"
-	"github.com/tailcut/tailcut/internal/redistest"
+	"github.com/tailcut/tailcut/internal/redisconn/redistest"
 )
 
 // TestRealRedisCluster runs the store on a three-node Redis Cluster started

@@ -23,9 +23,8 @@
 //
 // A keyed write that runs costs two round trips (Begin, then Complete or
 // Release) and one more per LockLease/3 that it runs; a replay costs one.
-// Over loopback to a local redis-server on a shared 2-core machine
-// (BenchmarkStoreRealRedis): 89–115 µs and 31 allocations for Begin and
-// Complete of a small record, 40–48 µs for a replay.
+// BenchmarkStoreRealRedis measures both over loopback to a local
+// redis-server.
 //
 // Redis's own clock runs the leases and TTLs; the servers' clocks do not
 // matter.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tailcut/tailcut/hedgehttp"
 	"github.com/tailcut/tailcut/internal/idemtest"
-	"github.com/tailcut/tailcut/internal/redistest"
+	"github.com/tailcut/tailcut/internal/redisconn/redistest"
 )
 
 // waitSignal wraps a Store and closes Ready once n distinct requests

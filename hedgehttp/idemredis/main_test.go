@@ -3,7 +3,7 @@ package idemredis
 import (
 	"testing"
 
-	"github.com/tailcut/tailcut/internal/redistest"
+	"github.com/tailcut/tailcut/internal/redisconn/redistest"
 )
 
 // Every test in the package ends with no goroutine of ours left running

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tailcut/tailcut/hedgehttp"
-	"github.com/tailcut/tailcut/internal/redistest"
+	"github.com/tailcut/tailcut/internal/redisconn/redistest"
 )
 
 // BenchmarkStoreRealRedis measures what the store adds to a keyed write
