@@ -18,12 +18,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	estats "google.golang.org/grpc/experimental/stats"
 	"google.golang.org/grpc/stats/opentelemetry"
 	"google.golang.org/grpc/status"
 
@@ -57,7 +59,8 @@ var HedgesBounds = []float64{1, 2, 3, 4, 5}
 //   - records grpc.client.call.hedges (gRFC A96) on o's MeterProvider, if
 //     set: the hedges of each call that sent any, by grpc.method (the
 //     method for generated clients, "other" otherwise, as the plugin
-//     does) and grpc.target;
+//     does) and grpc.target, and grpc.client.call.custom if o's
+//     OptionalLabels name it;
 //   - adds a "tailcut.attempt" event per attempt to the span in the call's
 //     context (hedgeotel.Observer; the plugin's tracing puts its call span
 //     there), without http.request.resend_count;
@@ -67,7 +70,8 @@ var HedgesBounds = []float64{1, 2, 3, 4, 5}
 //
 // A hedgegrpc.WithObserver among opts is replaced.
 func DialOptions(o opentelemetry.Options, p *tailcut.Policy, opts ...hedgegrpc.Option) []grpc.DialOption {
-	c := &counter{spans: hedgeotel.NewObserver(hedgeotel.WithoutResendCount())}
+	c := &counter{spans: hedgeotel.NewObserver(hedgeotel.WithoutResendCount()),
+		custom: slices.Contains(o.MetricsOptions.OptionalLabels, customLabel)}
 	if mp := o.MetricsOptions.MeterProvider; mp != nil {
 		meter := mp.Meter("github.com/tailcut/tailcut/hedgegrpcotel")
 		h, err := meter.Int64Histogram(HedgesMetricName, metric.WithUnit("{hedge}"),
@@ -90,7 +94,13 @@ func DialOptions(o opentelemetry.Options, p *tailcut.Policy, opts ...hedgegrpc.O
 type counter struct {
 	spans  *hedgeotel.Observer
 	hedges metric.Int64Histogram // nil without a MeterProvider
+	custom bool                  // the grpc.client.call.custom label is on
 }
+
+// customLabel is the optional label of gRFC A96's instruments that the
+// plugin takes from the call's context (experimental/stats'
+// NewContextWithCustomLabel).
+const customLabel = "grpc.client.call.custom"
 
 type countKey struct{}
 
@@ -120,9 +130,14 @@ func (c *counter) begin(ctx context.Context, cc *grpc.ClientConn, method string,
 	if c.hedges == nil {
 		return ctx, nil
 	}
-	n := &callCount{attrs: metric.WithAttributeSet(attribute.NewSet(
+	attrs := []attribute.KeyValue{
 		attribute.String("grpc.method", methodName(method, opts)),
-		attribute.String("grpc.target", cc.CanonicalTarget())))}
+		attribute.String("grpc.target", cc.CanonicalTarget()),
+	}
+	if c.custom {
+		attrs = append(attrs, attribute.String(customLabel, estats.CustomLabelFromContext(ctx)))
+	}
+	n := &callCount{attrs: metric.WithAttributeSet(attribute.NewSet(attrs...))}
 	return context.WithValue(ctx, countKey{}, n), n
 }
 

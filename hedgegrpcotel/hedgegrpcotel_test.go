@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	estats "google.golang.org/grpc/experimental/stats"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/stats/opentelemetry"
@@ -124,6 +125,7 @@ type counts struct {
 	calls, attempts         map[string]uint64 // by grpc.status
 	started                 int64
 	hedgedCalls, hedgesSent int64
+	custom                  map[string]int64 // hedges by grpc.client.call.custom
 }
 
 func collect(t *testing.T, r *sdkmetric.ManualReader) counts {
@@ -132,7 +134,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) counts {
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	c := counts{calls: map[string]uint64{}, attempts: map[string]uint64{}}
+	c := counts{calls: map[string]uint64{}, attempts: map[string]uint64{}, custom: map[string]int64{}}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch m.Name {
@@ -159,6 +161,9 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) counts {
 					}
 					c.hedgedCalls += int64(dp.Count)
 					c.hedgesSent += dp.Sum
+					if v, ok := dp.Attributes.Value("grpc.client.call.custom"); ok {
+						c.custom[v.AsString()] += dp.Sum
+					}
 				}
 			}
 		}
@@ -185,7 +190,9 @@ func TestPluginCountsCalls(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			defer mp.Shutdown(context.Background())
-			o := opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp}}
+			o := opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp,
+				OptionalLabels: []string{"grpc.client.call.custom"}}}
+			ctx := estats.NewContextWithCustomLabel(context.Background(), "checkout")
 			p := newPolicy(t)
 			done := newAttemptsDone()
 			dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(done)}
@@ -210,7 +217,7 @@ func TestPluginCountsCalls(t *testing.T) {
 						if i%10 == 0 {
 							size = 1 // its original hangs: the hedge answers
 						}
-						if _, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{ResponseSize: size}); err != nil {
+						if _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: size}); err != nil {
 							t.Errorf("call %d: %v", i, err)
 						}
 					}
@@ -251,6 +258,9 @@ func TestPluginCountsCalls(t *testing.T) {
 			// came before its cancellation.
 			if n := c.attempts["OK"] + c.attempts["CANCELLED"]; n != uint64(calls+hedges) || c.attempts["CANCELLED"] < calls/10 {
 				t.Errorf("grpc.client.attempt.duration by status %v, want %d in all, at least %d CANCELLED", c.attempts, calls+hedges, calls/10)
+			}
+			if c.custom["checkout"] != hedges {
+				t.Errorf("hedges by grpc.client.call.custom %v, want all %d under the call's label", c.custom, hedges)
 			}
 			if c.hedgedCalls != hedges || c.hedgesSent != hedges {
 				t.Errorf("%s: %d calls, %d hedges; want %d of each (one hedge at most a call)", hedgegrpcotel.HedgesMetricName,
