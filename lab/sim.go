@@ -61,6 +61,9 @@ type Config struct {
 	Budget float64
 	// Burst is the budget's burst; zero means 10.
 	Burst float64
+	// TTL, if positive, makes the budget a budget.Windowed whose deposits
+	// live that long (its burst follows the traffic; Burst is ignored).
+	TTL time.Duration
 	// Quantile pins the adaptive policy's delay to this quantile, and is
 	// the oracle's and the default static delay's threshold. Zero leaves
 	// the policy on its auto delay (tailcut.Config.Quantile unset) and
@@ -148,6 +151,8 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: budget must be a fraction in (0, 1] (or negative for none), got %v", c.Budget)
 	case !(c.Burst >= 1) || math.IsInf(c.Burst, 0):
 		return c, fmt.Errorf("lab: burst must be at least 1, got %v", c.Burst)
+	case c.TTL < 0:
+		return c, fmt.Errorf("lab: ttl must not be negative, got %v", c.TTL)
 	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
 		return c, fmt.Errorf("lab: quantile must be in (0, 1), got %v", c.Quantile)
 	case c.MaxHedges < 1 || c.MaxHedges > tailcut.MaxHedgesLimit:
@@ -347,7 +352,7 @@ func (s *sim) setup() error {
 	s.progressEvery = max(cfg.Requests/200, 1000)
 
 	if cfg.Budget > 0 && !s.st.Unbudgeted {
-		b, err := budget.NewRatio(cfg.Budget, cfg.Burst, 0)
+		b, err := cfg.newBudget()
 		if err != nil {
 			return fmt.Errorf("lab: %w", err)
 		}
@@ -970,4 +975,13 @@ func pct(sorted []int64, q float64) time.Duration {
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	i = min(max(i, 0), len(sorted)-1)
 	return time.Duration(sorted[i])
+}
+
+// newBudget returns the hedge budget of a run: a budget.Windowed when TTL
+// is set, else a budget.Ratio of Burst; both at the Budget's ratio.
+func (c Config) newBudget() (budget.Budget, error) {
+	if c.TTL > 0 {
+		return budget.NewWindowed(c.Budget, c.TTL, 0)
+	}
+	return budget.NewRatio(c.Budget, c.Burst, 0)
 }
