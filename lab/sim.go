@@ -59,10 +59,12 @@ type Config struct {
 	// applies to every strategy that sends extra attempts, the oracle
 	// included, unless the strategy is marked Unbudgeted.
 	Budget float64
-	// Burst is the budget's burst; zero means 10.
+	// Burst, if positive, makes the budget a budget.Ratio bucket of that
+	// burst. Zero means the policy's default budget, a budget.Windowed
+	// whose deposits live for TTL.
 	Burst float64
-	// TTL, if positive, makes the budget a budget.Windowed whose deposits
-	// live that long (its burst follows the traffic; Burst is ignored).
+	// TTL is how long the deposits of the default budget.Windowed live;
+	// zero means budget.DefaultTTL (10 s). Ignored when Burst is set.
 	TTL time.Duration
 	// Quantile pins the adaptive policy's delay to this quantile, and is
 	// the oracle's and the default static delay's threshold. Zero leaves
@@ -120,8 +122,8 @@ func (c Config) Resolve() (Config, error) {
 	if c.Budget == 0 {
 		c.Budget = budget.DefaultRatio
 	}
-	if c.Burst == 0 {
-		c.Burst = budget.DefaultBurst
+	if c.Burst == 0 && c.TTL == 0 {
+		c.TTL = budget.DefaultTTL
 	}
 	if c.MaxHedges == 0 {
 		c.MaxHedges = tailcut.DefaultMaxHedges
@@ -149,8 +151,8 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: cancel must be CancelHonoured or CancelIgnored, got %d", c.Cancel)
 	case math.IsNaN(c.Budget) || c.Budget > 1:
 		return c, fmt.Errorf("lab: budget must be a fraction in (0, 1] (or negative for none), got %v", c.Budget)
-	case !(c.Burst >= 1) || math.IsInf(c.Burst, 0):
-		return c, fmt.Errorf("lab: burst must be at least 1, got %v", c.Burst)
+	case c.Burst != 0 && !(c.Burst >= 1) || math.IsInf(c.Burst, 0):
+		return c, fmt.Errorf("lab: burst must be at least 1 (or zero for the default windowed budget), got %v", c.Burst)
 	case c.TTL < 0:
 		return c, fmt.Errorf("lab: ttl must not be negative, got %v", c.TTL)
 	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
@@ -977,11 +979,12 @@ func pct(sorted []int64, q float64) time.Duration {
 	return time.Duration(sorted[i])
 }
 
-// newBudget returns the hedge budget of a run: a budget.Windowed when TTL
-// is set, else a budget.Ratio of Burst; both at the Budget's ratio.
+// newBudget returns the hedge budget of a run: a budget.Ratio bucket when
+// Burst is set, else a budget.Windowed of TTL; both at the Budget's ratio.
 func (c Config) newBudget() (budget.Budget, error) {
-	if c.TTL > 0 {
-		return budget.NewWindowed(c.Budget, c.TTL, 0)
+	if c.Burst > 0 {
+		return budget.NewRatio(c.Budget, c.Burst, 0)
 	}
-	return budget.NewRatio(c.Budget, c.Burst, 0)
+
+	return budget.NewWindowed(c.Budget, c.TTL, 0)
 }
