@@ -33,6 +33,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
 	"github.com/tailcut/tailcut/hedgehttp"
 
 	"github.com/tailcut/tailcut/bench/internal/loopback"
@@ -44,6 +45,7 @@ var (
 	flagC         = flag.Int("c", 20, "concurrent workers (closed loop)")
 	flagScale     = flag.Float64("scale", 1, "scale every workload's number of requests")
 	flagSeed      = flag.Uint64("seed", 1, "seed of the service-time draws")
+	flagBucket    = flag.Bool("bucket", false, "also run tailcut with the ratio bucket of a fixed burst of 10 (budget.NewRatio(0.1, 10, 1)) instead of the default windowed budget")
 )
 
 // budgetRatio is the ratio of the budgets compared: tailcut's default and
@@ -129,6 +131,20 @@ func strategies(sc scenario) []strategy {
 				hp := hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.9, 1000, 20).WithMaxHedges(1).WithBudget(b).Build()
 				return failsafehttp.NewRoundTripper(base, hp)
 			}},
+	}
+	if *flagBucket {
+		out = append(out, strategy{name: "tailcut, bucket 10", about: "as tailcut, with budget.NewRatio(0.1, 10, 1): a fixed burst of 10",
+			rt: func(base http.RoundTripper) http.RoundTripper {
+				b, err := budget.NewRatio(budgetRatio, 10, 1)
+				if err != nil {
+					log.Fatal(err)
+				}
+				p, err := tailcut.New(tailcut.Config{Budget: b})
+				if err != nil {
+					log.Fatal(err)
+				}
+				return hedgehttp.NewTransport(base, p)
+			}})
 	}
 	for _, d := range sc.delays {
 		out = append(out, strategy{name: "fixed " + fmtMs(d), fixed: true, about: "one hedge after a fixed delay, no budget (hedgedhttp, upto 2)",
@@ -233,8 +249,10 @@ func run(sc scenario, seed uint64) {
 		fmt.Printf("| %s | %s | %s | %s | %s | %d |\n", st.name, statOf(f.p99).ms(), statOf(f.p999).ms(), statOf(f.extra).pct(), statOf(f.window).pct(), f.errors)
 	}
 	fmt.Println()
-	for _, st := range sts[:3] {
-		fmt.Printf("- %s: %s\n", st.name, st.about)
+	for _, st := range sts {
+		if !st.fixed {
+			fmt.Printf("- %s: %s\n", st.name, st.about)
+		}
 	}
 	fmt.Printf("- fixed D: %s\n\n", sts[len(sts)-1].about)
 	for _, line := range bars(sc.name, sts, figs) {
