@@ -74,7 +74,7 @@ func TestRunRealPredictive(t *testing.T) {
 // predictive closes at least half the adaptive → oracle p99 gap at no
 // more extra load than adaptive (50.5, 57.7, 54.1, 57.1 and 75.6 %; at
 // 50,000 requests seeds 1 and 2 are at 49.5 and 49.8 %, which is why the
-// experiment runs longer: docs/EXPERIMENTS.md §9, "How long a run").
+// experiment runs longer: docs/EXPERIMENTS.md, predictive).
 // Every run is deterministic; the seeds run side by side.
 func TestPredictivePredictable(t *testing.T) {
 	longtest.Skip(t, "five runs of 200,000 requests")
