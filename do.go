@@ -80,6 +80,10 @@ type Hedger[T any] struct {
 	// when the response body is closed). If Keep is nil the winner's
 	// context is cancelled when Do returns.
 	Keep func(v T, release func()) T
+
+	// Observer, if set, is told when each attempt starts and ends, with
+	// the request's context; see [AttemptObserver]. Nil costs nothing.
+	Observer AttemptObserver
 }
 
 // Do runs call as a hedged request to key under policy p (nil means
@@ -329,6 +333,14 @@ type attempt struct {
 	running bool
 }
 
+// observed is what an Observer's calls need of the attempts beyond what
+// Do tracks: it lives apart so that a call without an Observer carries
+// and clears no more per attempt.
+type observed struct {
+	ctx    [MaxHedgesLimit + 1]context.Context // what the Observer returned
+	reason [MaxHedgesLimit + 1]SendReason      // why the attempt was sent
+}
+
 // state is one hedged call. The caller's goroutine runs the primary itself;
 // the rest — hedges, their timers, the choice of the winner — is run by
 // loop, on the caller's goroutine when the primary answered before the
@@ -357,6 +369,8 @@ type state[T any] struct {
 	attempts          [MaxHedgesLimit + 1]attempt
 
 	call[T]
+
+	obs *observed // made for the first call with an Observer; kept when pooled
 
 	nextTick int              // the next hedge slot to time
 	tickC    <-chan time.Time // w.tick's channel while a slot is armed
@@ -398,6 +412,10 @@ func (st *state[T]) recycle(quick bool) {
 	st.h, st.p, st.ctx, st.fn, st.key = Hedger[T]{}, nil, nil, nil, ""
 	st.start, st.delay, st.maxAttempts = time.Time{}, 0, 0
 	clear(st.attempts[:n])
+	if st.obs != nil {
+		clear(st.obs.ctx[:n])
+		clear(st.obs.reason[:n])
+	}
 	st.launched, st.running, st.kept, st.req = 0, 0, 0, Request{}
 	st.done, st.late = false, nil
 	if !quick {
@@ -472,7 +490,11 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	}
 	// The primary runs here. The paths other than its answering in time
 	// are methods of their own, so that this one reads straight through.
-	actx, cancel := newAttemptContext(ctx)
+	pctx := ctx
+	if h.Observer != nil {
+		pctx = st.started(0, SentPrimary, start)
+	}
+	actx, cancel := newAttemptContext(pctx)
 	st.attempts[0] = attempt{cancel: cancel, start: start, running: true}
 	st.launched, st.running = 1, 1
 	if st.maxAttempts > 1 {
@@ -491,6 +513,9 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	}
 	class := h.classify(ctx, v, err)
 	p.Observe(&st.req, 0, end.Sub(start), outcomeOf(class), end)
+	if h.Observer != nil {
+		st.ended(0, outcomeOf(class), end, class != Retryable, err)
+	}
 	if class == Retryable && st.maxAttempts > 1 && ctx.Err() == nil {
 		return st.retry(v, err, end)
 	}
@@ -511,6 +536,9 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 func (st *state[T]) gaveUp(v T, err error, end time.Time, cancel context.CancelFunc) (T, error) {
 	h, p, ctx := st.h, st.p, st.ctx // recycle clears them
 	p.Observe(&st.req, 0, end.Sub(st.start), h.lateOutcome(ctx, v, err), end)
+	if h.Observer != nil {
+		st.ended(0, h.lateOutcome(ctx, v, err), end, false, err)
+	}
 	endLate(p, &st.req, CallerGone(ctx), end)
 	st.recycle(true) // nothing else ever saw st
 	h.discard(v)
@@ -524,7 +552,7 @@ func (st *state[T]) gaveUp(v T, err error, end time.Time, cancel context.CancelF
 // does.
 func (st *state[T]) spawned() (T, error) {
 	st.launched, st.running, st.nextTick = 0, 0, 1
-	st.launch(st.start)
+	st.launch(st.start, SentPrimary)
 	st.w.tick.Reset(st.at(1))
 	st.tickC = st.w.tick.C
 	return st.finish(st.loop())
@@ -536,7 +564,7 @@ func (st *state[T]) spawned() (T, error) {
 func (st *state[T]) retry(v T, err error, end time.Time) (T, error) {
 	st.results[0] = result[T]{v: v, err: err, end: end}
 	st.kept, st.nextTick = 0, 1
-	st.hedge(time.Now())
+	st.hedge(time.Now(), SentAfterError)
 	if st.running == 0 { // the policy granted none: the primary's answer stands
 		st.p.End(&st.req, -1, time.Now())
 		h, cancel := st.h, st.attempts[0].cancel // recycle clears them
@@ -613,7 +641,7 @@ func (h *Hedger[T]) discard(v T) {
 // fire is the coordinator: the first hedge is due.
 func (st *state[T]) fire() {
 	if st.ctx.Err() == nil {
-		st.hedge(time.Now())
+		st.hedge(time.Now(), SentAfterDelay)
 	}
 	st.nextTick = 2
 	st.arm()
@@ -634,20 +662,48 @@ func (st *state[T]) finish(v T, err error) (T, error) {
 	return v, err
 }
 
-// launch starts attempt number st.launched on a goroutine of its own.
-func (st *state[T]) launch(now time.Time) {
-	actx, cancel := newAttemptContext(st.ctx)
+// launch starts attempt number st.launched, sent for reason r, on a
+// goroutine of its own.
+func (st *state[T]) launch(now time.Time, r SendReason) {
+	ctx := st.ctx
+	if st.h.Observer != nil {
+		ctx = st.started(st.launched, r, now)
+	}
+	actx, cancel := newAttemptContext(ctx)
 	st.attempts[st.launched] = attempt{cancel: cancel, start: now, running: true}
 	go st.run(actx, Attempt{Index: st.launched, Key: st.key}, st.fn)
 	st.launched++
 	st.running++
 }
 
-// hedge asks the policy for the next attempt and launches it if granted.
-func (st *state[T]) hedge(now time.Time) {
+// hedge asks the policy for the next attempt, sent for reason r, and
+// launches it if granted.
+func (st *state[T]) hedge(now time.Time, r SendReason) {
 	if st.launched < st.maxAttempts && st.p.Hedge(&st.req, now) == Send {
-		st.launch(now)
+		st.launch(now, r)
 	}
+}
+
+// started tells the Observer that attempt i starts at now for reason r,
+// and returns the context to derive the attempt's from. Call it only with
+// an Observer.
+func (st *state[T]) started(i int, r SendReason, now time.Time) context.Context {
+	if st.obs == nil {
+		st.obs = new(observed)
+	}
+	ctx := st.h.Observer.AttemptStarted(st.ctx, AttemptStart{Key: st.key, Index: i, Reason: r, Start: now})
+	st.obs.ctx[i], st.obs.reason[i] = ctx, r
+	return ctx
+}
+
+// ended tells the Observer that attempt i ended at now with outcome o and
+// error err. Call it only with an Observer.
+func (st *state[T]) ended(i int, o Outcome, now time.Time, won bool, err error) {
+	a := &st.attempts[i]
+	st.h.Observer.AttemptEnded(st.obs.ctx[i], AttemptEnd{
+		AttemptStart: AttemptStart{Key: st.key, Index: i, Reason: st.obs.reason[i], Start: a.start},
+		Outcome:      o, Latency: now.Sub(a.start), Won: won, Err: err,
+	})
 }
 
 // arm sets the hedge timer for slot st.nextTick, if one is left.
@@ -680,18 +736,25 @@ func (st *state[T]) loop() (T, error) {
 			a.running = false
 			st.running--
 			if st.ctx.Err() != nil {
-				p.Observe(&st.req, i, r.end.Sub(a.start), h.lateOutcome(st.ctx, r.v, r.err), r.end)
+				o := h.lateOutcome(st.ctx, r.v, r.err)
+				p.Observe(&st.req, i, r.end.Sub(a.start), o, r.end)
+				if h.Observer != nil {
+					st.ended(i, o, r.end, false, r.err)
+				}
 				h.discard(r.v)
 				a.cancel()
 				return st.stop(time.Now())
 			}
 			class := h.classify(st.ctx, r.v, r.err)
 			p.Observe(&st.req, i, r.end.Sub(a.start), outcomeOf(class), r.end)
+			if h.Observer != nil {
+				st.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
+			}
 			if class != Retryable {
 				if st.kept >= 0 {
 					st.drop(st.kept)
 				}
-				return h.finish(&st.call, &st.req, p, st.attempts[:st.launched], i, r.v, r.end), r.err
+				return st.settle(i, r.v, r.end), r.err
 			}
 			switch {
 			case st.kept < 0:
@@ -703,7 +766,7 @@ func (st *state[T]) loop() (T, error) {
 				st.drop(i)
 			}
 			if st.ctx.Err() == nil {
-				st.hedge(time.Now())
+				st.hedge(time.Now(), SentAfterError)
 				if st.tickC == nil {
 					st.arm()
 				}
@@ -721,7 +784,7 @@ func (st *state[T]) loop() (T, error) {
 			if st.ctx.Err() != nil {
 				return st.stop(now)
 			}
-			st.hedge(now)
+			st.hedge(now, SentAfterDelay)
 			st.nextTick++
 			st.arm()
 		case <-st.ctx.Done():
@@ -748,6 +811,9 @@ func (st *state[T]) stop(now time.Time) (T, error) {
 		if a := &st.attempts[i]; a.running {
 			a.cancel()
 			st.p.Observe(&st.req, i, now.Sub(a.start), o, now)
+			if st.h.Observer != nil {
+				st.ended(i, o, now, false, context.Canceled)
+			}
 		}
 	}
 	endLate(st.p, &st.req, gone, now)
@@ -770,22 +836,26 @@ func (h *Hedger[T]) classify(ctx context.Context, v T, err error) Class {
 	return Retryable
 }
 
-// finish ends the call with attempt win's value v: discards the results
+// settle ends the call with attempt win's value v: discards the results
 // that arrived meanwhile (before their contexts end, so that an HTTP loser
 // can still be drained and its connection reused), cancels and records the
 // losers, and hands the winner's context to Keep or cancels it.
-func (h *Hedger[T]) finish(c *call[T], req *Request, p *Policy, attempts []attempt, win int, v T, now time.Time) T {
-	c.close(h.Discard)
-	for i := range attempts {
-		a := &attempts[i]
+func (st *state[T]) settle(win int, v T, now time.Time) T {
+	h, p := &st.h, st.p
+	st.close(h.Discard)
+	for i := range st.attempts[:st.launched] {
+		a := &st.attempts[i]
 		if !a.running || i == win {
 			continue
 		}
 		a.cancel()
-		p.Observe(req, i, now.Sub(a.start), Canceled, now)
+		p.Observe(&st.req, i, now.Sub(a.start), Canceled, now)
+		if h.Observer != nil {
+			st.ended(i, Canceled, now, false, context.Canceled)
+		}
 	}
-	p.End(req, win, now)
-	return h.hand(v, attempts[win].cancel)
+	p.End(&st.req, win, now)
+	return h.hand(v, st.attempts[win].cancel)
 }
 
 // hand gives v to the caller: through Keep, which takes over release, or

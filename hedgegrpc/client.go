@@ -168,8 +168,9 @@ type client struct {
 	features func(fullMethod string, req any) tailcut.Features
 	custom   func(fullMethod string, req any) tailcut.Features // WithFeatures
 
-	bufferLimit int  // WithBufferLimit
-	firstMsg    bool // WithFirstMessage
+	bufferLimit int                     // WithBufferLimit
+	firstMsg    bool                    // WithFirstMessage
+	observer    tailcut.AttemptObserver // WithObserver; nil: none
 	// err is the first invalid option's error: every call fails with it.
 	err error
 }
@@ -543,6 +544,8 @@ type slot struct {
 	cancel  context.CancelFunc
 	start   time.Time
 	running bool
+	reason  tailcut.SendReason // why it was sent, for the observer
+	octx    context.Context    // the context the observer returned; nil without one
 }
 
 // attemptValues are the metadata values for attempt k, allocated once.

@@ -62,6 +62,54 @@
 //		grpc.WithUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))),
 //		grpc.WithStreamInterceptor(hedgegrpc.StreamClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))))
 //
+// # Metrics and traces with hedging on
+//
+// Every attempt is a call of its own to grpc-go below the interceptor:
+// whatever sits between the interceptor and the wire (stats handlers,
+// interceptors chained after it) sees attempts, whatever sits outside it
+// sees calls. grpc-go's OpenTelemetry plugin (stats/opentelemetry) has
+// both: its interceptor records the per-call metric
+// (grpc.client.call.duration), its stats handler the per-attempt ones
+// (grpc.client.attempt.started, .duration, .sent_total_compressed_message_size,
+// .rcvd_total_compressed_message_size). An interceptor given with
+// grpc.WithUnaryInterceptor runs before every chained one, so this
+// package's there puts the plugin's interceptor inside it: every hedge is
+// then counted as a call, and every loser as a call that failed with
+// CANCELLED (500 calls, 59 of them hedged, read as 559 calls, 59 failed).
+// Chain the plugin first and the interceptors after it:
+//
+//	grpc.NewClient(target, opentelemetry.DialOption(o),
+//		grpc.WithChainUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(p)),
+//		grpc.WithChainStreamInterceptor(hedgegrpc.StreamClientInterceptor(p)))
+//
+// That counts unary calls right. A stream's per-call metric is recorded by
+// a grpc.OnFinish callback, which this package passes to every attempt:
+// take hedgegrpcotel.DialOptions instead, which chains the same way, calls
+// grpc.OnFinish once per stream with its final status, and records gRFC
+// A96's grpc.client.call.hedges. Then, per method and target:
+//
+//   - grpc.client.call.duration counts calls, each with its final status:
+//     a call a hedge answered is one OK call. Its latency is the caller's,
+//     hedging included: this is the figure hedging improves.
+//   - grpc.client.attempt.started counts attempts: calls plus hedges. The
+//     extra load hedging adds is attempt.started / call.duration count − 1.
+//   - grpc.client.attempt.duration counts each attempt once with its own
+//     status: every hedged call adds one loser, CANCELLED (rarely OK, if
+//     its answer beat its cancellation). So CANCELLED attempts are not
+//     errors: the error rate of calls is read from grpc.client.call.duration,
+//     and that of attempts excludes CANCELLED. Its latency mixes originals,
+//     hedges and cancelled losers (a loser's ends at its cancellation): it
+//     is not the latency of the server.
+//   - grpc.client.call.hedges (hedgegrpcotel) holds, for each call that
+//     sent any, its number of hedges.
+//
+// On the server each attempt is a call (grpc.server.call.*): hedges are
+// there, losers as CANCELLED; [Server] counts them apart.
+//
+// [WithObserver] reports every attempt with the call's context;
+// hedgeotel's Observer turns that into events on the caller's span and,
+// optionally, a span per attempt under which a stats handler's spans nest.
+//
 // On the server, [Server] tells hedges from originals (the hedge-attempt
 // and grpc-previous-rpc-attempts metadata) in unary calls and streams,
 // counts them, and under overload sheds hedges first, with

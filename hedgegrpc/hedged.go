@@ -87,9 +87,9 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	start := time.Now()
 	h.mu.Lock()
 	h.beginLocked(req, start)
-	actx := h.launchLocked(start)
+	actx := h.launchLocked(start, tailcut.SentPrimary)
 	if h.delay == 0 {
-		h.tryHedgeLocked(start) // hedgingDelay "0s": every attempt now
+		h.tryHedgeLocked(start, tailcut.SentAfterDelay) // hedgingDelay "0s": every attempt now
 	} else {
 		h.armLocked(start, h.delay)
 	}
@@ -152,28 +152,29 @@ func (h *hcall) beginLocked(req any, now time.Time) {
 	}
 }
 
-// launchLocked registers attempt number h.launched, started at now, and
-// returns its context. The caller starts it.
-func (h *hcall) launchLocked(now time.Time) context.Context {
+// launchLocked registers attempt number h.launched, started at now for
+// reason r, and returns its context. The caller starts it.
+func (h *hcall) launchLocked(now time.Time, r tailcut.SendReason) context.Context {
 	k := h.launched
-	actx, cancel := context.WithCancel(h.ctx)
+	actx, cancel := context.WithCancel(h.startedLocked(k, r, now))
 	if k == 0 {
 		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[0])
 	} else {
 		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[k], PreviousAttemptsKey, attemptValues[k])
 	}
 	actx = withPick(actx, &h.picks, k, h.stream != nil) // BalancerName sends it elsewhere than the others
-	h.slots[k] = slot{cancel: cancel, start: now, running: true}
+	h.slots[k].cancel, h.slots[k].start, h.slots[k].running = cancel, now, true
 	h.launched++
 	h.running++
 	return actx
 }
 
-// startHedgeLocked launches the next attempt as a hedge on its own
-// goroutine, decoding into a fresh message of the reply's type.
-func (h *hcall) startHedgeLocked(now time.Time) {
+// startHedgeLocked launches the next attempt, sent for reason r, as a
+// hedge on its own goroutine, decoding into a fresh message of the reply's
+// type.
+func (h *hcall) startHedgeLocked(now time.Time, r tailcut.SendReason) {
 	k := h.launched
-	actx := h.launchLocked(now)
+	actx := h.launchLocked(now, r)
 	if h.stream != nil {
 		h.stream.startLocked(actx, k)
 		return
@@ -261,6 +262,7 @@ func (h *hcall) eventLocked(res *result) {
 	if v == answered {
 		// The winner: an OK or a fatal status.
 		p.Observe(&h.r, res.index, res.end.Sub(s.start), outcome, res.end)
+		h.endedLocked(res.index, outcome, res.end, true, res.err)
 		if h.th != nil {
 			switch {
 			case res.err == nil:
@@ -275,6 +277,7 @@ func (h *hcall) eventLocked(res *result) {
 
 	// A non-fatal failure.
 	p.Observe(&h.r, res.index, res.end.Sub(s.start), outcome, res.end)
+	h.endedLocked(res.index, outcome, res.end, false, res.err)
 	s.cancel()
 	if h.th != nil && (pb < 0 || h.c.nonFatalErr(h.ctx, res.err, h.pl.nonFatal)) {
 		h.th.failure() // A6: non-fatal codes and "do not retry" pushbacks
@@ -294,7 +297,7 @@ func (h *hcall) eventLocked(res *result) {
 			return
 		}
 	default:
-		h.tryHedgeLocked(now)
+		h.tryHedgeLocked(now, tailcut.SentAfterError)
 	}
 	if h.running == 0 {
 		// Nothing running and no attempt granted now: as in A6, the
@@ -336,6 +339,7 @@ func (h *hcall) cancelRunningLocked(now time.Time, o tailcut.Outcome) {
 			a.cancel()
 			a.running = false
 			h.c.p.Observe(&h.r, i, now.Sub(a.start), o, now)
+			h.endedLocked(i, o, now, false, context.Canceled)
 		}
 	}
 	h.running = 0
@@ -352,9 +356,9 @@ func (h *hcall) finishLocked() {
 	}
 }
 
-// tryHedgeLocked sends the next attempt(s) the policy grants at now, and
-// arms the timer for the one after.
-func (h *hcall) tryHedgeLocked(now time.Time) {
+// tryHedgeLocked sends the next attempt(s) the policy grants at now, for
+// reason r, and arms the timer for the one after.
+func (h *hcall) tryHedgeLocked(now time.Time, r tailcut.SendReason) {
 	p := h.c.p
 	for !h.stopped && h.launched+h.would < h.max {
 		if h.th != nil && !h.th.allow() {
@@ -362,7 +366,7 @@ func (h *hcall) tryHedgeLocked(now time.Time) {
 		}
 		d := p.Hedge(&h.r, now)
 		if d == tailcut.Send {
-			h.startHedgeLocked(now)
+			h.startHedgeLocked(now, r)
 			if h.delay > 0 {
 				break
 			}
@@ -412,7 +416,11 @@ func (h *hcall) onTimer() {
 		return
 	}
 	h.armed = false
-	h.tryHedgeLocked(now)
+	r := tailcut.SentAfterDelay
+	if h.failure != nil && h.running == 0 {
+		r = tailcut.SentAfterError // after a pushback: nothing was outstanding
+	}
+	h.tryHedgeLocked(now, r)
 	if h.running == 0 {
 		// Every attempt failed and no hedge is granted now: the failure
 		// goes back to the caller.

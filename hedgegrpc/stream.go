@@ -156,11 +156,11 @@ func (c *client) newStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.
 	h.beginLocked(nil, start) // a stream has no request message yet: features see nil
 	// A single attempt commits as it starts: nothing is buffered.
 	s.pending = h.max <= 1
-	s.startLocked(h.launchLocked(start), 0)
+	s.startLocked(h.launchLocked(start, tailcut.SentPrimary), 0)
 	switch {
 	case h.max <= 1:
 	case h.delay == 0:
-		h.tryHedgeLocked(start) // hedgingDelay "0s": every attempt now
+		h.tryHedgeLocked(start, tailcut.SentAfterDelay) // hedgingDelay "0s": every attempt now
 	default:
 		h.armLocked(start, h.delay)
 	}
@@ -303,10 +303,10 @@ func (s *hstream) signal(u *sub, m proto.Message) {
 	u.watching = false
 	switch {
 	case s.winner == u:
-		s.learnLocked(u, tailcut.Completed, now)
+		s.learnLocked(u, tailcut.Completed, now, nil)
 		u.first = m
 	case !h.decided:
-		s.learnLocked(u, tailcut.Completed, now)
+		s.learnLocked(u, tailcut.Completed, now, nil)
 		u.first = m
 		s.commitLocked(u, now)
 	}
@@ -342,7 +342,7 @@ func (s *hstream) attemptEnded(u *sub, cs grpc.ClientStream, err error) {
 	switch {
 	case s.winner == u:
 		o, _ := h.c.judge(h.ctx, res.err, res.hasPushback, h.pl.nonFatal)
-		s.learnLocked(u, o, res.end)
+		s.learnLocked(u, o, res.end, res.err)
 	case !h.decided:
 		u.observed = true // by eventLocked
 		h.eventLocked(res)
@@ -350,15 +350,16 @@ func (s *hstream) attemptEnded(u *sub, cs grpc.ClientStream, err error) {
 	s.cond.Broadcast()
 }
 
-// learnLocked teaches the policy attempt u's latency up to now, unless it
-// has learned u already.
-func (s *hstream) learnLocked(u *sub, o tailcut.Outcome, now time.Time) {
+// learnLocked teaches the policy the winner u's latency up to now, when it
+// ended with err, unless it has learned u already.
+func (s *hstream) learnLocked(u *sub, o tailcut.Outcome, now time.Time, err error) {
 	if u.observed {
 		return
 	}
 	u.observed = true
 	h := s.h
 	h.c.p.Observe(&h.r, u.index, now.Sub(h.slots[u.index].start), o, now)
+	h.endedLocked(u.index, o, now, true, err)
 	if o == tailcut.Completed && h.th != nil {
 		h.th.success()
 	}

@@ -19,7 +19,9 @@
 // and bodies may be repeated ([WithMethods], [WithBufferLimit]), and
 // whether the primary runs on the caller's goroutine ([WithInlinePrimary]:
 // by default only over a base transport known to return when cancelled,
-// such as an http.Transport). Per request,
+// such as an http.Transport), and who is told of every attempt
+// ([WithObserver]: package hedgeotel records them on the caller's span).
+// Per request,
 // [WithoutHedging] and [WithDelay] override the policy through the request's
 // context.
 //

@@ -242,8 +242,12 @@ func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
 			if seen.get(0) != 1 || seen.get(1) != 1 {
 				t.Errorf("server saw %d primaries and %d hedges, want 1 and 1", seen.get(0), seen.get(1))
 			}
-			if s := idem.Stats(); s.Runs != 1 || s.Waits != 1 {
-				t.Errorf("stats %+v, want 1 run and 1 wait", s)
+			// The hedge found the run going (ws.Ready says so). Whether it
+			// then counts a wait depends on whether the run ended before
+			// the hedge looked at it again: if it had, the hedge replays
+			// the run's answer from memory without waiting.
+			if s := idem.Stats(); s.Runs != 1 || s.Waits > 1 || s.Waits+s.Replays == 0 {
+				t.Errorf("stats %+v, want 1 run, and the hedge waiting or replaying", s)
 			}
 		})
 	}

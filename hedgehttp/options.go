@@ -42,6 +42,7 @@ type config struct {
 	timeoutMult float64
 	features    func(*http.Request) tailcut.Features // nil: DefaultFeatures
 	inline      int8                                 // WithInlinePrimary: 0 by the base's type, 1 on, -1 off
+	observer    tailcut.AttemptObserver              // WithObserver; nil: none
 	err         error                                // the first invalid option
 }
 

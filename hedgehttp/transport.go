@@ -147,6 +147,7 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 		Discard:       discard,
 		Keep:          keep,
 		InlinePrimary: cfg.inline > 0 || cfg.inline == 0 && returnsWhenCancelled(base),
+		Observer:      cfg.observer,
 	}
 	return t
 }

@@ -43,6 +43,6 @@ func ExampleHedger() {
 	}
 	// Output:
 	// profile <nil>
-	// hedge.attempt hedge.attempt=0 hedge.won=false hedge.reason=primary hedge.outcome=error
-	// hedge.attempt hedge.attempt=1 hedge.won=true hedge.reason=error hedge.outcome=success
+	// tailcut.attempt tailcut.hedge.attempt=0 tailcut.hedge.won=false tailcut.hedge.reason=primary tailcut.hedge.outcome=error
+	// tailcut.attempt tailcut.hedge.attempt=1 tailcut.hedge.won=true tailcut.hedge.reason=error tailcut.hedge.outcome=success http.request.resend_count=1
 }

@@ -31,12 +31,12 @@ func ExampleRegisterMetrics() {
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(context.Background(), &rm)
 	for _, m := range rm.ScopeMetrics[0].Metrics {
-		if m.Name == "tailcut.requests" {
+		if m.Name == "tailcut.requests.started" {
 			dp := m.Data.(metricdata.Sum[int64]).DataPoints[0]
 			key, _ := dp.Attributes.Value(hedgeotel.KeyKey)
 			fmt.Println(m.Name, key.AsString(), dp.Value)
 		}
 	}
 	// Output:
-	// tailcut.requests search 3
+	// tailcut.requests.started search 3
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,10 +25,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newPolicy returns a policy hedging at a fixed 20 ms, with a budget that
 // never runs out.
-func newPolicy(t *testing.T) *tailcut.Policy {
+func newPolicy(t *testing.T) *tailcut.Policy { return newPolicyHedges(t, 0) }
+
+// newPolicyHedges is newPolicy with at most n hedges a request (0: the
+// default).
+func newPolicyHedges(t *testing.T, n int) *tailcut.Policy {
 	t.Helper()
 	b, _ := budget.NewRatio(1, 1e9, -1)
-	p, err := tailcut.New(tailcut.Config{WarmupDelay: 20 * time.Millisecond, MinSamples: 1 << 30, Budget: b,
+	p, err := tailcut.New(tailcut.Config{WarmupDelay: 20 * time.Millisecond, MinSamples: 1 << 30, Budget: b, MaxHedges: n,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -87,9 +92,12 @@ func TestSpanEventsPerAttempt(t *testing.T) {
 		if len(ev) != 2 {
 			t.Fatalf("%d events, want 2: %+v", len(ev), ev)
 		}
+		// The winner's event first: it ended first, then its loser.
 		want := []map[attribute.Key]any{
-			{"hedge.attempt": int64(0), "hedge.won": false, "hedge.reason": "primary", "hedge.outcome": "canceled", "hedge.latency": 0.025},
-			{"hedge.attempt": int64(1), "hedge.won": true, "hedge.reason": "delay", "hedge.outcome": "success", "hedge.latency": 0.005},
+			{"tailcut.hedge.attempt": int64(1), "tailcut.hedge.won": true, "tailcut.hedge.reason": "delay", "tailcut.hedge.outcome": "success",
+				"tailcut.hedge.latency": 0.005, "http.request.resend_count": int64(1)},
+			{"tailcut.hedge.attempt": int64(0), "tailcut.hedge.won": false, "tailcut.hedge.reason": "primary", "tailcut.hedge.outcome": "canceled",
+				"tailcut.hedge.latency": 0.025, "http.request.resend_count": nil},
 		}
 		for i, e := range ev {
 			if e.Name != hedgeotel.EventName {
@@ -103,7 +111,7 @@ func TestSpanEventsPerAttempt(t *testing.T) {
 			}
 		}
 		pa := attrsOf(spans[0].Attributes())
-		if pa["hedge.attempts"] != int64(2) || pa["hedge.winner"] != int64(1) || pa["tailcut.key"] != "users" {
+		if pa["tailcut.hedge.attempts"] != int64(2) || pa["tailcut.hedge.winner"] != int64(1) || pa["tailcut.key"] != "users" {
 			t.Errorf("parent attributes %v", pa)
 		}
 	})
@@ -148,18 +156,19 @@ func TestChildSpansPerAttempt(t *testing.T) {
 		for _, s := range attempts {
 			a := attrsOf(s.Attributes())
 			if s.Parent().SpanID() != parent.SpanContext().SpanID() {
-				t.Errorf("attempt %v is not a child of the caller's span", a["hedge.attempt"])
+				t.Errorf("attempt %v is not a child of the caller's span", a["tailcut.hedge.attempt"])
 			}
-			switch a["hedge.attempt"] {
+			switch a["tailcut.hedge.attempt"] {
 			case int64(0):
-				if a["hedge.won"] != false || a["hedge.outcome"] != "error" || a["hedge.reason"] != "primary" {
+				if a["tailcut.hedge.won"] != false || a["tailcut.hedge.outcome"] != "error" || a["tailcut.hedge.reason"] != "primary" {
 					t.Errorf("primary span %v", a)
 				}
 				if s.Status().Description != errRefused.Error() {
 					t.Errorf("primary span status %+v", s.Status())
 				}
 			case int64(1):
-				if a["hedge.won"] != true || a["hedge.outcome"] != "success" || a["hedge.reason"] != "error" {
+				if a["tailcut.hedge.won"] != true || a["tailcut.hedge.outcome"] != "success" || a["tailcut.hedge.reason"] != "error" ||
+					a["http.request.resend_count"] != int64(1) {
 					t.Errorf("hedge span %v", a)
 				}
 			}
@@ -178,9 +187,9 @@ func TestChildSpansPerAttempt(t *testing.T) {
 	})
 }
 
-// TestLoserSpanEndsLate: a loser still running when Do returns ends its
-// span itself, marked as not won.
-func TestLoserSpanEndsLate(t *testing.T) {
+// TestLoserSpanEndsAtCancellation: a loser still running when Do returns
+// has its span ended by then, marked as cancelled and not won.
+func TestLoserSpanEndsAtCancellation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sr := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
@@ -197,18 +206,18 @@ func TestLoserSpanEndsLate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := len(sr.Ended()); n != 1 {
-			t.Fatalf("%d spans ended before the loser returned, want 1", n)
+		ended := sr.Ended()
+		if len(ended) != 2 {
+			t.Fatalf("%d spans ended when Do returned, want 2", len(ended))
+		}
+		a := attrsOf(ended[1].Attributes())
+		if a["tailcut.hedge.attempt"] != int64(0) || a["tailcut.hedge.won"] != false || a["tailcut.hedge.outcome"] != "canceled" {
+			t.Errorf("loser span %v", a)
 		}
 		close(release)
 		synctest.Wait()
-		ended := sr.Ended()
-		if len(ended) != 2 {
-			t.Fatalf("%d spans ended, want 2", len(ended))
-		}
-		a := attrsOf(ended[1].Attributes())
-		if a["hedge.attempt"] != int64(0) || a["hedge.won"] != false || a["hedge.outcome"] != "success" {
-			t.Errorf("late loser span %v", a)
+		if n := len(sr.Ended()); n != 2 {
+			t.Errorf("%d spans ended once the loser returned, want still 2", n)
 		}
 	})
 }
@@ -264,13 +273,13 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for k, want := range map[string]float64{
-		"tailcut.requests/a":                     40,
-		"tailcut.hedges/a":                       10,
+		"tailcut.requests.started/a":             40,
+		"tailcut.hedges.sent/a":                  10,
 		"tailcut.hedge.wins/a":                   10,
 		"tailcut.hedge.triggers/a":               10,
 		"tailcut.attempts/a":                     50,
-		"tailcut.requests/b":                     1,
-		"tailcut.requests/other":                 1, // c, beyond MaxKeys
+		"tailcut.requests.started/b":             1,
+		"tailcut.requests.started/other":         1, // c, beyond MaxKeys
 		"tailcut.requests.abandoned/a":           0,
 		"tailcut.requests.abandoned/b":           1,
 		"tailcut.requests.abandoned/other":       1,
@@ -288,7 +297,17 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, want)
 		}
 	}
-	if _, ok := got["tailcut.requests/c"]; ok {
+	// No instrument's name is the namespace of another's.
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			for _, o := range sm.Metrics {
+				if strings.HasPrefix(o.Name, m.Name+".") {
+					t.Errorf("%s is an instrument and the namespace of %s", m.Name, o.Name)
+				}
+			}
+		}
+	}
+	if _, ok := got["tailcut.requests.started/c"]; ok {
 		t.Error("key c exported past MaxKeys")
 	}
 	if err := reg.Unregister(); err != nil {

@@ -36,7 +36,8 @@ type MetricsOptions struct {
 // RegisterMetrics creates observable instruments on meter that report p's
 // Stats at every collection — the numbers package hedgeprom exports:
 //
-//	tailcut.requests, tailcut.attempts, tailcut.hedges, tailcut.hedges.denied
+//	tailcut.requests.started, tailcut.attempts, tailcut.hedges.sent,
+//	tailcut.hedges.denied
 //	(by tailcut.reason), tailcut.hedge.wins, tailcut.hedge.triggers,
 //	tailcut.dry_run.hedges, tailcut.requests.failed,
 //	tailcut.requests.abandoned, tailcut.breaker.trips (counters, per
@@ -45,6 +46,10 @@ type MetricsOptions struct {
 //	tailcut.breaker.state (by tailcut.state), tailcut.attempt.p99 and
 //	tailcut.predicted.p99 (s, dry run only) (gauges, per key);
 //	tailcut.hedges.inflight (up-down counter) and tailcut.keys.
+//
+// No name is both an instrument and the namespace of others:
+// tailcut.requests and tailcut.hedges are namespaces only (their counts are
+// tailcut.requests.started and tailcut.hedges.sent).
 //
 // Unregister the returned Registration to stop reporting.
 func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (metric.Registration, error) {
@@ -64,9 +69,9 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 		errs = append(errs, err)
 		return g
 	}
-	m.requests = counter("requests", "Requests begun (primaries sent).")
+	m.requests = counter("requests.started", "Requests begun (primaries sent).")
 	m.attempts = counter("attempts", "Attempts sent: primaries plus hedges.")
-	m.hedges = counter("hedges", "Hedges sent.")
+	m.hedges = counter("hedges.sent", "Hedges sent.")
 	m.denied = counter("hedges.denied", "Hedges asked for and not sent, by tailcut.reason.")
 	m.wins = counter("hedge.wins", "Requests answered by a hedge rather than the primary.")
 	m.triggers = counter("hedge.triggers", "Requests that asked for a hedge, granted or not.")
@@ -98,7 +103,7 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 // unitOf returns the UCUM annotation of a counter's unit.
 func unitOf(name string) string {
 	switch name {
-	case "requests", "requests.failed", "requests.abandoned":
+	case "requests.started", "requests.failed", "requests.abandoned":
 		return "request"
 	case "attempts":
 		return "attempt"
