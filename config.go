@@ -102,10 +102,13 @@ type Config struct {
 	// points more extra load.
 	MaxHedges int
 
-	// Budget caps the extra load. Nil means budget.NewRatio(0.1, 10, 1):
-	// hedges stay within 10 % of the primaries (plus a burst of 10), with a
-	// floor of one hedge per second for quiet clients. One Budget serves
-	// all keys of the policy.
+	// Budget caps the extra load. Nil means budget.NewWindowed(0.1, 10s,
+	// 1): each primary deposits a tenth of a token that lives for 10 s, so
+	// hedges stay within 10 % of the primaries over any 10 s, and a burst
+	// of stragglers may spend at once what the 10 s before saved (at 200
+	// requests a second, up to 200 hedges), with a floor of one hedge per
+	// second for quiet clients. budget.NewRatio(0.1, 10, 1) is the bucket
+	// of a fixed burst of 10. One Budget serves all keys of the policy.
 	Budget budget.Budget
 
 	// MaxKeys bounds the number of keys the policy tracks; past it the key
@@ -316,7 +319,7 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("tailcut: Breaker.Probes must not be negative, got %d", b.Probes)
 	}
 	if c.Budget == nil {
-		b, err := budget.NewRatio(0, 0, 0)
+		b, err := budget.NewWindowed(0, 0, 0)
 		if err != nil {
 			return c, err
 		}

@@ -490,8 +490,8 @@ func keySchedule(ch *AutoChoice) predict.Schedule {
 // decides who spends the last tokens.
 const (
 	// lowReserve: a low bucket's first hedge is granted only while the
-	// budget holds at least 1 + lowReserve × its burst tokens (2 with
-	// the default burst of 10) — one token kept for a better hedge.
+	// budget holds at least 1 + lowReserve × its burst tokens (2 with a
+	// bucket's burst of 10) — one token kept for a better hedge.
 	lowReserve = 0.1
 	// reaskGap: a bucket's one-hedge schedule that is not low asks
 	// again for a denied first hedge once, delay/reaskGap later —

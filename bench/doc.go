@@ -1,6 +1,7 @@
 // Package bench compares tailcut's hedgehttp with other Go hedging
-// libraries: the per-request overhead of each (benchmarks in this package)
-// and the bhope workload run through each (cmd/bhope). It is a separate
-// module so that the libraries compared never become dependencies of
-// tailcut.
+// libraries: the per-request overhead of each (benchmarks in this package),
+// the bhope workload run through each (cmd/bhope), and four workloads run
+// through each and through a sweep of fixed delays, with medians over
+// interleaved repetitions (cmd/compare). It is a separate module so that
+// the libraries compared never become dependencies of tailcut.
 package bench

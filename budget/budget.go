@@ -52,11 +52,24 @@ type Ratio struct {
 // default (0.1, 10, 1/s); to switch the floor off pass a negative floor.
 // Invalid values give an error naming the argument.
 func NewRatio(ratio, burst, floor float64) (*Ratio, error) {
-	if ratio == 0 {
-		ratio = DefaultRatio
-	}
+	ratio, floor, err := ratioAndFloor(ratio, floor)
 	if burst == 0 {
 		burst = DefaultBurst
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case !(burst >= 1) || math.IsInf(burst, 0):
+		return nil, fmt.Errorf("budget: burst must be at least 1, got %v", burst)
+	}
+	return &Ratio{ratio: ratio, burst: burst, floor: floor, tokens: burst}, nil
+}
+
+// ratioAndFloor fills in the defaults of a ratio and a floor (zero: the
+// default; a negative floor: none) and validates them.
+func ratioAndFloor(ratio, floor float64) (float64, float64, error) {
+	if ratio == 0 {
+		ratio = DefaultRatio
 	}
 	if floor == 0 {
 		floor = DefaultFloor
@@ -65,13 +78,11 @@ func NewRatio(ratio, burst, floor float64) (*Ratio, error) {
 	}
 	switch {
 	case !(ratio > 0 && ratio <= 1):
-		return nil, fmt.Errorf("budget: ratio must be in (0, 1], got %v", ratio)
-	case !(burst >= 1) || math.IsInf(burst, 0):
-		return nil, fmt.Errorf("budget: burst must be at least 1, got %v", burst)
+		return 0, 0, fmt.Errorf("budget: ratio must be in (0, 1], got %v", ratio)
 	case math.IsNaN(floor) || math.IsInf(floor, 0):
-		return nil, fmt.Errorf("budget: floor must be finite, got %v", floor)
+		return 0, 0, fmt.Errorf("budget: floor must be finite, got %v", floor)
 	}
-	return &Ratio{ratio: ratio, burst: burst, floor: floor, tokens: burst}, nil
+	return ratio, floor, nil
 }
 
 // Limits returns the ratio, burst and floor in force.

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-func BenchmarkRatio(b *testing.B) {
-	r, _ := NewRatio(0, 0, 0)
+// benchBudget times one Deposit and one Withdraw a microsecond apart.
+func benchBudget(b *testing.B, r Budget) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -17,14 +17,17 @@ func BenchmarkRatio(b *testing.B) {
 	}
 }
 
+func BenchmarkRatio(b *testing.B) {
+	r, _ := NewRatio(0, 0, 0)
+	benchBudget(b, r)
+}
+
 func BenchmarkTokenBucket(b *testing.B) {
 	r, _ := NewTokenBucket(100, 100)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		now := t0.Add(time.Duration(i) * time.Microsecond)
-		r.Deposit(now)
-		r.Withdraw(now)
-		i++
-	}
+	benchBudget(b, r)
+}
+
+func BenchmarkWindowed(b *testing.B) {
+	r, _ := NewWindowed(0, 0, 0)
+	benchBudget(b, r)
 }

@@ -3,10 +3,15 @@
 // A [Budget] is told about every primary request ([Budget.Deposit]) and asked
 // before every hedge ([Budget.Withdraw]). Two kinds are provided:
 //
-//   - [Ratio], the default: each primary deposits a fraction of a token and
+//   - [Windowed], the default: the ratio of traffic with a burst that
+//     follows it, after Finagle's RetryBudget: deposits live for a TTL (10
+//     s), so a cluster of stragglers may spend what the quiet seconds
+//     before it saved, and the cap holds over any stretch of a TTL or more.
+//   - [Ratio]: each primary deposits a fraction of a token and
 //     each hedge spends a whole one, so hedges stay within that fraction of
 //     the traffic, whatever the traffic is, with no request rate to guess.
-//     A small per-second floor lets a quiet client hedge a little.
+//     A small per-second floor lets a quiet client hedge a little. Its
+//     burst is fixed (10 by default).
 //   - [TokenBucket]: the classic bucket of capacity C refilled at r tokens
 //     per second (on golang.org/x/time/rate), sized with [BucketSize].
 //

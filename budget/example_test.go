@@ -33,3 +33,25 @@ func ExampleBucketSize() {
 	fmt.Println(c)
 	// Output: 1000
 }
+
+// A windowed budget lets a cluster of stragglers spend what the quiet
+// seconds before it saved: after 10 s at 100 requests a second with no
+// hedge, a burst may take 10 % of those 1,000 requests plus the floor's
+// reserve at once.
+func ExampleWindowed() {
+	b, err := budget.NewWindowed(0.1, 10*time.Second, 1)
+	if err != nil {
+		panic(err)
+	}
+	start := time.Unix(0, 0)
+	for i := range 1000 {
+		b.Deposit(start.Add(time.Duration(i) * 10 * time.Millisecond))
+	}
+	now := start.Add(10 * time.Second)
+	hedges := 0
+	for b.Withdraw(now) {
+		hedges++
+	}
+	fmt.Println("hedges at once:", hedges)
+	// Output: hedges at once: 110
+}

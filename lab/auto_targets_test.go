@@ -60,52 +60,84 @@ func TestHeldOutWithinLimit(t *testing.T) {
 // the main mode with the budget's denials modelled, and keeps to it while
 // the slow share a window measures wanders above the budget (seed 3:
 // 11.2 % over a third of the run). Over seeds 1–5 (default flags, two
-// hedges) its p99 is at most 330 ms (299–329 ms measured; 410 ms on seed
-// 3 before it kept its regime; seed 3's p99 stays a knife edge: 320, 329
-// or about 400 ms as the first schedules fall, MinSamples from 12 to 40
-// giving all three; see docs/EXPERIMENTS.md, §7) within the 10 % budget,
-// and no lower than that of the best static delays of a sweep — the gap
-// (120 ms), above it (170 ms) and the first slow mode (288 ms) — where
-// they need no more extra load.
+// hedges) its p99 is at most 320 ms with the default windowed budget
+// (290–312 ms measured) and at most 330 ms with the ratio bucket of a
+// fixed burst of 10 (299–329 ms; 410 ms on seed 3 before it kept its
+// regime; seed 3's p99 stays a knife edge there: 320, 329 or about 400 ms
+// as the first schedules fall, MinSamples from 12 to 40 giving all three;
+// see docs/EXPERIMENTS.md, §7), within the budget, and no lower than that
+// of the best static delays of a sweep — the gap (120 ms), above it (170
+// ms) and the first slow mode (288 ms) — where they need no more extra
+// load.
 func TestDemoAutoHedgesTheGap(t *testing.T) {
 	t.Parallel()
-	for seed := uint64(1); seed <= 5; seed++ {
-		cfg := Config{Scenario: mustLookup(t, "demo"), Seed: seed}
-		ad := mustRun(t, cfg, "adaptive")
-		t.Logf("seed %d: adaptive p99 %v at %.2f %%", seed, ad.P99, 100*ad.ExtraLoad)
-		if ad.P99 > 330*time.Millisecond || ad.ExtraLoad > 0.10 {
-			t.Errorf("seed %d: adaptive p99 %v at %.2f %%, want ≤ 330 ms within the 10 %% budget", seed, ad.P99, 100*ad.ExtraLoad)
-		}
-		for _, st := range []string{"static:120ms", "static:170ms", "static:288ms"} {
-			r := mustRun(t, cfg, st)
-			if r.ExtraLoad <= ad.ExtraLoad && r.P99 < ad.P99 {
-				t.Errorf("seed %d: %s p99 %v at %.2f %% extra load, adaptive %v at %.2f %%", seed, st, r.P99, 100*r.ExtraLoad, ad.P99, 100*ad.ExtraLoad)
+	for _, tc := range []struct {
+		burst float64
+		bar   time.Duration
+	}{{0, 320 * time.Millisecond}, {10, 330 * time.Millisecond}} {
+		for seed := uint64(1); seed <= 5; seed++ {
+			cfg := Config{Scenario: mustLookup(t, "demo"), Seed: seed, Burst: tc.burst}
+			ad := mustRun(t, cfg, "adaptive")
+			resolved, _ := cfg.Resolve()
+			limit := budgetLimit(resolved, ad)
+			t.Logf("burst %v, seed %d: adaptive p99 %v at %.2f %% (limit %.2f %%)", tc.burst, seed, ad.P99, 100*ad.ExtraLoad, 100*limit)
+			if ad.P99 > tc.bar || ad.ExtraLoad > limit {
+				t.Errorf("burst %v, seed %d: adaptive p99 %v at %.2f %%, want ≤ %v within the budget (%.2f %%)", tc.burst, seed, ad.P99, 100*ad.ExtraLoad, tc.bar, 100*limit)
+			}
+			for _, st := range []string{"static:120ms", "static:170ms", "static:288ms"} {
+				r := mustRun(t, cfg, st)
+				if r.ExtraLoad <= ad.ExtraLoad && r.P99 < ad.P99 {
+					t.Errorf("burst %v, seed %d: %s p99 %v at %.2f %% extra load, adaptive %v at %.2f %%", tc.burst, seed, st, r.P99, 100*r.ExtraLoad, ad.P99, 100*ad.ExtraLoad)
+				}
 			}
 		}
 	}
 }
 
-// TestBhopeAutoTargets: on bhope (default flags) the auto delay's p99.9
-// is at most 27 ms and its extra load at most 8.7 % on every seed 1–5 (the
-// p99.9 was 28–37 ms on two seeds before the later hedges could keep a
-// quarter of the burst as their reserve), and its p99 at most 16.5 ms on
-// four seeds and 16.6 ms on all (16.2–16.6 ms measured; the idealised
-// limit is 16.0–16.3 ms).
+// TestBhopeAutoTargets: on bhope (default flags) the auto delay's p99 is
+// within 3 % of the idealised limit of fixed delays at its own extra load
+// (lab/limit.go) on every seed 1–5. With the default windowed budget its
+// p99.9 is at most 25 ms, its p99 at most 16.3 ms and its extra load at
+// most 9.4 % (22.8–24.1 ms, 15.9–16.2 ms at 9.1–9.3 % measured: 0.8–2.6
+// % above the limit). With the ratio bucket of a fixed burst of 10 its
+// p99.9 is at most 27 ms and its extra load at most 8.7 % (the p99.9 was
+// 28–37 ms on two seeds before the later hedges could keep a quarter of
+// the burst as their reserve), and its p99 at most 16.5 ms on four seeds
+// and 16.6 ms on all (16.2–16.6 ms measured: 1.3–3.1 % above the limit).
 func TestBhopeAutoTargets(t *testing.T) {
 	t.Parallel()
-	within := 0
-	for seed := uint64(1); seed <= 5; seed++ {
-		ad := mustRun(t, Config{Scenario: mustLookup(t, "bhope"), Seed: seed}, "adaptive")
-		t.Logf("seed %d: p99 %v p99.9 %v at %.2f %%", seed, ad.P99, ad.P999, 100*ad.ExtraLoad)
-		if ad.P99 > 16600*time.Microsecond || ad.P999 > 27*time.Millisecond || ad.ExtraLoad > 0.087 {
-			t.Errorf("seed %d: p99 %v p99.9 %v at %.2f %%, want ≤ 16.6 ms, ≤ 27 ms at ≤ 8.7 %%", seed, ad.P99, ad.P999, 100*ad.ExtraLoad)
+	for _, tc := range []struct {
+		burst             float64
+		p99, p999, p99Of4 time.Duration
+		extra, aboveLimit float64
+	}{
+		{0, 16300 * time.Microsecond, 25 * time.Millisecond, 16300 * time.Microsecond, 0.094, 1.03},
+		{10, 16600 * time.Microsecond, 27 * time.Millisecond, 16500 * time.Microsecond, 0.087, 1.035},
+	} {
+		within := 0
+		for seed := uint64(1); seed <= 5; seed++ {
+			cfg := Config{Scenario: mustLookup(t, "bhope"), Seed: seed, Burst: tc.burst}
+			base := mustRun(t, cfg, "none")
+			ad := mustRun(t, cfg, "adaptive")
+			resolved, _ := cfg.Resolve()
+			l, ok := LimitOf(base, ad.ExtraLoad, resolved.MaxHedges)
+			if !ok {
+				t.Fatal("no limit")
+			}
+			t.Logf("burst %v, seed %d: p99 %v p99.9 %v at %.2f %%, limit p99 %v", tc.burst, seed, ad.P99, ad.P999, 100*ad.ExtraLoad, l.P99)
+			if ad.P99 > tc.p99 || ad.P999 > tc.p999 || ad.ExtraLoad > tc.extra {
+				t.Errorf("burst %v, seed %d: p99 %v p99.9 %v at %.2f %%, want ≤ %v, ≤ %v at ≤ %.1f %%", tc.burst, seed, ad.P99, ad.P999, 100*ad.ExtraLoad, tc.p99, tc.p999, 100*tc.extra)
+			}
+			if float64(ad.P99) > tc.aboveLimit*float64(l.P99) {
+				t.Errorf("burst %v, seed %d: p99 %v, more than %.1f %% above the limit %v at %.2f %% extra load", tc.burst, seed, ad.P99, 100*(tc.aboveLimit-1), l.P99, 100*ad.ExtraLoad)
+			}
+			if ad.P99 <= tc.p99Of4 {
+				within++
+			}
 		}
-		if ad.P99 <= 16500*time.Microsecond {
-			within++
+		if within < 4 {
+			t.Errorf("burst %v: p99 ≤ %v on %d of 5 seeds, want 4", tc.burst, tc.p99Of4, within)
 		}
-	}
-	if within < 4 {
-		t.Errorf("p99 ≤ 16.5 ms on %d of 5 seeds, want 4", within)
 	}
 }
 
@@ -113,23 +145,33 @@ func TestBhopeAutoTargets(t *testing.T) {
 // halfway; default flags, two hedges) the run's p99 is the slow half's
 // p98, and the auto delay, counting the faster requests served before the
 // shift (servedTarget), has a p99 no higher than that of any static delay
-// around the best (24–30 ms; 42.8–43.7 ms against the best static's
-// 43.2–44.3 ms measured) at equal or lower extra load, on seeds 1–5.
+// around the best (24–30 ms) at equal or lower extra load, on seeds 1–5,
+// with the ratio bucket of a fixed burst of 10 (42.8–43.7 ms against the
+// best static's 43.2–44.3 ms measured). With the default windowed budget
+// both are lower (42.5–43.0 ms; the static delays 42.5–43.7 ms), and the
+// static delays gain more: a static delay that hedges 4.7 % before the
+// shift saves what the window lets it spend after it. There the auto
+// delay's p99 is within 0.5 % of every static delay's at equal or lower
+// extra load (0.35 % above static:25ms on seed 2 measured).
 func TestDriftAutoBeatsEveryStatic(t *testing.T) {
 	statics := []string{"static:24ms", "static:25ms", "static:25.5ms", "static:26ms", "static:26.25ms", "static:26.5ms", "static:27ms", "static:28ms", "static:30ms"}
-	longtest.Skip(t, "fifty runs of drift")
-	for seed := uint64(1); seed <= 5; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			t.Parallel()
-			cfg := Config{Scenario: mustLookup(t, "drift"), Seed: seed}
-			ad := mustRun(t, cfg, "adaptive")
-			t.Logf("seed %d: adaptive p99 %v at %.2f %%", seed, ad.P99, 100*ad.ExtraLoad)
-			for _, st := range statics {
-				r := mustRun(t, cfg, st)
-				if r.ExtraLoad <= ad.ExtraLoad && r.P99 < ad.P99 {
-					t.Errorf("seed %d: %s p99 %v at %.2f %% extra load, adaptive %v at %.2f %%", seed, st, r.P99, 100*r.ExtraLoad, ad.P99, 100*ad.ExtraLoad)
+	longtest.Skip(t, "a hundred runs of drift")
+	for _, tc := range []struct {
+		burst, tolerance float64
+	}{{10, 0}, {0, 0.005}} {
+		for seed := uint64(1); seed <= 5; seed++ {
+			t.Run(fmt.Sprintf("burst%v/seed%d", tc.burst, seed), func(t *testing.T) {
+				t.Parallel()
+				cfg := Config{Scenario: mustLookup(t, "drift"), Seed: seed, Burst: tc.burst}
+				ad := mustRun(t, cfg, "adaptive")
+				t.Logf("burst %v, seed %d: adaptive p99 %v at %.2f %%", tc.burst, seed, ad.P99, 100*ad.ExtraLoad)
+				for _, st := range statics {
+					r := mustRun(t, cfg, st)
+					if r.ExtraLoad <= ad.ExtraLoad && float64(r.P99)*(1+tc.tolerance) < float64(ad.P99) {
+						t.Errorf("burst %v, seed %d: %s p99 %v at %.2f %% extra load, adaptive %v at %.2f %%", tc.burst, seed, st, r.P99, 100*r.ExtraLoad, ad.P99, 100*ad.ExtraLoad)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

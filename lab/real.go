@@ -78,7 +78,7 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 		pc.Predictive = pc.Predictive || st.Kind == Predictive
 		var b budget.Budget
 		if cfg.Budget > 0 && !st.Unbudgeted {
-			b, err = budget.NewRatio(cfg.Budget, cfg.Burst, 0)
+			b, err = cfg.newBudget()
 		} else {
 			b, err = budget.NewRatio(1, 1e12, -1)
 		}

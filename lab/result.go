@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
 )
 
 // Result holds the figures of one strategy's run.
@@ -212,13 +213,18 @@ func oracleBeaten(cfg Config, r, b *Result) string {
 }
 
 // budgetLimit is the extra load a run may add: the budget, plus its burst
-// spread over the run's legs.
-func budgetLimit(cfg Config, calls int64) float64 {
+// spread over the run's legs — a bucket's Burst, or a windowed budget's
+// floor over the run and one TTL (budget.Windowed's invariant).
+func budgetLimit(cfg Config, r *Result) float64 {
 	b := cfg.Budget
 	if b <= 0 {
 		b = 0.1
 	}
-	return b + cfg.Burst/float64(max(calls, 1))
+	burst := cfg.Burst
+	if burst <= 0 {
+		burst = budget.DefaultFloor * (r.Span + cfg.TTL).Seconds()
+	}
+	return b + burst/float64(max(r.Calls, 1))
 }
 
 // verdict applies the rollout gates: p99 down ≥ 20 %, errors not up, extra
@@ -237,7 +243,7 @@ func verdict(cfg Config, st Strategy, r, base *Result) (v, warn string) {
 	if base.P99 > 0 {
 		cut = 1 - float64(r.P99)/float64(base.P99)
 	}
-	limit := budgetLimit(cfg, r.Calls)
+	limit := budgetLimit(cfg, r)
 	var fails []string
 	if cut < GateP99Cut {
 		fails = append(fails, fmt.Sprintf("p99 %s (needs −%.0f %%)", signedPct1(-cut), GateP99Cut*100))

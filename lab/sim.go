@@ -59,8 +59,13 @@ type Config struct {
 	// applies to every strategy that sends extra attempts, the oracle
 	// included, unless the strategy is marked Unbudgeted.
 	Budget float64
-	// Burst is the budget's burst; zero means 10.
+	// Burst, if positive, makes the budget a budget.Ratio bucket of that
+	// burst. Zero means the policy's default budget, a budget.Windowed
+	// whose deposits live for TTL.
 	Burst float64
+	// TTL is how long the deposits of the default budget.Windowed live;
+	// zero means budget.DefaultTTL (10 s). Ignored when Burst is set.
+	TTL time.Duration
 	// Quantile pins the adaptive policy's delay to this quantile, and is
 	// the oracle's and the default static delay's threshold. Zero leaves
 	// the policy on its auto delay (tailcut.Config.Quantile unset) and
@@ -117,8 +122,8 @@ func (c Config) Resolve() (Config, error) {
 	if c.Budget == 0 {
 		c.Budget = budget.DefaultRatio
 	}
-	if c.Burst == 0 {
-		c.Burst = budget.DefaultBurst
+	if c.Burst == 0 && c.TTL == 0 {
+		c.TTL = budget.DefaultTTL
 	}
 	if c.MaxHedges == 0 {
 		c.MaxHedges = tailcut.DefaultMaxHedges
@@ -146,8 +151,10 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: cancel must be CancelHonoured or CancelIgnored, got %d", c.Cancel)
 	case math.IsNaN(c.Budget) || c.Budget > 1:
 		return c, fmt.Errorf("lab: budget must be a fraction in (0, 1] (or negative for none), got %v", c.Budget)
-	case !(c.Burst >= 1) || math.IsInf(c.Burst, 0):
-		return c, fmt.Errorf("lab: burst must be at least 1, got %v", c.Burst)
+	case c.Burst != 0 && !(c.Burst >= 1) || math.IsInf(c.Burst, 0):
+		return c, fmt.Errorf("lab: burst must be at least 1 (or zero for the default windowed budget), got %v", c.Burst)
+	case c.TTL < 0:
+		return c, fmt.Errorf("lab: ttl must not be negative, got %v", c.TTL)
 	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
 		return c, fmt.Errorf("lab: quantile must be in (0, 1), got %v", c.Quantile)
 	case c.MaxHedges < 1 || c.MaxHedges > tailcut.MaxHedgesLimit:
@@ -347,7 +354,7 @@ func (s *sim) setup() error {
 	s.progressEvery = max(cfg.Requests/200, 1000)
 
 	if cfg.Budget > 0 && !s.st.Unbudgeted {
-		b, err := budget.NewRatio(cfg.Budget, cfg.Burst, 0)
+		b, err := cfg.newBudget()
 		if err != nil {
 			return fmt.Errorf("lab: %w", err)
 		}
@@ -970,4 +977,14 @@ func pct(sorted []int64, q float64) time.Duration {
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	i = min(max(i, 0), len(sorted)-1)
 	return time.Duration(sorted[i])
+}
+
+// newBudget returns the hedge budget of a run: a budget.Ratio bucket when
+// Burst is set, else a budget.Windowed of TTL; both at the Budget's ratio.
+func (c Config) newBudget() (budget.Budget, error) {
+	if c.Burst > 0 {
+		return budget.NewRatio(c.Budget, c.Burst, 0)
+	}
+
+	return budget.NewWindowed(c.Budget, c.TTL, 0)
 }

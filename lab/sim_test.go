@@ -161,8 +161,13 @@ func TestBudgetCapsStaticHedging(t *testing.T) {
 	cfg := Config{Scenario: mustLookup(t, "demo"), Requests: 5000, Seed: 2}
 	capped := mustRun(t, cfg, "static:10ms")
 	free := mustRun(t, cfg, "static!:10ms")
-	if capped.ExtraLoad > 0.1+10.0/5000+1e-9 {
-		t.Errorf("budgeted static extra load %.3f over budget 0.1 + burst", capped.ExtraLoad)
+	resolved, _ := cfg.Resolve()
+	if limit := budgetLimit(resolved, capped); capped.ExtraLoad > limit+1e-9 || limit > 0.1+40.0/5000 {
+		t.Errorf("budgeted static extra load %.3f over budget 0.1 + the floor over the run and a TTL (%.3f)", capped.ExtraLoad, limit)
+	}
+	cfg.Burst = 10
+	if bucket := mustRun(t, cfg, "static:10ms"); bucket.ExtraLoad > 0.1+10.0/5000+1e-9 {
+		t.Errorf("bucket-budgeted static extra load %.3f over budget 0.1 + burst", bucket.ExtraLoad)
 	}
 	if free.ExtraLoad < 0.99 {
 		t.Errorf("unbudgeted static:10ms on demo hedged %.3f of requests, want all", free.ExtraLoad)

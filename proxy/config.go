@@ -254,8 +254,10 @@ type Policy struct {
 	// route's requests: 0.1 or "10%", at most 1. Unset means 10 %. Zero is
 	// an error: a route that must not hedge says hedge: false.
 	Budget Fraction `yaml:"budget"`
-	// BudgetBurst is how many hedges may go at once beyond the budget's
-	// balance. Zero means 10.
+	// BudgetBurst, if set, makes the budget a bucket of that fixed burst
+	// (budget.Ratio): how many hedges may go at once. Zero means the
+	// default windowed budget (budget.Windowed), whose burst is what the
+	// route's last 10 s of traffic saved.
 	BudgetBurst float64 `yaml:"budget_burst"`
 	// WarmupDelay, MinDelay and MaxDelay bound the delay (see
 	// tailcut.Config). Zero means the defaults (10 ms, none, none).

@@ -263,12 +263,25 @@ routes: [{name: r, upstream: u, policy: {max_hedges: 1}}]
 	if err != nil {
 		t.Fatal(err)
 	}
+	w, ok := p.Config().Budget.(*budget.Windowed)
+	if !ok {
+		t.Fatalf("budget %T, want *budget.Windowed", p.Config().Budget)
+	}
+	if ratio, _, _ := w.Settings(); ratio != 0.1 {
+		t.Errorf("unset budget: ratio %v, want 0.1", ratio)
+	}
+	// A burst asks for the bucket of that fixed burst.
+	rc := c.Routes[0]
+	rc.Policy.BudgetBurst = 20
+	if p, err = newPolicy(rc, discardLogger()); err != nil {
+		t.Fatal(err)
+	}
 	r, ok := p.Config().Budget.(*budget.Ratio)
 	if !ok {
-		t.Fatalf("budget %T, want *budget.Ratio", p.Config().Budget)
+		t.Fatalf("budget_burst 20: budget %T, want *budget.Ratio", p.Config().Budget)
 	}
-	if ratio, _, _ := r.Limits(); ratio != 0.1 {
-		t.Errorf("unset budget: ratio %v, want 0.1", ratio)
+	if ratio, burst, _ := r.Limits(); ratio != 0.1 || burst != 20 {
+		t.Errorf("budget_burst 20: ratio %v, burst %v, want 0.1 and 20", ratio, burst)
 	}
 }
 

@@ -139,7 +139,13 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 // newPolicy makes a route's policy from its config.
 func newPolicy(rc Route, logger *slog.Logger) (*tailcut.Policy, error) {
 	pc := rc.Policy
-	b, err := budget.NewRatio(float64(pc.Budget), pc.BudgetBurst, 0)
+	var b budget.Budget
+	var err error
+	if pc.BudgetBurst > 0 {
+		b, err = budget.NewRatio(float64(pc.Budget), pc.BudgetBurst, 0)
+	} else {
+		b, err = budget.NewWindowed(float64(pc.Budget), 0, 0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("route %q: %w", rc.Name, err)
 	}

@@ -86,7 +86,7 @@ have one); :values attaches its numeric value instead, :labels+values both.`,
 	fl.IntVar(&f.replicas, "replicas", 0, "server replicas (default: the scenario's)")
 	fl.IntVar(&f.workers, "workers", 0, "workers per replica, each with a FIFO queue in front (default: the scenario's)")
 	fl.StringVar(&f.budget, "budget", "10%", "hedge budget: fraction of traffic (0.1 or 10%), or off")
-	fl.Float64Var(&f.burst, "burst", 10, "hedge budget burst, in hedges (raise it to at least fan-out × budget)")
+	fl.Float64Var(&f.burst, "burst", 0, "hedge budget burst, in hedges: a bucket of this fixed burst (raise it to at least fan-out × budget) instead of the default windowed budget, whose burst is what the last 10 s of traffic saved")
 	fl.Float64Var(&f.quantile, "quantile", 0, "pin the adaptive policy's delay to this quantile (default: its auto delay) and set the oracle's and static's threshold (default 0.95)")
 	fl.IntVar(&f.maxHedges, "max-hedges", tailcut.DefaultMaxHedges, "most extra attempts per request (1–4)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed: the same seed gives the same numbers")
@@ -164,8 +164,8 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 	if cfg.Budget, err = parseBudget(f.budget); err != nil {
 		return cfg, err
 	}
-	if !(f.burst >= 1) || f.burst > 1e9 {
-		return cfg, usagef("--burst must be in [1, 1e9], got %v", f.burst)
+	if f.burst != 0 && !(f.burst >= 1) || f.burst > 1e9 {
+		return cfg, usagef("--burst must be in [1, 1e9] (or 0 for the windowed budget), got %v", f.burst)
 	}
 	cfg.Burst = f.burst
 	if f.quantile != 0 && !(f.quantile > 0 && f.quantile < 1) {
@@ -261,7 +261,7 @@ func runLab(e *env, cmd *cobra.Command, f *labFlags) error {
 	// A fan-out request deposits all its legs' tokens at once; a burst
 	// of a few requests' worth lets the deposits accumulate instead of
 	// overflowing (docs/EXPERIMENTS.md, fanout).
-	if need := float64(cfg.Fanout) * cfg.Budget; cfg.Budget > 0 && 4*need > cfg.Burst {
+	if need := float64(cfg.Fanout) * cfg.Budget; cfg.Budget > 0 && cfg.Burst > 0 && 4*need > cfg.Burst {
 		fmt.Fprintf(e.stdout, "note: one request deposits %g hedge tokens at once (fan-out %d × budget %g) into a burst of %g:\n"+
 			"      deposits overflow and hedges are denied at random; try --burst %g\n\n", need, cfg.Fanout, cfg.Budget, cfg.Burst, math.Ceil(10*need))
 	}
@@ -296,6 +296,9 @@ func describe(cfg lab.Config) string {
 	b := "no budget"
 	if cfg.Budget > 0 {
 		b = fmt.Sprintf("budget %g %% (burst %g)", cfg.Budget*100, cfg.Burst)
+		if cfg.Burst == 0 {
+			b = fmt.Sprintf("budget %g %% (windowed: deposits live 10s)", cfg.Budget*100)
+		}
 	}
 	delay := fmt.Sprintf("adaptive delay at the p%g", cfg.Quantile*100)
 	if cfg.Quantile == 0 {

@@ -225,7 +225,7 @@ func (p *loadPlan) runOne(ctx context.Context, strategy string, progress func(do
 	counter := &attemptCounter{base: base}
 	var rt http.RoundTripper = counter
 	if strategy == "adaptive" {
-		b, err := budget.NewRatio(p.budget, 0, 0)
+		b, err := budget.NewWindowed(p.budget, 0, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -378,7 +378,9 @@ func verdictOf(r, base *loadResult, budgetFrac float64) string {
 	if r.Strategy == "none" {
 		return "baseline"
 	}
-	limit := budgetFrac + float64(budget.DefaultBurst)/float64(max(r.Requests, 1))
+	// The windowed budget's floor over the run and one TTL
+	// (budget.Windowed's invariant).
+	limit := budgetFrac + budget.DefaultFloor*(r.Span+budget.DefaultTTL).Seconds()/float64(max(r.Requests, 1))
 	if base == nil {
 		if r.ExtraLoad > limit {
 			return fmt.Sprintf("FAIL: extra load %.1f %% over the %.0f %% budget", r.ExtraLoad*100, budgetFrac*100)

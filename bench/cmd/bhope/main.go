@@ -15,21 +15,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
-	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -41,6 +34,8 @@ import (
 	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/budget"
 	"github.com/tailcut/tailcut/hedgehttp"
+
+	"github.com/tailcut/tailcut/bench/internal/loopback"
 )
 
 var (
@@ -55,50 +50,10 @@ var (
 	flagRounds   = flag.Int("rounds", 10, "rounds in which the strategies take turns")
 )
 
-// server is the loopback service.
-type server struct {
-	mu        sync.Mutex
-	rng       *rand.Rand
-	mu0, sig  float64 // lognormal parameters of the service time, in ms
-	attempts  atomic.Int64
-	cancelled atomic.Int64
-	busy      atomic.Int64 // ns of service time actually spent (until done or cancelled)
-}
-
-func newServer(seed uint64) *server {
-	m := float64(*flagMean) / float64(time.Millisecond)
-	s := float64(*flagSD) / float64(time.Millisecond)
-	sig2 := math.Log(1 + s*s/(m*m))
-	return &server{
-		rng: rand.New(rand.NewPCG(seed, 0)),
-		mu0: math.Log(m) - sig2/2,
-		sig: math.Sqrt(sig2),
-	}
-}
-
-func (s *server) serviceTime() time.Duration {
-	s.mu.Lock()
-	ms := math.Exp(s.mu0 + s.sig*s.rng.NormFloat64())
-	if s.rng.Float64() < *flagStraggle {
-		ms *= *flagFactor
-	}
-	s.mu.Unlock()
-	return time.Duration(ms * float64(time.Millisecond))
-}
-
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.attempts.Add(1)
-	d := s.serviceTime()
-	start := time.Now()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		io.WriteString(w, "ok")
-	case <-r.Context().Done():
-		s.cancelled.Add(1)
-	}
-	s.busy.Add(int64(time.Since(start)))
+// draw is the workload's service time, from the flags.
+func draw() loopback.Draw {
+	d := loopback.Lognormal(*flagMean, *flagSD, *flagStraggle, *flagFactor)
+	return func(r *rand.Rand, _ float64) time.Duration { return d(r) }
 }
 
 type strategy struct {
@@ -109,7 +64,7 @@ type strategy struct {
 
 var strategies = []strategy{
 	{"plain", "net/http, no hedging", func(base http.RoundTripper, _ time.Duration) http.RoundTripper { return base }},
-	{"tailcut", "hedgehttp, default policy (the auto delay, budget 10 % + burst 10)",
+	{"tailcut", "hedgehttp, default policy (the auto delay, windowed budget 10 % over 10 s)",
 		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
 			p, err := tailcut.New(tailcut.Config{})
 			if err != nil {
@@ -118,7 +73,7 @@ var strategies = []strategy{
 			tailcutPolicy = p
 			return hedgehttp.NewTransport(base, p)
 		}},
-	{"tailcut-burst40", "as tailcut, with a budget burst of 40 (twice the concurrency) instead of 10",
+	{"tailcut-burst40", "as tailcut, with a ratio bucket of a fixed burst of 40 (twice the concurrency) instead of the windowed budget",
 		func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
 			b, err := budget.NewRatio(0.1, 40, 1)
 			if err != nil {
@@ -166,15 +121,16 @@ type result struct {
 // runner is one strategy's client, server and measurements.
 type runner struct {
 	st     strategy
-	srv    *server
-	hs     *http.Server
+	srv    *loopback.Server
 	base   *http.Transport
 	client *http.Client
-	url    string
 	hist   *hdrhistogram.Histogram
-	errs   atomic.Int64
+	errs   int64
 	sent   int
 	took   time.Duration
+	// attempts and busy sum the server's counts over the rounds.
+	attempts int64
+	busy     time.Duration
 }
 
 func main() {
@@ -186,7 +142,7 @@ func main() {
 			only[s] = true
 		}
 	}
-	p95 := modelQuantile(0.95)
+	p95 := loopback.Quantile(draw(), 0.95)
 	var runners []*runner
 	for i, st := range strategies {
 		if len(only) > 0 && !only[st.name] {
@@ -206,13 +162,13 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "round %d/%d done\n", round+1, *flagRounds)
 	}
-	var plainBusy int64
+	var plainBusy time.Duration
 	var results []result
 	for _, r := range runners {
 		r.base.CloseIdleConnections()
-		r.hs.Close()
+		r.srv.Close()
 		if r.st.name == "plain" {
-			plainBusy = r.srv.busy.Load()
+			plainBusy = r.busy
 		}
 	}
 	for _, r := range runners {
@@ -221,12 +177,12 @@ func main() {
 			name: r.st.name,
 			p50:  q(50), p95: q(95), p99: q(99), p999: q(99.9),
 			max:    time.Duration(r.hist.Max()) * time.Microsecond,
-			extra:  float64(r.srv.attempts.Load())/float64(r.sent) - 1,
-			errors: r.errs.Load(),
+			extra:  float64(r.attempts)/float64(r.sent) - 1,
+			errors: r.errs,
 			took:   r.took,
 		}
 		if plainBusy > 0 {
-			res.busyExtra = float64(r.srv.busy.Load())/float64(plainBusy) - 1
+			res.busyExtra = float64(r.busy)/float64(plainBusy) - 1
 		}
 		results = append(results, res)
 	}
@@ -261,69 +217,26 @@ func main() {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
-// modelQuantile returns the q-quantile of the service-time model, by
-// sampling it: the static delay given to hedgedhttp, as a user who knows
-// the distribution would set it.
-func modelQuantile(q float64) time.Duration {
-	s := newServer(12345)
-	const n = 200000
-	xs := make([]time.Duration, n)
-	for i := range xs {
-		xs[i] = s.serviceTime()
-	}
-	slices.Sort(xs)
-	return xs[int(q*n)]
-}
-
 func newRunner(st strategy, p95 time.Duration, seed uint64) *runner {
-	srv := newServer(seed)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := loopback.NewServer(draw(), seed)
 	if err != nil {
 		log.Fatal(err)
 	}
-	hs := &http.Server{Handler: srv}
-	go hs.Serve(l)
-	base := &http.Transport{
-		MaxIdleConns:        1000,
-		MaxIdleConnsPerHost: 1000,
-		IdleConnTimeout:     time.Minute,
-	}
+	base := loopback.NewTransport()
 	return &runner{
-		st: st, srv: srv, hs: hs, base: base,
+		st: st, srv: srv, base: base,
 		client: &http.Client{Transport: st.rt(base, p95)},
-		url:    "http://" + l.Addr().String() + "/",
 		hist:   hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3),
 	}
 }
 
 // run sends n requests from the configured number of workers.
 func (r *runner) run(n int) {
-	var histMu sync.Mutex
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range *flagC {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				t0 := time.Now()
-				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, r.url, nil)
-				resp, err := r.client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				d := time.Since(t0)
-				if err != nil {
-					r.errs.Add(1)
-					continue
-				}
-				histMu.Lock()
-				r.hist.RecordValue(int64(d / time.Microsecond))
-				histMu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	r.took += time.Since(start)
+	res := loopback.Run(r.srv, r.client, n, *flagC)
+	r.hist.Merge(res.Hist)
+	r.errs += res.Errors
+	r.took += res.Took
 	r.sent += n
+	r.attempts += res.Server.Attempts
+	r.busy += res.Server.Busy
 }

@@ -1,0 +1,158 @@
+package budget
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Defaults of [NewWindowed] for zero arguments.
+const (
+	// DefaultTTL is how long a deposit of a [Windowed] budget lives.
+	DefaultTTL = 10 * time.Second
+)
+
+// windowSlots is the number of whole slots a [Windowed] budget's TTL is cut
+// into; the ring holds one more, the slot being filled.
+const windowSlots = 10
+
+// Windowed is a ratio-of-traffic budget whose burst follows the traffic,
+// after Finagle's RetryBudget: each primary deposits Ratio of a token that
+// lives for TTL, each hedge withdraws one token that also lives for TTL,
+// and a hedge is granted while the tokens deposited over the last TTL,
+// plus a reserve of Floor × TTL, exceed the hedges granted over it. So a
+// cluster of stragglers may spend at once what the quiet seconds before it
+// saved: a client sending 200 requests a second at a ratio of 10 % can
+// send 200 hedges in a burst, where a [Ratio] bucket's burst is fixed.
+//
+// The window is kept in a ring of time slots (TTL/10 each), so Deposit and
+// Withdraw take O(1) time and allocate nothing.
+//
+// The invariant: over any stretch of T seconds, the hedges granted are at
+// most Ratio × the primaries of that stretch and of the TTL (plus one
+// slot) before it, plus Floor × (T + TTL). Over a long run from a fresh
+// budget the extra load is thus within Ratio plus Floor per second; and in
+// a total outage that lasts, where every request asks for a hedge, the
+// balance stays near zero and every stretch's extra load is within Ratio
+// plus what was saved before the outage began.
+//
+// The floor adds to the ratio (a quiet client can hedge Floor times a
+// second); above Floor/Ratio requests a second it is small beside it.
+type Windowed struct {
+	ratio, floor float64
+	ttl, slot    time.Duration
+	reserve      float64 // floor × TTL, in tokens
+
+	mu     sync.Mutex
+	origin time.Time // start of slot 0; zero before use
+	head   int64     // number of the slot being filled
+	ring   [windowSlots + 1]windowSlot
+	dep    int64 // deposits in the ring
+	wd     int64 // withdrawals in the ring
+}
+
+// windowSlot holds one slot's counts.
+type windowSlot struct{ dep, wd int64 }
+
+// NewWindowed returns a [Windowed] budget. A zero ratio, ttl or floor means
+// the default (0.1, 10 s, 1/s); to switch the floor off pass a negative
+// floor. Invalid values give an error naming the argument.
+func NewWindowed(ratio float64, ttl time.Duration, floor float64) (*Windowed, error) {
+	ratio, floor, err := ratioAndFloor(ratio, floor)
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case ttl < windowSlots*time.Millisecond:
+		return nil, fmt.Errorf("budget: ttl must be at least %v, got %v", windowSlots*time.Millisecond, ttl)
+	}
+	return &Windowed{ratio: ratio, floor: floor, ttl: ttl, slot: ttl / windowSlots, reserve: floor * ttl.Seconds()}, nil
+}
+
+// Settings returns the ratio, TTL and floor in force.
+func (b *Windowed) Settings() (ratio float64, ttl time.Duration, floor float64) {
+	return b.ratio, b.ttl, b.floor
+}
+
+// advance moves the ring to the slot of now, forgetting the slots that fell
+// out of the window. A now earlier than the slot being filled counts in it.
+// b.mu must be held.
+func (b *Windowed) advance(now time.Time) {
+	if b.origin.IsZero() {
+		b.origin = now
+		return
+	}
+	k := int64(now.Sub(b.origin) / b.slot)
+	if k <= b.head {
+		return
+	}
+	if k-b.head > int64(len(b.ring)) {
+		b.ring = [len(b.ring)]windowSlot{}
+		b.dep, b.wd = 0, 0
+	} else {
+		for j := b.head + 1; j <= k; j++ {
+			s := &b.ring[j%int64(len(b.ring))]
+			b.dep -= s.dep
+			b.wd -= s.wd
+			*s = windowSlot{}
+		}
+	}
+	b.head = k
+}
+
+// tokens is the balance. b.mu must be held.
+func (b *Windowed) tokens() float64 {
+	return b.ratio*float64(b.dep) + b.reserve - float64(b.wd)
+}
+
+// Deposit records one primary request.
+func (b *Windowed) Deposit(now time.Time) {
+	b.mu.Lock()
+	b.advance(now)
+	b.ring[b.head%int64(len(b.ring))].dep++
+	b.dep++
+	b.mu.Unlock()
+}
+
+// Withdraw grants a hedge if a whole token is available.
+func (b *Windowed) Withdraw(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	if b.tokens() < 1 {
+		return false
+	}
+	b.ring[b.head%int64(len(b.ring))].wd++
+	b.wd++
+	return true
+}
+
+// Tokens returns the balance at now: how many hedges could go at once.
+func (b *Windowed) Tokens(now time.Time) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	return b.tokens()
+}
+
+// Capacity returns the most tokens the budget could hold at now: Ratio ×
+// the primaries of the window, plus the floor's reserve.
+func (b *Windowed) Capacity(now time.Time) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	return b.ratio*float64(b.dep) + b.reserve
+}
+
+// Deposits returns the primaries counted in the window as of the last
+// call that took a time (Deposit, Withdraw, Tokens, Capacity), without
+// moving the window: what the auto delay sizes its model of the budget by.
+func (b *Windowed) Deposits() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dep
+}
+
+var _ Budget = (*Windowed)(nil)
