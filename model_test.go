@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/internal/predict"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -62,7 +63,7 @@ func TestModelConverges(t *testing.T) {
 		req := p.BeginWith("k", &f, now)
 		b := bucketOf(t, p, "k", f)
 		bd, _ := b.est.Distribution(now)
-		w := bd.Count() / (bd.Count() + predictPrior)
+		w := bd.Count() / (bd.Count() + predict.Prior)
 		mixed := latency.Mix(bd, kd, w)
 		s := slices.Clone(samples[c])
 		slices.Sort(s)
@@ -408,8 +409,8 @@ func TestHedgePriority(t *testing.T) {
 // bucket predicts its hedges from their own latencies, not the key's: its
 // hedges' median is about the slow replica's, and its first hedge is
 // predicted to bring its request below the Target far less often than
-// replica 1's (whose primaries are alike, its hedges fast): hedgeValue,
-// which orders the buckets' claims on the budget (Policy.Hedge).
+// replica 1's (whose primaries are alike, its hedges fast): the value
+// (predict.Result.Value) that orders the buckets' claims on the budget (Policy.Hedge).
 func TestModelWhereHedges(t *testing.T) {
 	p, err := New(Config{Predictive: true, Window: time.Hour})
 	if err != nil {

@@ -408,7 +408,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		d = DenyBudget
 	case r.low && r.hedges+int(r.would) == 0 && !p.roomFor(lowReserve, now):
 		// The first hedge of a bucket worth less than half the best
-		// (model.go, hedgeValue) leaves the budget a reserve for the
+		// (internal/predict, hedgeValue) leaves the budget a reserve for the
 		// better ones.
 		d = DenyBudget
 	case n < ks.pausedUntil.Load():

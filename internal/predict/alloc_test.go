@@ -1,4 +1,4 @@
-package tailcut
+package predict
 
 import (
 	"math"
@@ -9,6 +9,24 @@ import (
 	"github.com/tailcut/tailcut/latency"
 )
 
+// defaults are the allocation's settings under tailcut's default Config.
+var defaults = Params{Target: 0.99, MaxHedges: 2}
+
+// allocator returns an Allocator of defaults on the groups gs, which its
+// results are written to.
+func allocator(gs []group) *Allocator { return &Allocator{p: defaults, gs: gs} }
+
+// stragglers draws a lognormal latency of mean 5 ms and standard
+// deviation 2 ms, × 10 one time in twenty (bhope-like stragglers).
+func stragglers(r *rand.Rand) time.Duration {
+	s2 := math.Log(1 + 4.0/25)
+	ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
+	if r.Float64() < 0.05 {
+		ms *= 10
+	}
+	return time.Duration(ms * 1e6)
+}
+
 // TestAllocateShortcuts pins allocateAt's shortcuts, the ceiling and the
 // guess, to the plain bisection (no guess, no ceiling): on two-group
 // allocations (the exact search) the same Target percentile and the same
@@ -17,16 +35,7 @@ import (
 // shortcut) the same answer whatever the guess.
 func TestAllocateShortcuts(t *testing.T) {
 	t.Parallel()
-	p, err := New(Config{Predictive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dist := slowDraws(rand.New(rand.NewPCG(9, 10)))
-	type class struct {
-		n          int
-		slow, miss float64
-		where      bool
-	}
 	cases := map[string][]class{
 		"cold and warm":    {{2000, 8, 0.5, false}, {18000, 1, 0, false}},
 		"2× and 1×":        {{10000, 2, 1, false}, {10000, 1, 0, false}},
@@ -35,32 +44,23 @@ func TestAllocateShortcuts(t *testing.T) {
 		"four size groups": {{5000, 1, 0, false}, {5000, 2, 1, false}, {5000, 4, 1, false}, {5000, 8, 1, false}},
 	}
 	for name, cls := range cases {
-		owns := make([]latency.Distribution, len(cls))
-		var total float64
-		for i, c := range cls {
-			owns[i] = dist(c.n, c.slow, c.miss)
-			total += float64(c.n)
-		}
-		key := owns[0]
-		for _, o := range owns[1:] {
-			key = latency.Mix(key, o, key.Count()/(key.Count()+o.Count()))
-		}
-		groups := func() []allocGroup {
-			gs := make([]allocGroup, len(cls))
+		owns, key, total := drawKey(dist, cls)
+		groups := func() []group {
+			gs := make([]group, len(cls))
 			for i, c := range cls {
-				mixed := latency.Mix(owns[i], key, float64(c.n)/(float64(c.n)+predictPrior))
+				mixed := latency.Mix(owns[i], key, float64(c.n)/(float64(c.n)+Prior))
 				hedge := mixed
 				if c.where {
 					hedge = key
 				}
-				gs[i] = allocGroup{i: i, own: owns[i], dist: mixed, hedge: hedge, share: float64(c.n) / total}
+				gs[i] = group{bucket: i, own: owns[i], dist: mixed, hedge: hedge, share: float64(c.n) / total}
 			}
 			return gs
 		}
 		const rate = 0.08
 		var g0 float64
 		plain := groups()
-		want := p.allocateAt(plain, rate, 1, math.Inf(1), &g0)
+		want := allocator(plain).allocateAt(rate, 1, math.Inf(1), &g0)
 		if g0 != want || math.IsInf(want, 0) || want <= 0 {
 			t.Fatalf("%s: plain search %v, guess left %v", name, want, g0)
 		}
@@ -69,7 +69,7 @@ func TestAllocateShortcuts(t *testing.T) {
 			for _, c := range []float64{math.Inf(1), 1.5, 1, 1 - 1e-6, 0.9, 0.3} {
 				guess, ceiling := f*want, c*want
 				gs := groups()
-				got := p.allocateAt(gs, rate, 1, ceiling, &guess)
+				got := allocator(gs).allocateAt(rate, 1, ceiling, &guess)
 				if exact && ceiling < want {
 					if !(got > ceiling) {
 						t.Errorf("%s, guess %.6g×, ceiling %.6g×: %v, want above the ceiling %v", name, f, c, got, ceiling)
@@ -96,7 +96,7 @@ func TestAllocateShortcuts(t *testing.T) {
 		for _, rate := range []float64{0.01, 0.03, 0.08, 0.2, 0.5} {
 			gs := groups()
 			var g0 float64
-			p.allocateAt(gs, rate, 1, math.Inf(1), &g0)
+			allocator(gs).allocateAt(rate, 1, math.Inf(1), &g0)
 			for i := range gs {
 				g := &gs[i]
 				pruned += g.n - g.nlive
@@ -123,27 +123,23 @@ func TestAllocateShortcuts(t *testing.T) {
 	}
 }
 
-// TestHold pins allocate's hysteresis (hold): the groups' schedules in
+// TestHold pins Allocate's hysteresis (hold): the groups' schedules in
 // use are put back when the new allocation is not predicted better by
 // holdMargin, and kept out when they are predicted worse, cost more than
 // the budget, or miss the gate's ceiling.
 func TestHold(t *testing.T) {
-	p, err := New(Config{Predictive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dist := slowDraws(rand.New(rand.NewPCG(11, 12)))
 	cold, warm := dist(2000, 8, 0.5), dist(18000, 1, 0)
-	groups := func() []allocGroup {
-		return []allocGroup{
-			{i: 0, own: cold, dist: cold, hedge: cold, share: 0.1},
-			{i: 1, own: warm, dist: warm, hedge: warm, share: 0.9},
+	groups := func() []group {
+		return []group{
+			{bucket: 0, own: cold, dist: cold, hedge: cold, share: 0.1},
+			{bucket: 1, own: warm, dist: warm, hedge: warm, share: 0.9},
 		}
 	}
 	const rate = 0.08
 	var guess float64
 	best := groups()
-	opt := p.allocateAt(best, rate, 1, math.Inf(1), &guess)
+	opt := allocator(best).allocateAt(rate, 1, math.Inf(1), &guess)
 	if best[0].delay == 0 || best[1].delay == 0 {
 		t.Fatalf("allocation hedges no group: %v, %v", best[0].delay, best[1].delay)
 	}
@@ -159,7 +155,7 @@ func TestHold(t *testing.T) {
 			}
 			gs[i].delay, gs[i].limit = 12345, 1 // the new allocation, marked
 		}
-		p.hold(gs, rate, ceiling, opt)
+		allocator(gs).hold(rate, ceiling, opt)
 		got := gs[0].delay != 12345
 		if got != want {
 			t.Errorf("%s: held %v, want %v (delays %v, %v)", name, got, want, gs[0].delay, gs[1].delay)
@@ -177,11 +173,10 @@ func TestHold(t *testing.T) {
 // slowDraws returns a function that draws n latencies of bhope-like
 // lognormal stragglers from r, each × slow with probability miss.
 func slowDraws(r *rand.Rand) func(n int, slow, miss float64) latency.Distribution {
-	gen := autoDists["lognormal 5ms/2ms, 5% x10"]
 	return func(n int, slow, miss float64) latency.Distribution {
 		s, _ := latency.NewSnapshot(0)
 		for range n {
-			d := gen(r)
+			d := stragglers(r)
 			if r.Float64() < miss {
 				d = time.Duration(float64(d) * slow)
 			}
@@ -192,6 +187,29 @@ func slowDraws(r *rand.Rand) func(n int, slow, miss float64) latency.Distributio
 	}
 }
 
+// class is a bucket of n latencies drawn by slowDraws, each × slow with
+// probability miss; where, its hedges go elsewhere.
+type class struct {
+	n          int
+	slow, miss float64
+	where      bool
+}
+
+// drawKey draws the latencies of each class of cls, in order, and returns
+// them, their key's distribution (all of them mixed) and their count.
+func drawKey(dist func(n int, slow, miss float64) latency.Distribution, cls []class) (owns []latency.Distribution, key latency.Distribution, total float64) {
+	owns = make([]latency.Distribution, len(cls))
+	for i, c := range cls {
+		owns[i] = dist(c.n, c.slow, c.miss)
+		total += float64(c.n)
+	}
+	key = owns[0]
+	for _, o := range owns[1:] {
+		key = latency.Mix(key, o, key.Count()/(key.Count()+o.Count()))
+	}
+	return owns, key, total
+}
+
 // TestMarkLow pins the hedge priority's values (hedgeValue, markLow) on
 // the predictable scenario's classes: a cold request still out at its
 // delay is a cache miss that its hedge, missing half the time too,
@@ -200,33 +218,28 @@ func slowDraws(r *rand.Rand) func(n int, slow, miss float64) latency.Distributio
 // values are shares in (0, 1]; a hedge due at or after t is worth
 // nothing; alike groups, or a group alone, have none low.
 func TestMarkLow(t *testing.T) {
-	p, err := New(Config{Predictive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dist := slowDraws(rand.New(rand.NewPCG(13, 14)))
-	alloc := func(a, b latency.Distribution, sa float64) ([]allocGroup, []*bucketSchedule, time.Duration) {
-		gs := []allocGroup{
-			{i: 0, own: a, dist: a, hedge: a, share: sa},
-			{i: 1, own: b, dist: b, hedge: b, share: 1 - sa},
+	alloc := func(a, b latency.Distribution, sa float64) ([]group, time.Duration) {
+		gs := []group{
+			{bucket: 0, own: a, dist: a, hedge: a, share: sa},
+			{bucket: 1, own: b, dist: b, hedge: b, share: 1 - sa},
 		}
 		var guess float64
-		at := secondsDur(p.allocateAt(gs, 0.09, 1, math.Inf(1), &guess))
-		scheds := []*bucketSchedule{{}, {}}
-		markLow(gs, scheds, at)
-		return gs, scheds, at
+		at := secondsDur(allocator(gs).allocateAt(0.09, 1, math.Inf(1), &guess))
+		allocator(gs).markLow(at)
+		return gs, at
 	}
 
-	gs, s, at := alloc(dist(5000, 8, 0.5), dist(45000, 1, 0), 0.1)
+	gs, at := alloc(dist(5000, 8, 0.5), dist(45000, 1, 0), 0.1)
 	if gs[0].delay == 0 || gs[1].delay == 0 || gs[0].delay >= gs[1].delay {
 		t.Fatalf("allocation: cold at %v, warm at %v; want both hedged, cold earlier", gs[0].delay, gs[1].delay)
 	}
-	cold, warm := s[0].value, s[1].value
+	cold, warm := gs[0].value, gs[1].value
 	if !(cold > 0 && warm <= 1 && cold < lowValue*warm) {
 		t.Errorf("values at %v: cold %.3f, warm %.3f; want 0 < cold < %.1f × warm ≤ 1", at, cold, warm, lowValue)
 	}
-	if !s[0].low || s[1].low {
-		t.Errorf("low: cold %v, warm %v; want the cold bucket alone", s[0].low, s[1].low)
+	if !gs[0].low || gs[1].low {
+		t.Errorf("low: cold %v, warm %v; want the cold bucket alone", gs[0].low, gs[1].low)
 	}
 	late := gs[1]
 	late.delay = at
@@ -239,15 +252,15 @@ func TestMarkLow(t *testing.T) {
 		t.Errorf("a group that sends no hedge is worth %v, want 0", v)
 	}
 
-	_, s, _ = alloc(dist(10000, 1, 0), dist(10000, 1, 0), 0.5)
-	if s[0].low || s[1].low {
-		t.Errorf("alike groups: low %v, %v (values %.3f, %.3f), want neither", s[0].low, s[1].low, s[0].value, s[1].value)
+	alike, _ := alloc(dist(10000, 1, 0), dist(10000, 1, 0), 0.5)
+	if alike[0].low || alike[1].low {
+		t.Errorf("alike groups: low %v, %v (values %.3f, %.3f), want neither", alike[0].low, alike[1].low, alike[0].value, alike[1].value)
 	}
-	one := []allocGroup{gs[0]}
-	scheds := []*bucketSchedule{{}}
-	markLow(one, scheds, at)
-	if scheds[0].low || scheds[0].value != cold {
-		t.Errorf("a group alone: low %v, value %.3f; want not low, value %.3f", scheds[0].low, scheds[0].value, cold)
+	one := []group{gs[0]}
+	one[0].value, one[0].low = 0, false
+	allocator(one).markLow(at)
+	if one[0].low || one[0].value != cold {
+		t.Errorf("a group alone: low %v, value %.3f; want not low, value %.3f", one[0].low, one[0].value, cold)
 	}
 }
 
@@ -258,32 +271,28 @@ func TestMarkLow(t *testing.T) {
 // more requests slower than the Target percentile than before; with
 // nothing left to spend it changes nothing.
 func TestFill(t *testing.T) {
-	p, err := New(Config{Predictive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dist := slowDraws(rand.New(rand.NewPCG(17, 18)))
 	cold, warm := dist(5000, 8, 0.5), dist(45000, 1, 0)
 	const rate = 0.09
-	gs := []allocGroup{
-		{i: 0, own: cold, dist: cold, hedge: cold, share: 0.1},
-		{i: 1, own: warm, dist: warm, hedge: warm, share: 0.9},
+	gs := []group{
+		{bucket: 0, own: cold, dist: cold, hedge: cold, share: 0.1},
+		{bucket: 1, own: warm, dist: warm, hedge: warm, share: 0.9},
 	}
 	var guess float64
-	at := p.allocateAt(gs, rate, 1, math.Inf(1), &guess)
-	spend := func(gs []allocGroup) (cost, slow float64) {
+	at := allocator(gs).allocateAt(rate, 1, math.Inf(1), &guess)
+	spend := func(gs []group) (cost, slow float64) {
 		for _, g := range gs {
 			cost += g.share * g.cost(g.delay, g.limit)
 			slow += g.share * g.slower(secondsDur(at), g.delay, g.limit)
 		}
 		return cost, slow
 	}
-	before := append([]allocGroup(nil), gs...)
+	before := append([]group(nil), gs...)
 	c0, s0 := spend(gs)
 	if !(c0 < rate) {
 		t.Fatalf("the allocation spends %.5f of %.5f: nothing to fill", c0, rate)
 	}
-	p.fill(gs, rate, at)
+	allocator(gs).fill(rate, at)
 	c1, s1 := spend(gs)
 	// The predicted spend is a step function of the delay (one step per
 	// sketch bin): fill reaches the last step at or below its target.
@@ -305,8 +314,8 @@ func TestFill(t *testing.T) {
 	if s1 > s0 {
 		t.Errorf("requests slower than %v: %.6f after fill, %.6f before", secondsDur(at), s1, s0)
 	}
-	full := append([]allocGroup(nil), gs...)
-	p.fill(full, c1, at)
+	full := append([]group(nil), gs...)
+	allocator(full).fill(c1, at)
 	for i := range full {
 		if full[i].delay != gs[i].delay {
 			t.Errorf("fill with nothing left moved group %d from %v to %v", i, gs[i].delay, full[i].delay)
@@ -327,10 +336,6 @@ func TestFill(t *testing.T) {
 // spend on the groups' own distributions is within the budget (the small
 // buckets' slack of costSE counts, 2 %, aside).
 func TestAllocateSpendOwn(t *testing.T) {
-	p, err := New(Config{Predictive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dist := slowDraws(rand.New(rand.NewPCG(21, 22)))
 	ns := []int{20000, 100, 100, 100, 100}
 	owns := make([]latency.Distribution, len(ns))
@@ -347,10 +352,10 @@ func TestAllocateSpendOwn(t *testing.T) {
 	for _, o := range owns[1:] {
 		key = latency.Mix(key, o, key.Count()/(key.Count()+o.Count()))
 	}
-	gs := make([]allocGroup, len(ns))
+	gs := make([]group, len(ns))
 	for i, n := range ns {
-		mixed := latency.Mix(owns[i], key, float64(n)/(float64(n)+predictPrior))
-		gs[i] = allocGroup{i: i, own: owns[i], dist: mixed, hedge: mixed, share: float64(n) / total}
+		mixed := latency.Mix(owns[i], key, float64(n)/(float64(n)+Prior))
+		gs[i] = group{bucket: i, own: owns[i], dist: mixed, hedge: mixed, share: float64(n) / total}
 	}
 	// The blend's bias that the cost must not carry: at the large
 	// bucket's p90, a small bucket's requests are all still out, the
@@ -373,12 +378,12 @@ func TestAllocateSpendOwn(t *testing.T) {
 	}
 	const rate = 0.08
 	var guess float64
-	if tt := p.allocateAt(gs, rate, 1, math.Inf(1), &guess); math.IsInf(tt, 0) {
+	if tt := allocator(gs).allocateAt(rate, 1, math.Inf(1), &guess); math.IsInf(tt, 0) {
 		t.Fatal("no allocation")
 	}
 	var spend, hedged float64
 	for _, g := range gs {
-		own := allocGroup{own: g.own, dist: g.own, hedge: g.own}
+		own := group{own: g.own, dist: g.own, hedge: g.own}
 		spend += g.share * own.cost(g.delay, g.limit)
 		if g.limit > 0 {
 			hedged += g.share
@@ -396,12 +401,8 @@ func TestAllocateSpendOwn(t *testing.T) {
 // to cost, bit for bit — one hedge and two, hedges elsewhere or not,
 // with and without the hedges' own latencies — and fill's bisection from
 // kept shares to the plain one (fillDelay), on groups allocated as
-// allocate does.
+// Allocate does.
 func TestCostFrom(t *testing.T) {
-	p, err := New(Config{Predictive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := rand.New(rand.NewPCG(23, 24))
 	dist := slowDraws(r)
 	key := dist(20000, 1, 0)
@@ -411,13 +412,13 @@ func TestCostFrom(t *testing.T) {
 		where, own bool
 	}{{2000, 8, 0.5, false, true}, {500, 4, 1, true, true}, {500, 4, 1, true, false}, {300, 2, 1, false, true}} {
 		own := dist(c.n, c.slow, c.miss)
-		mixed := latency.Mix(own, key, float64(c.n)/(float64(c.n)+predictPrior))
-		g := allocGroup{own: own, dist: mixed, hedge: mixed, share: 0.2, elsewhere: c.where}
+		mixed := latency.Mix(own, key, float64(c.n)/(float64(c.n)+Prior))
+		g := group{own: own, dist: mixed, hedge: mixed, share: 0.2, elsewhere: c.where}
 		if c.where {
 			g.hedge = key
 			if c.own {
 				g.hedgeOwn = dist(200, 1, 0)
-				g.hedge = latency.Mix(g.hedgeOwn, key, 200.0/(200+predictPrior))
+				g.hedge = latency.Mix(g.hedgeOwn, key, 200.0/(200+Prior))
 			}
 		}
 		for _, k := range []int{1, 2} {
@@ -453,16 +454,16 @@ func TestCostFrom(t *testing.T) {
 			total += float64(n)
 		}
 		for _, rate := range []float64{0.01, 0.05, 0.1, 0.3} {
-			gs := make([]allocGroup, len(ns))
+			gs := make([]group, len(ns))
 			for i, n := range ns {
-				mixed := latency.Mix(owns[i], key, float64(n)/(float64(n)+predictPrior))
-				gs[i] = allocGroup{i: i, own: owns[i], dist: mixed, hedge: mixed, share: float64(n) / total, elsewhere: i == 1}
+				mixed := latency.Mix(owns[i], key, float64(n)/(float64(n)+Prior))
+				gs[i] = group{bucket: i, own: owns[i], dist: mixed, hedge: mixed, share: float64(n) / total, elsewhere: i == 1}
 				if i == 1 {
 					gs[i].hedge = key
 				}
 			}
 			var guess float64
-			at := p.allocateAt(gs, rate, 1, math.Inf(1), &guess)
+			at := allocator(gs).allocateAt(rate, 1, math.Inf(1), &guess)
 			for i := range gs {
 				g := &gs[i]
 				if g.limit == 0 || g.delay <= 0 {
@@ -470,8 +471,8 @@ func TestCostFrom(t *testing.T) {
 				}
 				for _, f := range []float64{1, 1.01, 1.2, 2, 10} {
 					target := g.cost(g.delay, g.limit) * f
-					d, ok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), true)
-					pd, pok := g.fillDelay(target, float64(p.cfg.MinDelay), float64(g.delay), false)
+					d, ok := g.fillDelay(target, float64(defaults.MinDelay), float64(g.delay), true)
+					pd, pok := g.fillDelay(target, float64(defaults.MinDelay), float64(g.delay), false)
 					if d != pd || ok != pok {
 						t.Fatalf("%v, rate %v, group %d, target ×%v: from kept shares %v %v, plain %v %v", ns, rate, i, f, d, ok, pd, pok)
 					}
@@ -479,8 +480,8 @@ func TestCostFrom(t *testing.T) {
 				}
 			}
 			for _, f := range []float64{1.2, 2} {
-				a := append([]allocGroup(nil), gs...)
-				p.fill(a, rate*f, at)
+				a := append([]group(nil), gs...)
+				allocator(a).fill(rate*f, at)
 				for i := range a {
 					if a[i].delay != gs[i].delay {
 						moved++
