@@ -21,8 +21,10 @@
 //     policy.
 //
 // Below the policy, package latency owns the windowed latency estimator
-// (DDSketch) and its tail predictions, and package budget the hedge
-// budgets. Above it, package hedgehttp adapts net/http (client Transport,
+// (DDSketch) and its tail predictions, package budget the hedge budgets,
+// and internal/predict the significance tests and the joint allocation of
+// a key's budget among its feature buckets (this package owns the buckets
+// and their schedules, and feeds it). Above it, package hedgehttp adapts net/http (client Transport,
 // server Handler, the Idempotent middleware), hedgegrpc adapts grpc-go,
 // hedgeprom and hedgeotel export metrics and traces, fleet pools sketches
 // between instances, and proxy is the sidecar behind `tailcut proxy`.
