@@ -2,7 +2,7 @@
 // libraries and a sweep of fixed hedge delays, on four workloads over
 // loopback, and prints one markdown table per workload with the median and
 // the spread of each strategy's p99, p99.9 and extra load over interleaved
-// repetitions, and the checks of issue 26's bars.
+// repetitions, and checks of its bars (bench/README.md).
 //
 // Every workload has its own loopback server, whose handler draws each
 // attempt's service time and stops when the attempt is cancelled; every
@@ -263,7 +263,7 @@ func run(sc scenario, seed uint64) {
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// bars checks issue 26's bars for the workload on the medians: tailcut is
+// bars checks the workload's bars (bench/README.md) on the medians: tailcut is
 // sts[0].
 func bars(name string, sts []strategy, figs []figures) []string {
 	t99, t999, tx := statOf(figs[0].p99).med, statOf(figs[0].p999).med, statOf(figs[0].extra).med
