@@ -248,7 +248,7 @@ func expFanout(o Options) (*Outcome, error) {
 			"and finishes with its last leg; it is slow if it takes over 1 s. Open loop at 20 requests/s, 10 replicas × 1,000 workers (no queueing). " +
 			"Adaptive: the real tailcut.Policy per leg, its auto delay, one hedge per leg, budget 10 % (a bucket, budget.Ratio) with a burst of max(10, N) tokens; the last column keeps a burst of 10.",
 		Claim:     "with a 1 % slow leg, 1 − 0.99^N of requests are slow: 1 %, 9.56 %, 39.5 %, 63.4 % at N = 1, 10, 50, 100 (measured there for N ≤ 50).",
-		Published: Table{Title: "fan-out amplification (seed 003)", Header: []string{"N", "slow requests"}, Rows: [][]string{{"1", "1 %"}, {"10", "9.56 %"}, {"50", "39.5 %"}, {"100", "63.4 %"}}},
+		Published: Table{Title: "fan-out amplification (the lock article)", Header: []string{"N", "slow requests"}, Rows: [][]string{{"1", "1 %"}, {"10", "9.56 %"}, {"50", "39.5 %"}, {"100", "63.4 %"}}},
 		Tables:    []Table{t},
 		Holds:     holds,
 		Verdict: fmt.Sprintf("Amplification %s: without hedging the slow fraction is within %.2f pp of 1 − 0.99^N at every N; "+
@@ -401,7 +401,7 @@ func expLock(o Options) (*Outcome, error) {
 			"Lock wait is the simulated time attempts queued for the mutex.",
 		Claim: "hedging alone cut p99 51 % while the mutex wait grew ~12×; in the three-way run B cut p99 only ~20 %, p50 got ~3× worse (55 → 156 ms) and 99.6 % of requests were hedged (3,992 server requests); " +
 			"C cut p99 78.5 % with 14.7 % hedged and 13 % more server requests (2,265).",
-		Published: Table{Title: "seed 003, Go 1.26.4 darwin/arm64, real server", Header: []string{"setup", "p50", "p99 vs A", "hedged", "server requests", "mutex wait"},
+		Published: Table{Title: "the lock article, Go 1.26.4 darwin/arm64, real server", Header: []string{"setup", "p50", "p99 vs A", "hedged", "server requests", "mutex wait"},
 			Rows: [][]string{{"A", "55 ms", "—", "0", "2,000", "1×"}, {"B (first run)", "", "−51 %", "", "", "~12×"}, {"B (three-way)", "156 ms", "~−20 %", "99.6 %", "3,992", ""}, {"C", "", "−78.5 %", "14.7 %", "2,265", ""}}},
 		Tables: tables,
 		Holds:  holds,
@@ -452,7 +452,7 @@ func expOutage(o Options) (*Outcome, error) {
 		Setup: "bhope service times; during the middle third of the run every attempt is 10× slower. Open loop at 1,000 requests/s, 4 replicas × 32 workers. " +
 			"static!:10ms hedges after 10 ms with no budget; static:10ms and adaptive (auto delay, and pinned to the p95) share the default budget (10 % of traffic over a 10 s window: what a quiet stretch saved may be spent in the first seconds of the outage).",
 		Claim:     "static hedging in an outage sends a hedge for almost every request (≈ 100 % extra load); a budget keeps it within budget + burst (here: the ratio of the outage's traffic and of the window before it), and the auto delay within the ratio plus a point.",
-		Published: Table{Title: "DESIGN.md / seed 002 (the outage gotcha)", Header: []string{"strategy", "extra load in an outage"}, Rows: [][]string{{"static hedging", "≈ 100 %"}, {"budgeted", "≤ budget + burst"}}},
+		Published: Table{Title: "the decision guide (the outage gotcha)", Header: []string{"strategy", "extra load in an outage"}, Rows: [][]string{{"static hedging", "≈ 100 %"}, {"budgeted", "≤ budget + burst"}}},
 		Tables:    []Table{t},
 		Holds:     holds,
 		Verdict: fmt.Sprintf("The claim %s: during the outage unbudgeted static hedging adds %.0f %% load; the budgeted adaptive policy adds %.1f %% on its auto delay (≤ 11 %%) and at most %.1f %% (≤ %.1f %% = budget + burst over the outage's requests).",
@@ -526,10 +526,10 @@ func expBudget(o Options) (*Outcome, error) {
 		free.Utilization > before.Utilization && capped.Utilization < free.Utilization
 	return &Outcome{
 		Setup: "A read service: 97.5 % of reads lognormal (mean 38 ms, sd 12 ms), 2.5 % slow reads U(200, 600) ms — mean 47 ms and p99 ≈ 440 ms, the published 'before'. " +
-			"Open loop at 500 requests/s on 3 replicas × 16 workers (about 50 % utilised); the handlers do not check their context, so a cancelled loser still runs to its end (as most handlers, seed 003). " +
+			"Open loop at 500 requests/s on 3 replicas × 16 workers (about 50 % utilised); the handlers do not check their context, so a cancelled loser still runs to its end (as most handlers, the lock article). " +
 			"Hedging sends one hedge after the p92 (≈ 8 % of requests) with no budget, then with a budget of 4 % of traffic; the last columns are tailcut's adaptive policy within the same 4 %, pinned to the p97 and with its auto delay.",
 		Claim: "p99 420 → 180 → 200 ms, mean 48 → 50 → 50 ms, volume 1.00 → 1.08 → 1.04×, CPU 52 → 61 → 57 %.",
-		Published: Table{Title: "seed 002 (a read service)", Header: []string{"metric", "before", "no budget", "budget"},
+		Published: Table{Title: "the decision guide (a read service)", Header: []string{"metric", "before", "no budget", "budget"},
 			Rows: [][]string{{"p99", "420 ms", "180 ms", "200 ms"}, {"mean", "48 ms", "50 ms", "50 ms"}, {"volume", "1.00×", "1.08×", "1.04×"}, {"CPU", "52 %", "61 %", "57 %"}}},
 		Tables: []Table{t},
 		Holds:  holds,
@@ -634,7 +634,7 @@ func expDrift(o Options) (*Outcome, error) {
 		Setup: "bhope service times (lognormal mean 5 ms, sd 2 ms, 5 % ×10) that triple halfway through 60,000 requests at 1,000 requests/s (a deploy, a cold cache). " +
 			"3 replicas × 32 workers, budget 10 % for every strategy. Adaptive: the real tailcut.Policy, 30 s windows blended 0.7/0.3, with its default auto delay and pinned to the p95.",
 		Claim:     "an adaptive delay follows a shifting distribution where any fixed delay is either too early (too much load) or too late (no cut) on one side of the shift.",
-		Published: Table{Title: "seed 000 (qualitative)", Header: []string{"claim"}, Rows: [][]string{{"a fixed threshold fails when load changes: too late at low load, too early at high load"}}},
+		Published: Table{Title: "the adaptive-hedging article (qualitative)", Header: []string{"claim"}, Rows: [][]string{{"a fixed threshold fails when load changes: too late at low load, too early at high load"}}},
 		Tables:    []Table{t, settle},
 		Charts:    charts,
 		Holds:     len(sa.losers) == 0,
@@ -785,10 +785,10 @@ func expDelay(o Options) (*Outcome, error) {
 	}
 	return &Outcome{
 		Setup: "The seed's trimodal demo distribution (90 % U(80, 120) ms, 5 % U(280, 320) ms, 5 % U(750, 850) ms), open loop at 200 requests/s, 3 replicas × 32 workers, the default budget (10 %, windowed: deposits live 10 s) for every rule. " +
-			"Static delays at the true quantiles; the SLA-capped rule of seed 004 with SLA = 200 ms; the same rules as tailcut.Policy settings (Quantile, Multiplier 0.8, MaxDelay = 0.8 × SLA).",
-		Claim: "hedge after the p95 (The Tail at Scale, seed 002); or at min(p90, SLA) × 0.8 (seed 004); or near the p99 once the root causes are fixed (seed 003).",
+			"Static delays at the true quantiles; the SLA-capped rule of the HedgingTransport article with SLA = 200 ms; the same rules as tailcut.Policy settings (Quantile, Multiplier 0.8, MaxDelay = 0.8 × SLA).",
+		Claim: "hedge after the p95 (The Tail at Scale, the decision guide); or at min(p90, SLA) × 0.8 (the HedgingTransport article); or near the p99 once the root causes are fixed (the lock article).",
 		Published: Table{Title: "the rules", Header: []string{"source", "delay"},
-			Rows: [][]string{{"The Tail at Scale / seed 002", "p95"}, {"seed 004", "min(p90, SLA) × 0.8"}, {"seed 003", "p97–p99"}}},
+			Rows: [][]string{{"The Tail at Scale / the decision guide", "p95"}, {"the HedgingTransport article", "min(p90, SLA) × 0.8"}, {"the lock article", "p97–p99"}}},
 		Tables: []Table{t, ft},
 		Charts: []Chart{chart},
 		Holds:  adRes[1].P99 < base.P99,

@@ -232,12 +232,12 @@ func expPredictive(o Options) (*Outcome, error) {
 			"oracle knows each attempt's service time and hedges at once those above the p95 (one hedge). Gap closed: (adaptive − predictive) / (adaptive − oracle) in p99. " +
 			"Numeric values (second table): size-scaled (sizes lognormal about 16 KiB, every attempt scaled by the size; label the size's power-of-four bucket, value its log2) " +
 			"and noise (a value uniform on [0, 16), no signal), under predictive with the label, the value (predictive:values), or both.",
-		Claim: "issue 16: on predictable, predictive hedging closes ≥ 50 % of the adaptive → oracle gap in p99 at no more extra load, on 5 seeds; " +
-			"on bhope (no features) within 1 % of adaptive's p99 and extra load. Seed 004: an LSTM predicting the hedge timing cut extra traffic 40 % at the same p99 under periodic load.",
-		Published: Table{Title: "targets (issue 16) and seed 004", Header: []string{"claim", "figure"}, Rows: [][]string{
+		Claim: "target: on predictable, predictive hedging closes ≥ 50 % of the adaptive → oracle gap in p99 at no more extra load, on 5 seeds; " +
+			"on bhope (no features) within 1 % of adaptive's p99 and extra load. The HedgingTransport article: an LSTM predicting the hedge timing cut extra traffic 40 % at the same p99 under periodic load.",
+		Published: Table{Title: "targets and the HedgingTransport article", Header: []string{"claim", "figure"}, Rows: [][]string{
 			{"predictable: share of the adaptive → oracle p99 gap closed", "≥ 50 %, extra load ≤ adaptive's, 5 seeds"},
 			{"bhope: predictive against adaptive", "within 1 % in p99 and extra load"},
-			{"seed 004: LSTM hedge timing, periodic load", "−40 % extra traffic at the same p99"}}},
+			{"the HedgingTransport article: LSTM hedge timing, periodic load", "−40 % extra traffic at the same p99"}}},
 		Tables: tables,
 		Holds:  holds,
 		Verdict: fmt.Sprintf("The target %s. predictable: %s of the gap closed (worst seed %s), predictive's extra load ≤ adaptive's on %d of %d seeds; "+

@@ -45,7 +45,7 @@ func TestExperimentLockTextJSONAndHTML(t *testing.T) {
 		t.Errorf("JSON %v %+v:\n%s", err, o, out)
 	}
 	b, err := os.ReadFile(path)
-	if err != nil || !strings.Contains(string(b), "Published: seed 003") || strings.Contains(string(b), "<script") {
+	if err != nil || !strings.Contains(string(b), "Published: the lock article") || strings.Contains(string(b), "<script") {
 		t.Errorf("HTML report: %v", err)
 	}
 }
