@@ -22,8 +22,9 @@
 //
 // Below the policy, package latency owns the windowed latency estimator
 // (DDSketch) and its tail predictions, package budget the hedge budgets,
-// and internal/predict the significance tests and the joint allocation of
-// a key's budget among its feature buckets (this package owns the buckets
+// and internal/predict the significance tests, the joint allocation of
+// a key's budget among its feature buckets and the quantile regression
+// on numeric features (this package owns the buckets
 // and their schedules, and feeds it). Above it, package hedgehttp adapts net/http (client Transport,
 // server Handler, the Idempotent middleware), hedgegrpc adapts grpc-go,
 // hedgeprom and hedgeotel export metrics and traces, fleet pools sketches

@@ -174,7 +174,7 @@ func (t *bucketTable) find(h uint64) *bucket {
 // labels make a bucket of the class alone. Until some request's class is
 // other than the middle one (÷√2 to ×√2), as with values that carry no
 // signal, the requests are scheduled as their labels alone would be.
-// The regression's class and update are measured by BenchmarkRegression
+// The regression's class and update are measured by internal/predict's BenchmarkRegression
 // (past 20,000 steps it learns from one primary in four).
 //
 // BeginWith allocates nothing, except when a label sequence is new to the

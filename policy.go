@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/predict"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -227,9 +228,9 @@ type keyState struct {
 	// 384 of the 640-byte allocation) and its fast path reads one line.
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
 
-	model   atomic.Pointer[bucketTable] // predictive hedging's feature buckets (model.go); written under mu
-	modelMu sync.Mutex                  // serialises their recomputation
-	reg     atomic.Pointer[regressor]   // predictive hedging's regression on numeric values (regress.go)
+	model   atomic.Pointer[bucketTable]        // predictive hedging's feature buckets (model.go); written under mu
+	modelMu sync.Mutex                         // serialises their recomputation
+	reg     atomic.Pointer[predict.Regression] // predictive hedging's regression on numeric values (regress.go)
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
@@ -282,7 +283,7 @@ type Request struct {
 	// Numeric features (regress.go): the regression that learns the
 	// primary, nil without values, and the request's values (NaN where
 	// missing).
-	reg *regressor
+	reg *predict.Regression
 	x   [MaxValues]float32
 }
 
@@ -532,7 +533,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	}
 	ks.sinceCompute.Add(1)
 	if r.reg != nil {
-		r.reg.observe(&r.x, latency, cut) // regress.go
+		r.reg.Observe(&r.x, latency, cut) // regress.go
 	}
 }
 

@@ -1,13 +1,16 @@
-// Package predict holds the parts of predictive hedging that are pure
-// functions of a key's distributions: the tests that tell a feature
-// bucket's latencies from its key's, and the joint allocation of the
-// key's hedge budget among the buckets that differ (Allocator).
+// Package predict holds predictive hedging's models: the tests that tell
+// a feature bucket's latencies from its key's, the joint allocation of the
+// key's hedge budget among the buckets that differ (Allocator), and the
+// online quantile regression on numeric features that puts requests into
+// classes (Regression).
 //
 // The policy owns the buckets, their estimators and their schedules; it
 // hands this package the buckets' distributions and the few settings the
 // allocation reads (Params), and takes back each bucket's schedule
-// (Result). Nothing here reads a clock or keeps state between two
-// allocations beyond the storage an Allocator reuses.
+// (Result). The allocation keeps no state between two calls beyond the
+// storage an Allocator reuses; a Regression keeps its key's weights, and
+// the policy decides when it is asked and taught. Nothing here reads a
+// clock.
 package predict
 
 import (
