@@ -2,7 +2,6 @@ package tailcut
 
 import (
 	"math"
-	"sync"
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
@@ -17,11 +16,10 @@ import (
 // near the ratio — it predicts the Target percentile of the hedged latency
 // (independent attempts: P(T > t) = P(X > t) · Π_j (g_j·P(X > t − at_j) +
 // 1 − g_j)), where g is the share of hedges the budget is predicted to
-// grant at that trigger rate: the exact stationary law of the budget's
-// token chain (budgetModel), within a point of the real budget's grants;
-// for a budget whose burst follows traffic (budget.Windowed), the hedges
-// asked for over its window against its capacity there (windowModel),
-// within two points.
+// grant at that trigger rate, as the budget predicts it
+// (budget.GrantModel): for a ratio bucket the exact stationary law of its
+// token chain, for a budget whose burst follows traffic (budget.Windowed)
+// the hedges asked for over its window against its capacity there.
 // The candidates are ranked by that prediction averaged over a narrow band
 // of percentiles around the Target (autoBand), so that a step in the
 // predicted tail does not flip the choice with the sampling noise; those
@@ -181,278 +179,38 @@ func (ks *keyState) noRetry() bool {
 	return c != nil && c.noRetry
 }
 
-// budgetRatio returns the ratio of traffic b allows for hedges and its
-// burst; modelled is false for a budget that does not state them (a token
-// bucket refills by time, not by traffic), whose denials are then not
-// modelled.
-func budgetRatio(b budget.Budget) (ratio, burst float64, modelled bool) {
+// budgetRatio returns the ratio of traffic b allows for hedges; modelled
+// is false for a budget that does not state it or cannot predict its
+// grants (a token bucket refills by time, not by traffic), whose denials
+// are then not modelled.
+func budgetRatio(b budget.Budget) (ratio float64, modelled bool) {
+	_, modelled = b.(budget.GrantModel)
 	if r, ok := b.(interface {
 		Limits() (ratio, burst, floor float64)
 	}); ok {
-		ratio, burst, _ := r.Limits()
-		return ratio, burst, true
+		ratio, _, _ := r.Limits()
+		return ratio, modelled
 	}
 	if w, ok := b.(windowBudget); ok {
 		ratio, _, _ := w.Settings()
-		return ratio, 0, true // the burst follows the traffic: windowModel
+		return ratio, modelled
 	}
-	return unknownBudgetRatio, 0, false
+	return unknownBudgetRatio, false
 }
 
-// windowBudget is a budget whose burst follows traffic (budget.Windowed):
-// its deposits live for a TTL, and the auto delay models its grants by
-// the primaries in that window (windowModel).
+// windowBudget is a budget whose burst follows traffic (budget.Windowed).
 type windowBudget interface {
 	Settings() (ratio float64, ttl time.Duration, floor float64)
-	Deposits() int64
 	Tokens(time.Time) float64
-	Capacity(time.Time) float64
+	Burst(time.Time) float64
 }
 
 // grants predicts, for the policy's budget, the share of first hedges
 // granted when a share r of requests asks for one and a share later for a
-// later hedge, and the room a later hedge finds with the reserve: the
-// ratio bucket's chain (budgetModel), or the window's (windowModel).
+// later hedge, and the room a later hedge finds with the reserve
+// (budget.GrantModel). Only a modelled budget is asked (budgetModelled).
 func (p *Policy) grants(r, later, reserve float64) (grant, room float64) {
-	if w, ok := p.cfg.Budget.(windowBudget); ok {
-		ratio, ttl, floor := w.Settings()
-		return windowModel(r, later, ratio, float64(w.Deposits()), floor*ttl.Seconds(), reserve*windowReserveShare(ttl))
-	}
-	return budgetModel(r, later, p.budgetRatio, p.budgetBurst, reserve)
-}
-
-// windowReserveShare is the share of a windowed budget's capacity that
-// stands for the burst of a ratio bucket when a reserve is left for first
-// hedges (AutoChoice.Reserve): what one second of traffic earns, a tenth
-// of the capacity at the default TTL of 10 s.
-func windowReserveShare(ttl time.Duration) float64 {
-	return min(float64(time.Second)/float64(ttl), 1)
-}
-
-// windowModel predicts the grants of a windowed budget (budget.Windowed)
-// that holds the deposits of n primaries and a reserve of tokens: its
-// capacity is C = ratio × n + reserve, and the hedges it grants over any
-// window are at most C. Counted window by window, the hedges asked for in
-// one are K ~ Binomial(n, q), q = r + later, close to normal with mean
-// μ = n·q and variance σ² = n·q(1 − q); those beyond C are denied, so the
-// share granted is E[min(K, C)] / μ = 1 − (σ·φ(z) − (C − μ)·(1 − Φ(z))) / μ
-// with z = (C − μ)/σ: 1 well below the ratio, C/μ ≈ ratio/r well above
-// it, and in between what the window's slack absorbs. A later hedge finds
-// room while the balance exceeds reserveShare × C, when the hedges
-// granted in the window, G, number fewer than (1 − reserveShare)·C:
-// probability Φ(((1 − reserveShare)·C − E[G])/σ_G), with the later hedges
-// in G only as often as they find room.
-//
-// The windows slide: the one that binds a first hedge is the worst of
-// many overlapping ones, whose count strays further from μ than one
-// window's. For the grants the model takes σ windowSlide times the
-// binomial's (the room is the balance of one window at a random time),
-// which puts the grants within about a point of the real budget's at 200
-// and 1,000 primaries a second, below, at and above the ratio (two at
-// most: TestWindowModel; with the binomial's σ they were 2.5 points
-// optimistic just above the ratio). The room is rougher: within three
-// points below the ratio, fifteen at it (TestWindowModelLaterRoom).
-func windowModel(r, later, ratio, n, reserve, reserveShare float64) (grant, room float64) {
-	switch {
-	case r+later <= 0:
-		return 1, 1
-	case ratio <= 0:
-		return 0, 0
-	}
-	n = max(n, 1)
-	c := ratio*n + reserve
-	// grantAt is the share of first hedges granted when a share q of
-	// requests asks for a token.
-	grantAt := func(q float64) float64 {
-		mu := n * q
-		sd := windowSlide * math.Sqrt(mu*max(1-q, 0))
-		if sd < 1e-9 {
-			return min(c/mu, 1)
-		}
-		z := (c - mu) / sd
-		over := sd*normPDF(z) - (c-mu)*(1-normCDF(z)) // E[(K − C)⁺]
-		return min(max(1-over/mu, 0), 1)
-	}
-	// roomAt is the share of the time the balance of one window exceeds
-	// the reserve when the hedges granted are a share g of the requests.
-	roomAt := func(g float64) float64 {
-		mu := n * g
-		if sd := math.Sqrt(mu * max(1-g, 0)); sd >= 1e-9 {
-			return normCDF(((1-reserveShare)*c - mu) / sd)
-		}
-		return b2f(mu < (1-reserveShare)*c)
-	}
-	// The later hedges take tokens only as often as they find room: two
-	// rounds of the fixed point.
-	grant, room = grantAt(r), 1
-	for range 2 {
-		room = roomAt(r*grant + later*room)
-		grant = grantAt(r + later*room)
-	}
-	return grant, room
-}
-
-// windowSlide is the factor on the standard deviation of the hedges asked
-// for in a window that stands for the sliding of the windows (windowModel).
-const windowSlide = 2
-
-func normPDF(z float64) float64 { return math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) }
-func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// grantRate predicts the share of first hedges a ratio budget grants when a
-// share r of requests asks for one, each independently: each request
-// deposits ratio tokens, each hedge withdraws one, and the bucket holds at
-// most burst. See budgetModel.
-func grantRate(r, ratio, burst float64) float64 {
-	g, _ := budgetModel(r, 0, ratio, burst, defaultReserve)
-	return g
-}
-
-// budgetModel predicts, for a ratio budget whose first hedges are asked for
-// by a share r of requests and its later hedges by a share later, the share
-// of first hedges it grants and the share of the time it holds more than
-// reserve × its burst — the room a later hedge needs (Policy.Hedge), and
-// the share of them predicted to go. It is the exact stationary law of the
-// budget's Markov chain, the balance counted in deposits (grantChain), when
-// the bucket holds at most grantChainStates of them, and a continuous
-// approximation (grantRateFluid) otherwise.
-func budgetModel(r, later, ratio, burst, reserve float64) (grant, room float64) {
-	switch {
-	case r <= 0 && later <= 0:
-		return 1, 1
-	case ratio <= 0 || burst <= 0:
-		return 0, 0
-	}
-	m := max(math.Round(1/ratio), 1)
-	if n := math.Round(burst * m); n <= grantChainStates {
-		// A pooled buffer: a fresh one would be zeroed, 16 KiB, on
-		// every call, which costs more than the chain.
-		buf := chainBufs.Get().(*[2 * (grantChainStates + 1)]float64)
-		k := int(n) + 1
-		grant, room = grantChain(r/ratio/m, later/ratio/m, int(m), int(n), int(math.Floor(reserve*n)), buf[:k], buf[k:2*k])
-		chainBufs.Put(buf)
-		return grant, room
-	}
-	return grantRateFluid(r+later, ratio, burst, reserve)
-}
-
-// chainBufs pools grantChain's buffers.
-var chainBufs = sync.Pool{New: func() any { return new([2 * (grantChainStates + 1)]float64) }}
-
-// grantChainStates bounds the states of the budget's chain solved exactly:
-// a bucket of up to that many deposits (burst ÷ ratio; 100 at the default
-// ratio 10 % and burst 10).
-const grantChainStates = 1024
-
-// grantChain returns the share of first hedges granted by a bucket counted
-// in deposits, and the share of the time it holds more than h: each
-// request adds one deposit (up to n), then asks with probability q1 for a
-// first hedge, granted when the bucket holds at least m, or with
-// probability q2 for a later one, granted only when it holds more than
-// h (one of the two at most: a later hedge is rare). A granted hedge
-// takes m. The chain moves up one state at a time, so its stationary law
-// π follows from the top down by balancing the flow across each cut (from
-// k to k+1, against the hedges that take a state above k to k or below),
-// with w(y) the chance of a withdrawal from y = min(x+1, n):
-//
-//	π(k) · (1 − w(k+1)) = Σ π(x) · w(y), over x > k with y − m ≤ k.
-//
-// suf and sufW must have n+1 entries; they are overwritten with the sums
-// of π and of π·w from each state to n−1.
-func grantChain(q1, q2 float64, m, n, h int, suf, sufW []float64) (grant, room float64) {
-	if m > n {
-		return 0, 0 // the bucket never holds a whole hedge
-	}
-	q1, q2 = min(q1, 1-1e-9), min(q1+q2, 1-1e-9)-q1
-	// w(y), the chance of a withdrawal from y: 0 below m, q1 up to h,
-	// q1 + q2 above; inv the matching 1/(1 − w).
-	w := func(y int) (w, inv float64) {
-		switch {
-		case y < m:
-			return 0, 1
-		case y > h:
-			return q1 + q2, 1 / (1 - q1 - q2)
-		}
-		return q1, 1 / (1 - q1)
-	}
-	top := 1.0 // π(n), unnormalised
-	suf[n], sufW[n] = 0, 0
-	wn, _ := w(n)
-	for k := n - 1; k >= 0; k-- {
-		var s float64
-		if a, b := max(k+1, m-1), min(k+m-1, n-1); a <= b {
-			s = sufW[a] - sufW[b+1]
-		}
-		if n-m <= k {
-			s += top * wn // the full bucket withdraws to n − m
-		}
-		wk, inv := w(k + 1) // k+1 ≤ n
-		pk := s * inv
-		suf[k] = suf[k+1] + pk
-		sufW[k] = sufW[k+1] + pk*wk
-		if suf[k] > 1e200 {
-			// Above the ratio π grows towards the empty bucket: rescale
-			// what is known (rarely: every few hundred states at most).
-			for j := k; j <= n; j++ {
-				suf[j] *= 1e-200
-				sufW[j] *= 1e-200
-			}
-			top *= 1e-200
-		}
-	}
-	total := suf[0] + top
-	// A first hedge is denied in the states x with min(x+1, n) < m,
-	// x < m − 1. A later hedge belongs to a request whose first hedge
-	// was granted, which left the bucket m lower: it finds room when the
-	// bucket held more than h + m then, x ≥ h + m, among the
-	// states that granted the first.
-	denied := suf[0] - suf[max(m-1, 0)]
-	granted := total - denied
-	roomy := top
-	if j := h + m; j < n {
-		roomy += suf[j]
-	}
-	return min(max(0, granted/total), 1), min(max(0, roomy/granted), 1)
-}
-
-// grantRateFluid is the continuous approximation of grantRate: below the
-// ratio the token deficit is a random walk drifting back to zero, whose
-// stationary law is close to exponential with the rate θ > 0 solving
-// r·e^{θ(1−ratio)} + (1 − r)·e^{−θ·ratio} = 1; a hedge is denied when the
-// deficit reaches the burst, with probability about θ / (e^{θ·burst} − 1).
-// At the ratio that is 1/burst, and above it the budget grants at most
-// ratio per request. The deficit is below (1 − reserve) × the burst with
-// probability 1 − e^{−θ·burst·(1 − reserve)}: the room of a later hedge.
-func grantRateFluid(r, ratio, burst, reserve float64) (grant, room float64) {
-	if r >= ratio {
-		return 1 - max(1-ratio/r, 1/burst), 0
-	}
-	f := func(th float64) float64 { return r*math.Exp(th*(1-ratio)) + (1-r)*math.Exp(-th*ratio) - 1 }
-	hi := 1.0
-	for f(hi) < 0 && hi < 1e3 {
-		hi *= 2
-	}
-	lo := 0.0
-	for range 40 { // θ to 2⁻⁴⁰ of its bracket
-		mid := (lo + hi) / 2
-		if f(mid) < 0 {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	th := (lo + hi) / 2
-	if th*burst < 1e-9 {
-		return 1 - 1/burst, 1 - reserve
-	}
-	return 1 - min(th/math.Expm1(th*burst), 1), -math.Expm1(-th * burst * (1 - reserve))
+	return p.cfg.Budget.(budget.GrantModel).Grants(r, later, reserve)
 }
 
 // autoDelay recomputes the auto schedule of ks at now, stores it and
@@ -851,7 +609,7 @@ const autoBand = 0.2
 // them. The earlier they go, the more of the tail they cut, so the
 // earliest that fits is the best of its kind. They go only while the
 // budget holds more than a reserve of its burst, and take from it what
-// the first hedges then lack: both are modelled (budgetModel), at each of
+// the first hedges then lack: both are modelled (budget.GrantModel), at each of
 // laterReserves. They are kept when they lower the deep prediction
 // without raising the Target's (by more than a sketch bin when they carry
 // the deep tail).
@@ -1003,13 +761,10 @@ func (p *Policy) roomFor(reserve float64, now time.Time) bool {
 
 // balance returns the budget's tokens at now and its burst, if it tells
 // them (as budget.Ratio does; a budget.Windowed's burst is what a second
-// of its traffic earns, windowReserveShare).
+// of its traffic earns, budget.Windowed.Burst).
 func (p *Policy) balance(now time.Time) (tokens, burst float64, ok bool) {
 	if w, ok := p.cfg.Budget.(windowBudget); ok {
-		// A windowed budget's burst is what a second of traffic earns
-		// (windowReserveShare).
-		_, ttl, _ := w.Settings()
-		return w.Tokens(now), w.Capacity(now) * windowReserveShare(ttl), true
+		return w.Tokens(now), w.Burst(now), true
 	}
 	b, ok := p.cfg.Budget.(interface {
 		Tokens(time.Time) float64

@@ -104,37 +104,6 @@ func TestAutoHedgeRateWithinCap(t *testing.T) {
 	}
 }
 
-// TestGrantRate pins the budget model the auto delay ranks its candidates
-// with against the real budget.Ratio fed the same triggers: the exact
-// chain is within a point of the simulation at every trigger rate, below,
-// at and above the ratio (the old continuous approximation was 6 points
-// pessimistic near it).
-func TestGrantRate(t *testing.T) {
-	t.Parallel()
-	for _, burst := range []float64{10, 50} {
-		for _, r := range []float64{0.05, 0.08, 0.09, 0.095, 0.1, 0.105, 0.11, 0.15, 0.3} {
-			b, _ := budget.NewRatio(0.1, burst, -1)
-			rng := rand.New(rand.NewPCG(1, 1))
-			now := time.Unix(0, 0)
-			asked, granted := 0, 0
-			for range 400_000 {
-				b.Deposit(now)
-				if rng.Float64() < r {
-					asked++
-					if b.Withdraw(now) {
-						granted++
-					}
-				}
-				now = now.Add(time.Millisecond)
-			}
-			sim, model := float64(granted)/float64(asked), grantRate(r, 0.1, burst)
-			if math.Abs(model-sim) > 0.01 {
-				t.Errorf("burst %v, trigger rate %v: model grants %.4f, the budget %.4f", burst, r, model, sim)
-			}
-		}
-	}
-}
-
 // TestAutoHedgesTheSlowMode: when a slow mode holds the budget's share of
 // requests (the demo distribution: 10 % slower than 250 ms, budget 10 %),
 // hedging all of it from the gap above the fast mode — some hedges denied
@@ -254,50 +223,6 @@ func TestAutoSeesTheTailWhileHedging(t *testing.T) {
 	}
 	if u := k.Auto.Unhedged; u < 55*time.Millisecond || u > 75*time.Millisecond {
 		t.Errorf("unhedged p99 seen while hedging: %v, want about 64ms", u)
-	}
-}
-
-// TestBudgetModelLaterRoom pins the room the budget model predicts for
-// the later hedges — the share that find the budget above its reserve —
-// against the real budget.Ratio, at both reserves the auto delay chooses
-// from: within two points, and a quarter leaves them more room than a
-// half.
-func TestBudgetModelLaterRoom(t *testing.T) {
-	t.Parallel()
-	const burst, pl = 10.0, 0.05 // a later hedge for 5 % of granted first hedges
-	for _, r := range []float64{0.06, 0.08, 0.09} {
-		var rooms [len(laterReserves)]float64
-		for i, reserve := range laterReserves {
-			b, _ := budget.NewRatio(0.1, burst, -1)
-			rng := rand.New(rand.NewPCG(2, 2))
-			now := time.Unix(0, 0)
-			asked, granted, later, room := 0, 0, 0, 0
-			for range 400_000 {
-				b.Deposit(now)
-				if rng.Float64() < r {
-					asked++
-					if b.Withdraw(now) {
-						granted++
-						if rng.Float64() < pl {
-							later++
-							if b.Tokens(now) > reserve*burst && b.Withdraw(now) {
-								room++
-							}
-						}
-					}
-				}
-				now = now.Add(time.Millisecond)
-			}
-			g, mroom := budgetModel(r, r*pl*float64(granted)/float64(asked), 0.1, burst, reserve)
-			sim, simG := float64(room)/float64(later), float64(granted)/float64(asked)
-			if math.Abs(mroom-sim) > 0.02 || math.Abs(g-simG) > 0.01 {
-				t.Errorf("trigger rate %v, reserve %v: model grants %.3f, room %.3f; the budget %.3f, %.3f", r, reserve, g, mroom, simG, sim)
-			}
-			rooms[i] = mroom
-		}
-		if rooms[1] <= rooms[0] {
-			t.Errorf("trigger rate %v: room %.3f at a quarter, %.3f at a half: want more", r, rooms[1], rooms[0])
-		}
 	}
 }
 

@@ -151,7 +151,6 @@ type Policy struct {
 
 	auto           bool    // Quantile unset: the auto delay (auto.go)
 	budgetRatio    float64 // the budget's ratio, for the auto delay's hedge-rate cap
-	budgetBurst    float64 // and its burst
 	budgetModelled bool    // the auto delay models the budget's denials (auto.go)
 
 	// states pools Do's per-call state (*state[T], any T) with its
@@ -248,7 +247,7 @@ func New(cfg Config) (*Policy, error) {
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
 	p.auto = cfg.Quantile == 0
-	p.budgetRatio, p.budgetBurst, p.budgetModelled = budgetRatio(cfg.Budget)
+	p.budgetRatio, p.budgetModelled = budgetRatio(cfg.Budget)
 	return p, nil
 }
 

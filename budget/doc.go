@@ -20,5 +20,9 @@
 // × fan-out × ratio: the legs of one request deposit together, and a burst
 // smaller than that overflows and denies later hedges at random.
 //
+// [Ratio] and [Windowed] also predict the share of hedges they would grant
+// at a given trigger rate ([GrantModel]): a hedging policy ranks its
+// candidate schedules with the denials counted.
+//
 // Every method takes now; nothing here reads the clock.
 package budget
