@@ -30,7 +30,7 @@ import (
 // Modelling the denials is what makes a delay near the budget safe or
 // not: a fixed quantile that hedges about as often as the budget allows is
 // a trap, because denials then fall at random and a denied straggler is
-// the p99 (DESIGN.md, Delay versus budget); but when a slow mode holds the
+// the p99 (docs/DESIGN.md, Delay versus budget); but when a slow mode holds the
 // budget's share of requests, hedging all of it with a few denials beats
 // leaving a fifth of it unhedged. No fixed share of the budget bounds the
 // choice: the model's prediction, denials included, decides. Whatever the
@@ -69,7 +69,8 @@ import (
 // The schedule is recomputed on window rotation, as often as the
 // observations double after a start, every autoRecomputeEvery
 // observations after that, and at once when the latency shifts (shift.go)
-// — a recomputation walks the sketch, some tens of µs — never per request.
+// — never per request, since a recomputation walks the sketch
+// (BenchmarkAutoRecompute measures it).
 
 // autoRecomputeEvery is how many observations a key takes before its auto
 // schedule is recomputed (besides on every window rotation).
@@ -96,7 +97,7 @@ const unknownBudgetRatio = 0.05
 // denials. Above the ratio the budget grants about ratio ÷ rate of the
 // hedges asked for, at random, and the prediction says what that costs;
 // half again the ratio leaves a third of the hedges denied, past which no
-// distribution seen in the lab gains.
+// lab scenario gains (`tailcut lab experiment all`).
 const autoModelledCap = 1.5
 
 // autoRateSteps are the candidate first-hedge rates, as fractions of the cap
@@ -164,11 +165,9 @@ type AutoChoice struct {
 	// twice the delay; Policy.Hedge), because a hedge sent there beats
 	// the requests still out less than three quarters as often as one
 	// sent at the delay (Distribution.HedgeWins): the token it takes would
-	// serve another request's first hedge better. On demo (0.48 at 242 ms
-	// against 0.92 at 121 ms: a request of the first slow mode still out
-	// at 242 ms ends before a hedge sent then) the retries cost 6–20 ms of
-	// p99 on four seeds of five; on lock16, whose slow requests last
-	// 200–500 ms, a retry pays and is kept.
+	// serve another request's first hedge better. Where slow requests
+	// outlast the retry's slot a retry pays and is kept; the demo and
+	// lock16 scenarios show both cases (`tailcut lab --scenario demo`).
 	noRetry bool
 }
 
@@ -217,12 +216,9 @@ func (p *Policy) grants(r, later, reserve float64) (grant, room float64) {
 // returns its first delay; ok is false while too few latencies are known.
 // ks.mu is held.
 func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
-	// The distribution is dropped at the end: its storage, a few KiB,
-	// goes back to a pool for the next recomputation. (Allocated, it was
-	// most of what the request path allocates, 80 or so bytes a request
-	// at a recomputation every 256: the garbage collector's runs it
-	// caused emptied the pools of the feature model's recomputations
-	// too.)
+	// The distribution's storage goes back to a pool at the end: allocated
+	// at each recomputation, its garbage would make the collector run and
+	// empty the feature model's pools too (BenchmarkAutoRecompute).
 	var sc latency.Scratch
 	defer sc.Release()
 	dist, ok := ks.est.DistributionWith(&sc, now)
@@ -385,26 +381,22 @@ func (p *Policy) chooseScheduleUpTo(dist latency.Distribution, target, maxRate f
 // autoServedDepth × (1 − Target) below 1 (early after the shift the
 // formula asks for a median, which no hedge schedule should chase), until
 // the old requests have left the two windows (2 × Window after the
-// shift). On drift, whose latency triples halfway, the run's p99 is the
-// slow half's p98: aiming at the slow half's p99 settled the first hedge
-// at 28.1 ms, and static 26 ms beat the run's p99 (43.3–44.3 against
-// 43.8–44.5 ms, seeds 1–5). When the old requests were slower (the end of
-// an outage) they hold the whole's tail whatever the new schedule does,
-// and too few of them (fewer than autoServedMin above their own Target
-// percentile: the first requests of a warm-up) are not a regime: the
-// Target is kept. Nor is the deeper percentile bought with the deep tail
-// (chooseServed): a schedule for it whose denied hedges would leave the
-// deep percentile more than a fifth above the Target schedule's gives
-// way to one at the budget's ratio, or to the Target's.
+// shift); aiming at the new traffic's own Target loses to a static delay
+// on the drift scenario (lab's TestDriftAutoBeatsEveryStatic). When the
+// old requests were slower (the end of an outage) they hold the whole's
+// tail whatever the new schedule does, and too few of them (fewer than
+// autoServedMin above their own Target percentile: the first requests of
+// a warm-up) are not a regime: the Target is kept. Nor is the deeper
+// percentile bought with the deep tail (chooseServed): a schedule for it
+// whose denied hedges would leave the deep percentile more than a fifth
+// above the Target schedule's gives way to one at the budget's ratio, or
+// to the Target's.
 
 // autoServedDepth bounds how far below the Target the auto delay aims after
 // a shift (servedTarget), as a multiple of 1 − Target: the p97 for the
-// p99. On drift the run's p99 is the slow half's p98. Aiming no deeper
-// than the p98 (2), the best static delay's p99 was below the auto
-// delay's on seed 2 of 1–5 (by 0.05 ms); at the p97.5 (2.5), on seeds 7
-// and 10 of 1–10 (by 0.07 and 0.01 ms); at the p97, on none (the auto
-// delay lower by 0.06–0.64 ms with chooseServed's bound), with a p99.9 of
-// 70–98 ms, as static 26 ms's (73–111 ms on seeds 1–5).
+// p99. A shallower bound lets the best static delay beat the auto delay
+// on the drift scenario (lab's TestDriftAutoBeatsEveryStatic,
+// `tailcut lab --scenario drift`).
 const autoServedDepth = 3
 
 // autoServedMin is how many of the requests served before a shift must be
@@ -451,19 +443,12 @@ func (p *Policy) servedTarget(ks *keyState, dist latency.Distribution, now time.
 // autoServedDeep above that of the Target's schedule; if not, the best
 // schedule for it whose first hedges trigger at most at the budget's
 // ratio (which leaves room for later hedges, withLater), under the same
-// bound; if neither, the Target's schedule.
-//
-// In the outage experiment (one hedge, everything 10× slower for a third
-// of the run) the served target's own schedule predicted 1.8–2.3 times
-// the Target schedule's p99.7, and its denied requests were 14 and 21 of
-// the 30 slowest on seeds 1 and 3 (7 and 9 aiming at the Target): the
-// run's p99.9 went from 279 and 268 ms to 392 and 442 ms. With the bound
-// it is 279 and 328 ms. On drift the later hedges catch most denied
-// requests and the served target's schedules predict within a tenth, but
-// the one-hedge ones (a trigger rate above the ratio) up to 1.9 times:
-// the Target's schedule in their place (at a bound of a quarter) left the best static delay's p99
-// below the auto delay's on seeds 6, 7 and 10; the one at the ratio, on
-// none of 1–10.
+// bound; if neither, the Target's schedule. Without the bound the denied
+// hedges fall on the slowest requests and the deep tail grows; falling
+// back to the schedule at the ratio rather than the Target's keeps the
+// auto delay ahead of every static one on drift
+// (TestServedTargetKeepsTheDeepTail; `tailcut lab --scenario outage`,
+// `tailcut lab --scenario drift`).
 func (p *Policy) chooseServed(dist latency.Distribution, target float64) AutoChoice {
 	ch := p.chooseSchedule(dist, target)
 	if target >= p.cfg.Target {
@@ -483,11 +468,9 @@ func (p *Policy) chooseServed(dist latency.Distribution, target float64) AutoCho
 
 // autoServedDeep is how much more deep tail, as a share of the Target
 // schedule's, the schedule of a served target deeper than the Target may
-// predict (chooseServed). In the outage experiment (one hedge) the p99.9
-// of seeds 1 and 3 was 279 and 328 ms at a fifth (268–279 ms aiming at
-// the Target), 312 and 364 ms at a quarter, 312 and 394 ms at 0.35; on
-// drift a tenth and 0.15 left the best static delay's p99 below the auto
-// delay's on seed 10 (by 0.13 and 0.005 ms), a fifth on none of 1–10.
+// predict (chooseServed): a looser bound raises the outage scenario's
+// deep tail, a tighter one lets a static delay win on drift
+// (`tailcut lab --scenario outage`, `tailcut lab --scenario drift`).
 const autoServedDeep = 0.2
 
 // oneHedge returns the one-hedge schedule at d on dist, for the Target
@@ -516,9 +499,9 @@ func deepOf(target float64) float64 { return 1 - (1-target)/10 }
 // budget denies at the slow mode, the other hedges past the first slow
 // mode and leaves all of it there — the mixture's percentile is worse
 // than either's. On the trimodal demo the slow share a window measures
-// wanders about the budget's ratio (11.2 % over a third of seed 3's run,
-// 10.5 % over the whole), and the choice followed it from one regime to
-// the other: p99 410 ms, where either alone gets 320–408 ms.
+// wanders about the budget's ratio, and a choice that follows it from one
+// regime to the other does worse than either alone
+// (lab's TestDemoAutoHedgesTheGap, `tailcut lab --scenario demo`).
 //
 // So the key tracks the level of its served percentile (AutoChoice.level:
 // the latency above which the schedules in force predicted 1 − Target of
@@ -686,14 +669,13 @@ const defaultReserve = 0.5
 // laterReserves are the reserves the auto delay chooses from, in order: a
 // lower one only where the later hedges carry the deep tail, when it cuts
 // the deep prediction by more than a sketch bin and predicts no higher a
-// Target. On bhope (5 % of requests ×10: the first hedge lands in the
-// slow mode again one time in twenty) the half reserve denied 15–27 % of
-// the second hedges, and the p99.9 reached 28–37 ms on two seeds of five;
-// a quarter keeps it within 26.1 ms. Where later hedges cut the deep
-// tail by less (a lognormal or Pareto tail) the half is kept: the tokens
-// a lower reserve gives them are those the first hedges of a burst of
-// stragglers lack, which the model, drawing requests independently, does
-// not see.
+// Target. Where the first hedge lands in the slow mode again (the bhope
+// scenario), the half reserve denies many second hedges and the deep tail
+// grows; a quarter holds it (lab's TestBhopeAutoTargets). Where later
+// hedges cut the deep tail by less (a lognormal or Pareto tail) the half
+// is kept: the tokens a lower reserve gives them are those the first
+// hedges of a burst of stragglers lack, which the model, drawing requests
+// independently, does not see.
 var laterReserves = [...]float64{defaultReserve, 0.25}
 
 // laterGap returns the smallest gap g such that hedges 2..n, due at

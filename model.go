@@ -58,7 +58,8 @@ import (
 
 // lruGrain is the resolution of a bucket's lastUsed, in nanoseconds: it
 // is stored when it has moved by this much, not on every request — an
-// atomic store is a locked exchange, a few ns of a path held to 200 —
+// atomic store is a locked exchange, dear on the request path
+// (BenchmarkDecisionPathPredictable) —
 // and the least recently used bucket is evicted by it only when a new
 // one arrives past Config.FeatureBuckets, where two buckets last used
 // within a millisecond of each other are equally good to drop.
@@ -277,7 +278,7 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 	// The bucket's estimator is written with the key's (AddBoth, on
 	// each of its primaries): under the key's lock, taken once for both.
 	// Its readers — the model's recomputation, Buckets — hold the key's
-	// primaries off while they read it, a few µs now and then.
+	// primaries off while they read it, now and then.
 	est.ShareLock(ks.est)
 	b := &bucket{hash: h, est: est, labels: f.bucketLabels(), where: f.where}
 	if f.where {
@@ -480,10 +481,9 @@ func keySchedule(ch *AutoChoice) predict.Schedule {
 // Hedge priority. The joint allocation plans every bucket's hedges as if
 // the budget granted them all, but a token bucket drains in bursts: at a
 // spend near its ratio it is empty now and then, and the hedges asked
-// for then are denied whatever they are worth. On the lab's predictable
-// scenario, 3–5 % of the first hedges were, as many of the warm requests'
-// (a straggler at 31 ms: its hedge brings it below the p99 two times in
-// three) as of the cold ones' (a cache miss at 9 ms: one time in four).
+// for then are denied whatever they are worth: on the lab's predictable
+// scenario, the valuable hedges as often as the others
+// (`tailcut lab --scenario predictable`).
 // So a bucket's first hedge that is worth less than half the best
 // bucket's is sent only while the budget keeps a small reserve, which the
 // more valuable hedges may spend: the plan is unchanged, the reserve
@@ -497,8 +497,8 @@ const (
 	// again for a denied first hedge once, delay/reaskGap later —
 	// the budget earns a token in the meantime often enough (at
 	// 1,000 requests/s and a 10 % ratio, one each 10 ms), and the
-	// request is still worth it. Measured on 20 seeds of the lab's
-	// predictable scenario; a tenth and three tenths were close.
+	// request is still worth it. The lab's predictable scenario
+	// measures it (`tailcut lab --scenario predictable`).
 	reaskGap = 5
 )
 

@@ -124,9 +124,9 @@ const recomputeEvery = 16
 // The request path is [Policy.Begin], then [Policy.Hedge] before each hedge,
 // [Policy.Observe] once for every attempt sent, and [Policy.End] (or
 // [Policy.Abandon], if the caller gave up first). Together
-// they cost about 270 ns on a 2-core x86 machine and allocate nothing
-// (see BenchmarkDecisionPath; the auto delay's recomputation, every 256
-// observations, allocates a few KiB).
+// they allocate nothing; BenchmarkDecisionPath measures their cost
+// (the auto delay's recomputation, every 256 observations, allocates a
+// few KiB).
 //
 // [Do] pools its per-call channel and timer in the Policy: in a test, a
 // Policy used inside a testing/synctest bubble must be created inside it
