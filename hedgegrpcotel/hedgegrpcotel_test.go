@@ -187,11 +187,7 @@ func TestPluginCountsCalls(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			addr := serve(t)
-			reader := sdkmetric.NewManualReader()
-			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-			defer mp.Shutdown(context.Background())
-			o := opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp,
-				OptionalLabels: []string{"grpc.client.call.custom"}}}
+			reader, o := pluginMetrics(t, "grpc.client.call.custom")
 			ctx := estats.NewContextWithCustomLabel(context.Background(), "checkout")
 			p := newPolicy(t)
 			done := newAttemptsDone()
@@ -284,10 +280,7 @@ func TestPluginCountsStreams(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			addr := serve(t)
-			reader := sdkmetric.NewManualReader()
-			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-			defer mp.Shutdown(context.Background())
-			o := opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp}}
+			reader, o := pluginMetrics(t)
 			p := newPolicy(t)
 			done := newAttemptsDone()
 			dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(done)}
@@ -341,4 +334,14 @@ func TestPluginCountsStreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pluginMetrics returns a manual reader and the plugin's options that
+// record into it, with the optional labels named; the meter provider is
+// shut down when the test ends.
+func pluginMetrics(t *testing.T, optionalLabels ...string) (*sdkmetric.ManualReader, opentelemetry.Options) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	return reader, opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp, OptionalLabels: optionalLabels}}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,8 +64,12 @@ func ExampleNewIdempotent() {
 // them one shared store (package hedgehttp/idemredis).
 func ExampleIdempotent_hedgedWrite() {
 	var orders atomic.Int64
+	hedgeIn := make(chan struct{}) // closed when the hedge reaches the server
 	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(50 * time.Millisecond) // a slow write
+		select { // a slow write: it ends once the hedge has come
+		case <-hedgeIn:
+		case <-time.After(5 * time.Second):
+		}
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, "order %d", orders.Add(1))
 	})
@@ -76,7 +81,13 @@ func ExampleIdempotent_hedgedWrite() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(hedgehttp.AttemptHeader) == "1" {
+			once.Do(func() { close(hedgeIn) })
+		}
+		h.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
 
 	p, err := tailcut.New(tailcut.Config{WarmupDelay: 10 * time.Millisecond}) // hedge after 10 ms

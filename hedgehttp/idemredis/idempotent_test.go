@@ -357,7 +357,9 @@ func TestRedisKilledMidRunNoKeyRunsTwice(t *testing.T) {
 		}
 	}
 	// The outage outlasts every lease: Redis's clock ends them, whatever
-	// its restart finds in the append-only file.
+	// its restart finds in the append-only file. The sleep is the outage's
+	// length, not a wait for an event: with Redis down nothing can be
+	// polled, and with it up the running writes would renew their leases.
 	time.Sleep(5 * lease)
 	redistest.Start(t, srv.Port, args...)
 	poll("the client reaches the restarted redis-server", func() bool { return store.Client.Ping(t.Context()).Err() == nil })
