@@ -51,7 +51,7 @@ import (
 // key's pace (when a bucket's observations grow fourfold, or by
 // 4 × autoRecomputeEvery — by a sixteenth past 16,384 — and on window
 // rotation): never per request. When the key's latency shifts
-// (shift.go), its buckets restart too. A recomputation is paid by the
+// (internal/schedule), its buckets restart too. A recomputation is paid by the
 // request that triggers it (BenchmarkModelRecompute, with two buckets;
 // BenchmarkModelRecompute4; BenchmarkModelRecomputeValues, with nine
 // value classes): its search starts from the last answer, and its

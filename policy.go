@@ -273,7 +273,7 @@ type Request struct {
 	asked    bool    // a hedge was asked for
 	asks     uint8   // hedges asked for, granted or not (up to 255)
 	sampled  uint8   // 0 undecided, sampledIn, sampledOut
-	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (shift.go)
+	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
 	b        *bucket // the feature bucket that learns the primary (model.go); nil without features
 	pred     bool    // the schedule is the bucket's own
 	low      bool    // and its first hedge leaves a reserve in the budget (model.go, lowReserve)

@@ -154,7 +154,7 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 	if got := target(); got != 0.99 {
 		t.Errorf("the old requests out of the windows: target %v, want 0.99", got)
 	}
-	_, _ = hedgedRun(p, r, gen, 1, 3_000, now) // a downward shift shows slowly (shift.go)
+	_, _ = hedgedRun(p, r, gen, 1, 3_000, now) // a downward shift shows slowly (internal/schedule, State.Shifted)
 	if p.Stats().Keys[0].Shifts != 2 {
 		t.Fatalf("%d shifts after the latency fell back, want 2", p.Stats().Keys[0].Shifts)
 	}
