@@ -145,7 +145,7 @@ type Params struct {
 	// MinEvery is the fewest observations between two recomputations
 	// (Every's least).
 	MinEvery int32
-	// Ratio is the budget's ratio (BudgetRatio), and Modelled whether
+	// Ratio is the budget's ratio (budgetRatio), and Modelled whether
 	// its denials are modelled, by asking Model.
 	Ratio    float64
 	Modelled bool
@@ -153,21 +153,21 @@ type Params struct {
 }
 
 // ParamsFor returns the Params of a budget b, its ratio and model read
-// from it (BudgetRatio), with the other settings left to the caller.
+// from it (budgetRatio), with the other settings left to the caller.
 func ParamsFor(b budget.Budget) Params {
 	p := Params{}
-	p.Ratio, p.Modelled = BudgetRatio(b)
+	p.Ratio, p.Modelled = budgetRatio(b)
 	if p.Modelled {
 		p.Model = b.(budget.GrantModel)
 	}
 	return p
 }
 
-// BudgetRatio returns the ratio of traffic b allows for hedges; modelled
+// budgetRatio returns the ratio of traffic b allows for hedges; modelled
 // is false for a budget that does not state it or cannot predict its
 // grants (a token bucket refills by time, not by traffic), whose denials
 // are then not modelled.
-func BudgetRatio(b budget.Budget) (ratio float64, modelled bool) {
+func budgetRatio(b budget.Budget) (ratio float64, modelled bool) {
 	_, modelled = b.(budget.GrantModel)
 	if r, ok := b.(interface {
 		Limits() (ratio, burst, floor float64)
