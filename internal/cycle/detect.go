@@ -23,7 +23,7 @@ const (
 	// zCrit is how many standard errors of a noise autocorrelation
 	// (Bartlett's, from the shorter lags) a peak must exceed: scanning a
 	// hundred lags, the chance of one false exceedance stays small.
-	zCrit = 3.5
+	zCrit = 3.25
 	// minProminence is how far a peak must rise above the lowest
 	// autocorrelation at any shorter lag: the autocorrelation of a trend,
 	// a step or a long block falls steadily, and the small bumps of its
@@ -85,6 +85,17 @@ type Detector struct {
 	sums      []float64
 	counts    []int
 	agree     []float64
+	valid     bool // acf holds the last series' autocorrelation
+}
+
+// correlation returns the autocorrelation at lag k of the series of the
+// last Detect; ok is false when that series was too short or flat to have
+// one, or k is beyond the lags it computed.
+func (d *Detector) correlation(k int) (r float64, ok bool) {
+	if !d.valid || k < 1 || k >= len(d.acf) {
+		return 0, false
+	}
+	return d.acf[k], true
 }
 
 // params returns d's settings with defaults and bounds applied.
@@ -113,6 +124,7 @@ func (d *Detector) params() (minCycles, threshold float64, minPeriod int) {
 // one another.
 func (d *Detector) Detect(xs []float64) Detection {
 	minCycles, threshold, minPeriod := d.params()
+	d.valid = false
 	n := len(xs)
 	maxLag := int(float64(n) / minCycles)
 	if maxLag < minPeriod || n < 8 {
@@ -142,6 +154,7 @@ func (d *Detector) Detect(xs []float64) Detection {
 		return Detection{}
 	}
 	d.acf[0], d.pairs[0] = 1, m
+	d.valid = true
 	for k := 1; k <= top; k++ {
 		var s float64
 		var p int
@@ -199,18 +212,27 @@ func (d *Detector) Detect(xs []float64) Detection {
 			continue
 		}
 		p := float64(k) + parabola(d.acf[k-1], d.acf[k], d.acf[k+1])
-		if float64(n)/p < minCycles || !d.agrees(p, minCycles) {
+		if p < float64(minPeriod) || float64(n)/p < minCycles || !d.agrees(p, minCycles) {
 			continue
 		}
+		// The period near the peak that the phases explain best: where
+		// two cycles superpose, the peak lies between the stronger one
+		// and a multiple of the weaker.
+		if f := d.bestFold(max(0.85*p, float64(minPeriod)), min(1.15*p, float64(n)/minCycles)); math.Abs(f-p) > 1 && d.agrees(f, minCycles) {
+			p = f
+		}
 		// A cycle of p/m that the threshold missed, weaker than the
-		// one of p but still a peak, is the dominant one: p is its
+		// one of p but still significant, is the dominant one: p is its
 		// multiple (a weak cycle under noise, or two cycles whose
 		// periods nearly divide one another).
-		r := d.acf[k]
-		for m := k / minPeriod; m >= 2; m-- {
+		r, _ := d.correlation(int(math.Round(p)))
+		for m := int(p) / minPeriod; m >= 2; m-- {
 			c := int(math.Round(p / float64(m)))
 			for j := max(c-1, minPeriod); j <= c+1; j++ {
-				if !peak(j) || d.acf[j] < submultiple*r {
+				// Not necessarily a local maximum: the weaker
+				// cycle can shift the peak off it.
+				rj := d.acf[j]
+				if rj < submultiple*r || rj*rj*float64(d.pairs[j]) < zCrit*zCrit*d.bart[j] {
 					continue
 				}
 				// p/m: the error of a peak's lag does not grow
@@ -224,6 +246,57 @@ func (d *Detector) Detect(xs []float64) Detection {
 		return Detection{Period: p, Confidence: min(max(r, 0), 1), OK: true}
 	}
 	return Detection{}
+}
+
+// bestFold returns the period in [lo, hi], on a grid of a quarter sample,
+// at which the phase means of d.z explain the largest share of its
+// variance, adjusted for the number of phases (the fold's R², with the
+// degrees of freedom of a one-way analysis of variance).
+func (d *Detector) bestFold(lo, hi float64) float64 {
+	best, bestP := math.Inf(-1), lo
+	for p := lo; p <= hi; p += 0.25 {
+		if s := d.fold(p); s > best {
+			best, bestP = s, p
+		}
+	}
+	return bestP
+}
+
+// fold returns the adjusted share of the variance of d.z that its phase
+// means at period p explain.
+func (d *Detector) fold(p float64) float64 {
+	bins := max(int(math.Round(p)), 2)
+	d.sums = grow(d.sums, bins)
+	d.counts = growInt(d.counts, bins)
+	clear(d.sums)
+	clear(d.counts)
+	var sst float64
+	var m int
+	for i, v := range d.z {
+		if math.IsNaN(v) {
+			continue
+		}
+		c := float64(i) / p
+		b := min(int((c-math.Floor(c))*float64(bins)), bins-1)
+		d.sums[b] += v
+		d.counts[b]++
+		sst += v * v
+		m++
+	}
+	var ssb float64
+	used := 0
+	for b, s := range d.sums {
+		if d.counts[b] > 0 {
+			ssb += s * s / float64(d.counts[b])
+			used++
+		}
+	}
+	if m <= used || sst <= 0 {
+		return math.Inf(-1)
+	}
+	// z has mean zero (its line removed), so sst is the total sum of
+	// squares and ssb the between-phase one.
+	return 1 - ((sst-ssb)/float64(m-used))/(sst/float64(m-1))
 }
 
 // standardise sets d.z to xs centred on its median, scaled by its median

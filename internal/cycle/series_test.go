@@ -85,3 +85,16 @@ func drifting(r *rand.Rand, n int, p0, p1, a, sd float64) []float64 {
 	}
 	return xs
 }
+
+// pulse is a batch job: latency × exp(a) for the first width windows of
+// every period of p.
+func pulse(r *rand.Rand, n int, p float64, width int, a, sd float64) []float64 {
+	xs := noise(r, n, 0, sd)
+	off := r.Float64() * p
+	for i := range xs {
+		if math.Mod(float64(i)+off, p) < float64(width) {
+			xs[i] += a
+		}
+	}
+	return xs
+}
