@@ -23,9 +23,10 @@ const (
 	// threshold is not dropped and found again from one window to the
 	// next, its phases emptied each time.
 	keepShare = 0.5
-	// retune is the relative change of the detected period that replaces
-	// the one in use; smaller changes are noise in the refinement.
-	retune = 0.05
+	// rebin is how far, in windows, the period must move from the
+	// number of phases in use for them to be redrawn: a period near
+	// k + ½ must not redraw them at every small move of its estimate.
+	rebin = 0.75
 	// stretch is the largest relative change of the period across which
 	// the phases are carried over (stretched to the new period), a
 	// period drifting; past it they start empty.
@@ -170,8 +171,10 @@ func New(cfg Config) (*Tracker, error) {
 		ring:   make([]float64, cfg.History),
 		series: make([]float64, cfg.History),
 	}
-	for i := range t.ring {
-		t.ring[i] = math.NaN()
+	t.clearRing()
+	if cfg.Period != 0 {
+		t.period, t.conf = float64(cfg.Period)/float64(cfg.Window), 1
+		t.reset()
 	}
 	return t, nil
 }
@@ -196,11 +199,8 @@ func (t *Tracker) ObserveWindow(end time.Time, s *latency.Snapshot) error {
 		s = nil
 	}
 	if t.cfg.Period != 0 {
-		if t.period == 0 {
-			t.period = float64(t.cfg.Period) / float64(t.cfg.Window)
-			t.conf = 1
-			t.anchor = end
-			t.reset()
+		if !t.started {
+			t.anchor, t.last, t.started = end, 0, true
 		}
 		t.feed(end, s)
 		return nil
@@ -284,8 +284,6 @@ func (t *Tracker) redetect(end time.Time) {
 	case det.OK && t.period == 0:
 		t.period, t.conf, t.anchor = det.Period, det.Confidence, end
 		t.reset()
-	case det.OK && math.Abs(det.Period-t.period) <= retune*t.period:
-		t.conf = det.Confidence
 	case det.OK:
 		t.retune(det.Period, end)
 		t.conf = det.Confidence
@@ -301,9 +299,11 @@ func (t *Tracker) redetect(end time.Time) {
 	}
 }
 
-// retune moves the cycle to period p at end: the phase at end is kept,
-// and the phases are stretched to the new period when it is near the old
-// one, emptied when not.
+// retune moves the cycle to period p at end: the phase at end is kept, so
+// that the phases go on where they were, and they are stretched to the new
+// period when it is near the old one, emptied when not. Every detection
+// retunes: a period off by a few per cent moves a phase by a window in a
+// few cycles.
 func (t *Tracker) retune(p float64, end time.Time) {
 	old := t.period
 	ph, _ := t.phaseAt(end)
@@ -314,8 +314,9 @@ func (t *Tracker) retune(p float64, end time.Time) {
 		return
 	}
 	nb := t.bins()
-	if nb == len(t.phases) {
-		return // the same phases, each at the same share of the cycle
+	if ob := len(t.phases); nb == ob || ob < t.cfg.MaxPhases && math.Abs(p-float64(ob)) <= rebin {
+		// The same phases, each at the same share of the cycle.
+		return
 	}
 	phases := make([]*latency.Snapshot, nb)
 	fed := make([]int64, nb)
