@@ -78,12 +78,15 @@ type Detector struct {
 	MinPeriod int
 
 	z, sorted []float64
+	z0, mask  []float64
 	acf       []float64
 	trough    []float64
 	bart      []float64
 	pairs     []int
 	sums      []float64
 	counts    []int
+	binOf     []int
+	cycOf     []int
 	agree     []float64
 	valid     bool // acf holds the last series' autocorrelation
 }
@@ -141,13 +144,20 @@ func (d *Detector) Detect(xs []float64) Detection {
 	top := min(maxLag+1, n-2)
 	d.acf = grow(d.acf, top+1)
 	d.pairs = growInt(d.pairs, top+1)
+	// z0 is z with its missing samples 0, which then drop out of the
+	// sums; mask is 1 where a sample is present.
+	d.z0 = grow(d.z0, n)
+	d.mask = grow(d.mask, n)
 	var v0 float64
 	var m int
-	for _, x := range z {
-		if !math.IsNaN(x) {
-			v0 += x * x
-			m++
+	for i, x := range z {
+		if math.IsNaN(x) {
+			d.z0[i], d.mask[i] = 0, 0
+			continue
 		}
+		d.z0[i], d.mask[i] = x, 1
+		v0 += x * x
+		m++
 	}
 	v0 /= float64(m)
 	if !(v0 > 1e-12) {
@@ -156,22 +166,16 @@ func (d *Detector) Detect(xs []float64) Detection {
 	d.acf[0], d.pairs[0] = 1, m
 	d.valid = true
 	for k := 1; k <= top; k++ {
-		var s float64
-		var p int
-		for i := 0; i+k < n; i++ {
-			a, b := z[i], z[i+k]
-			if math.IsNaN(a) || math.IsNaN(b) {
-				continue
-			}
-			s += a * b
-			p++
+		p := n - k
+		if m < n {
+			p = int(dot(d.mask[:n-k], d.mask[k:]))
 		}
 		d.pairs[k] = p
 		if p == 0 {
 			d.acf[k] = 0
 			continue
 		}
-		d.acf[k] = s / float64(p) / v0
+		d.acf[k] = dot(d.z0[:n-k], d.z0[k:]) / float64(p) / v0
 	}
 	// Peaks: local maxima, significant and prominent; candidates are
 	// the peaks as high as threshold.
@@ -248,13 +252,19 @@ func (d *Detector) Detect(xs []float64) Detection {
 	return Detection{}
 }
 
-// bestFold returns the period in [lo, hi], on a grid of a quarter sample,
+// bestFold returns the period in [lo, hi], to a quarter sample,
 // at which the phase means of d.z explain the largest share of its
 // variance, adjusted for the number of phases (the fold's R², with the
 // degrees of freedom of a one-way analysis of variance).
 func (d *Detector) bestFold(lo, hi float64) float64 {
+	// Whole samples first, then quarters around the best of them.
 	best, bestP := math.Inf(-1), lo
-	for p := lo; p <= hi; p += 0.25 {
+	for p := math.Ceil(lo); p <= hi; p++ {
+		if s := d.fold(p); s > best {
+			best, bestP = s, p
+		}
+	}
+	for p := max(bestP-0.75, lo); p <= min(bestP+0.75, hi); p += 0.25 {
 		if s := d.fold(p); s > best {
 			best, bestP = s, p
 		}
@@ -272,12 +282,16 @@ func (d *Detector) fold(p float64) float64 {
 	clear(d.counts)
 	var sst float64
 	var m int
-	for i, v := range d.z {
+	// The phase of sample i, in bins, advanced by bins/p a sample.
+	step, ph := float64(bins)/p, 0.0
+	for _, v := range d.z {
+		b := min(int(ph), bins-1)
+		if ph += step; ph >= float64(bins) {
+			ph -= float64(bins)
+		}
 		if math.IsNaN(v) {
 			continue
 		}
-		c := float64(i) / p
-		b := min(int((c-math.Floor(c))*float64(bins)), bins-1)
 		d.sums[b] += v
 		d.counts[b]++
 		sst += v * v
@@ -385,16 +399,21 @@ func (d *Detector) agrees(p, minCycles float64) bool {
 	d.counts = growInt(d.counts, bins)
 	clear(d.sums)
 	clear(d.counts)
-	phase := func(i int) (bin, cyc int) {
-		c := math.Floor(float64(i) / p)
-		f := float64(i)/p - c
-		return min(int(f*float64(bins)), bins-1), int(c)
-	}
+	// The phase bin and the cycle of every sample, the phase advanced
+	// by bins/p a sample.
+	d.binOf = growInt(d.binOf, n)
+	d.cycOf = growInt(d.cycOf, n)
+	step, ph, cyc := float64(bins)/p, 0.0, 0
 	for i, v := range z {
+		b := min(int(ph), bins-1)
+		d.binOf[i], d.cycOf[i] = b, cyc
+		if ph += step; ph >= float64(bins) {
+			ph -= float64(bins)
+			cyc++
+		}
 		if math.IsNaN(v) {
 			continue
 		}
-		b, _ := phase(i)
 		d.sums[b] += v
 		d.counts[b]++
 	}
@@ -409,7 +428,7 @@ func (d *Detector) agrees(p, minCycles float64) bool {
 		if math.IsNaN(v) {
 			continue
 		}
-		b, c := phase(i)
+		b, c := d.binOf[i], d.cycOf[i]
 		if c >= cycles || d.counts[b] < 2 {
 			continue
 		}
@@ -463,4 +482,21 @@ func growInt(s []int, n int) []int {
 		return make([]int, n)
 	}
 	return s[:n]
+}
+
+// dot returns the dot product of a and b[:len(a)].
+func dot(a, b []float64) float64 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return s0 + s1 + s2 + s3
 }

@@ -343,10 +343,13 @@ func TestTrackerOrder(t *testing.T) {
 // window allocates nothing once the phases exist.
 func TestTrackerMemory(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 18))
-	tr := mustNew(t, Config{Window: window})
+	// A short history keeps 10,000 detections quick under the race
+	// detector; the state is as bounded with the default one.
+	const history = 64
+	tr := mustNew(t, Config{Window: window, History: history})
 	// One snapshot per window of the cycle, reused: the caller's, not
 	// the tracker's, allocation.
-	const p = 24
+	const p = 12
 	snaps := make([]*latency.Snapshot, p)
 	lv := sineLevel(p, 0.5)
 	for i := range snaps {
@@ -373,7 +376,7 @@ func TestTrackerMemory(t *testing.T) {
 		if _, _, ok := tr.Period(); !ok {
 			t.Fatalf("%s: no cycle", when)
 		}
-		if n := len(tr.phases); n > p+1 || len(tr.spare) > n || len(tr.ring) != DefaultHistory || len(tr.series) != DefaultHistory {
+		if n := len(tr.phases); n > p+1 || len(tr.spare) > n || len(tr.ring) != history || len(tr.series) != history {
 			t.Errorf("%s: %d phases for a cycle of %d windows, %d spares, ring %d", when, n, p, len(tr.spare), len(tr.ring))
 		}
 		for k, ph := range tr.phases {
@@ -454,7 +457,7 @@ func FuzzTracker(f *testing.F) {
 				}
 				_ = tr.ObserveWindow(end, s)
 			case 1: // a jump in time, maybe backwards or huge
-				end = end.Add(time.Duration(int64(int8(v))) * time.Duration(1)<<(op%64))
+				end = end.Add(time.Duration(int64(int8(v))) * time.Duration(1) << (op % 64))
 				_ = tr.ObserveWindow(end, nil)
 			case 2: // extreme latencies
 				s, _ := latency.NewSnapshot(0)
@@ -464,7 +467,7 @@ func FuzzTracker(f *testing.F) {
 				end = end.Add(time.Second)
 				_ = tr.ObserveWindow(end, s)
 			case 3:
-				at := end.Add(time.Duration(int64(int8(v))) * time.Duration(1)<<(op%64))
+				at := end.Add(time.Duration(int64(int8(v))) * time.Duration(1) << (op % 64))
 				if d, ok := tr.Forecast(at); ok && d.Count() < float64(cfg.MinCount) {
 					t.Fatalf("forecast of %v observations", d.Count())
 				}
