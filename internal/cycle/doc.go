@@ -80,9 +80,9 @@
 // The feed is the finished window, once per rotation
 // (latency.Estimator.LastWindow): one detection and one merge per window,
 // never per request (BenchmarkObserveWindow). Memory is bounded: the ring
-// of History numbers, and at most MaxPhases snapshots, each a bounded
-// DDSketch; observing a window allocates nothing once the phases exist
-// (TestTrackerMemory).
+// of History numbers, the phases' snapshots (at most MaxPhases, each a
+// bounded DDSketch) and as many emptied ones kept for reuse; observing a
+// window allocates nothing once the phases exist (TestTrackerMemory).
 //
 // Nothing here reads the clock, sleeps or starts a goroutine: every method
 // takes the time it acts at. A Tracker is not safe for concurrent use; its

@@ -143,7 +143,8 @@ type Tracker struct {
 	ring    []float64
 	series  []float64 // the ring in order, for detection
 	origin  time.Time
-	last    int64 // number of the last window observed
+	last    int64     // number of the last window observed
+	lastEnd time.Time // end of the last window observed
 	started bool
 
 	// The cycle: period in windows (0: none), its confidence, the time
@@ -198,6 +199,10 @@ func (t *Tracker) ObserveWindow(end time.Time, s *latency.Snapshot) error {
 	if s != nil && s.Count() == 0 {
 		s = nil
 	}
+	if t.started && !end.After(t.lastEnd) {
+		return nil // out of order, or again
+	}
+	t.lastEnd = end
 	if t.cfg.Period != 0 {
 		if !t.started {
 			t.anchor, t.last, t.started = end, 0, true
@@ -354,7 +359,7 @@ func (t *Tracker) reset() {
 		t.fed = append(t.fed, math.MinInt64)
 	}
 	// The spares beyond what the phases can use are dropped, so that
-	// memory stays within MaxPhases sketches.
+	// memory stays within twice MaxPhases sketches.
 	if len(t.spare) > nb {
 		clear(t.spare[nb:])
 		t.spare = t.spare[:nb]
@@ -453,7 +458,7 @@ func (t *Tracker) phaseSnapshot(now time.Time) *latency.Snapshot {
 	ph, c := t.phaseAt(now.Add(t.cfg.Window / 2))
 	b := min(int(ph*float64(len(t.phases))), len(t.phases)-1)
 	p := t.phases[b]
-	if p == nil || p.Count() < t.cfg.MinCount || c-t.fed[b] > staleCycles {
+	if p == nil || p.Count() < t.cfg.MinCount || c > t.fed[b]+staleCycles {
 		return nil
 	}
 	return p

@@ -306,22 +306,18 @@ func TestTrackerCycleEnds(t *testing.T) {
 func TestTrackerOrder(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(15, 16))
+	// A given period: the phases.
 	tr := mustNew(t, Config{Window: window, Period: 4 * window})
 	run(t, tr, r, func(int) time.Duration { return 10 * time.Millisecond }, 0, 8, nil)
 	d, _ := tr.Forecast(t0.Add(8 * window))
 	n := d.Count()
-	// Window 5 again, and window 3: ignored... for a given period, by
-	// phase; detection's history is tested below.
-	tr2 := mustNew(t, Config{Window: window})
-	run(t, tr2, r, sineLevel(20, 0.5), 0, 30, nil)
-	last := tr2.last
-	_ = tr2.ObserveWindow(t0.Add(10*window), windowOf(r, time.Second, 100))
-	_ = tr2.ObserveWindow(t0.Add(30*window), windowOf(r, time.Second, 100))
-	if tr2.last != last || tr2.ring[29] != tr2.ring[29] {
-		t.Errorf("an old window moved the history: last %d → %d", last, tr2.last)
+	for _, end := range []time.Time{t0.Add(8 * window), t0.Add(4 * window), t0} {
+		if err := tr.ObserveWindow(end, windowOf(r, time.Second, 100)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if x := tr2.ring[29]; x > math.Log(0.1) {
-		t.Errorf("a repeated window replaced the last: %v", x)
+	if d, _ := tr.Forecast(t0.Add(8 * window)); d.Count() != n || d.Quantile(0.5) > 20*time.Millisecond {
+		t.Errorf("windows again and out of order changed the forecast: count %v → %v, median %v", n, d.Count(), d.Quantile(0.5))
 	}
 	s, _ := latency.NewSnapshot(0.02)
 	s.Add(time.Millisecond)
@@ -334,6 +330,92 @@ func TestTrackerOrder(t *testing.T) {
 	// Empty and nil windows are missing, not errors.
 	if err := tr.ObserveWindow(t0.Add(101*window), nil); err != nil {
 		t.Error(err)
+	}
+	// Detection: the history.
+	tr = mustNew(t, Config{Window: window})
+	run(t, tr, r, sineLevel(20, 0.5), 0, 30, nil)
+	last, x := tr.last, tr.ring[29]
+	_ = tr.ObserveWindow(t0.Add(10*window), windowOf(r, time.Second, 100))
+	_ = tr.ObserveWindow(t0.Add(30*window), windowOf(r, time.Second, 100))
+	if tr.last != last || tr.ring[29] != x {
+		t.Errorf("an old or repeated window moved the history: last %d → %d, window 29 %v → %v", last, tr.last, x, tr.ring[29])
+	}
+}
+
+// bhope draws the lab's bhope latency: lognormal of mean 5 ms and standard
+// deviation 2 ms, × 10 one time in twenty.
+func bhope(r *rand.Rand) time.Duration {
+	s2 := math.Log(1 + 4.0/25)
+	ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
+	if r.Float64() < 0.05 {
+		ms *= 10
+	}
+	return time.Duration(ms * 1e6)
+}
+
+// when returns x if cond, else 1.
+func when(cond bool, x float64) float64 {
+	if cond {
+		return x
+	}
+	return 1
+}
+
+// TestTrackerLabScenarios feeds a Tracker from a latency.Estimator, as a
+// caller would (LastWindow at each rotation), with the lab's bhope, drift
+// (× 3 from halfway) and outage (× 10 in the middle third) scenarios at
+// 1,000 requests a second over 300 one-second windows: no cycle, ever; and
+// bhope under a sinusoidal load of 60 s, which is found.
+func TestTrackerLabScenarios(t *testing.T) {
+	t.Parallel()
+	const windows, rate = 300, 1000
+	cases := map[string]struct {
+		scale  func(w float64) float64
+		period float64 // in windows; 0: none
+	}{
+		"bhope": {func(float64) float64 { return 1 }, 0},
+		"drift": {func(w float64) float64 { return map[bool]float64{true: 3, false: 1}[w >= windows/2] }, 0},
+		"outage": {func(w float64) float64 {
+			return map[bool]float64{true: 10, false: 1}[w >= windows/3 && w < 2*windows/3]
+		}, 0},
+		"bhope, 60 s cycle": {func(w float64) float64 { return math.Exp(0.5 * math.Sin(2*math.Pi*w/60)) }, 60},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(19, 20))
+			est, _ := latency.New(latency.Config{Window: time.Second})
+			tr := mustNew(t, Config{Window: time.Second})
+			var windowEnd time.Time
+			found := false
+			for i := range windows * rate {
+				now := t0.Add(time.Duration(i) * time.Second / rate)
+				if !windowEnd.IsZero() && !now.Before(windowEnd) {
+					s, end, ok := est.LastWindow(now)
+					if !ok {
+						t.Fatal("no last window after a rotation")
+					}
+					if err := tr.ObserveWindow(end, s); err != nil {
+						t.Fatal(err)
+					}
+					p, conf, ok := tr.Period()
+					if ok && c.period == 0 {
+						t.Fatalf("at %v: period %v (confidence %.2f)", now.Sub(t0), p, conf)
+					}
+					found = found || ok
+				}
+				w := float64(i) / rate
+				est.Add(time.Duration(float64(bhope(r))*c.scale(w)), now)
+				windowEnd = est.WindowEnd()
+			}
+			if c.period == 0 {
+				return
+			}
+			p, _, ok := tr.Period()
+			if !found || !ok || math.Abs(p.Seconds()-c.period) > 0.03*c.period {
+				t.Errorf("period %v (%v), want %v s", p, ok, c.period)
+			}
+		})
 	}
 }
 
@@ -439,7 +521,7 @@ func FuzzTracker(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, period int64) {
 		cfg := Config{Window: time.Second, History: 16, MinCount: 1}
 		if period%5 == 0 && period != 0 {
-			cfg.Period = time.Duration(2+period%100) * time.Second
+			cfg.Period = time.Duration(2+(period%100+100)%100) * time.Second
 		}
 		tr, err := New(cfg)
 		if err != nil {
