@@ -289,6 +289,16 @@ func (t *Tracker) redetect(end time.Time) {
 	case det.OK && t.period == 0:
 		t.period, t.conf, t.anchor = det.Period, det.Confidence, end
 		t.reset()
+	case det.OK && math.Abs(det.Period-t.period) > stretch*t.period:
+		// Another period altogether: taken only once the one in use no
+		// longer passes the threshold, so that an estimate jumping to a
+		// multiple for a window does not empty the phases.
+		if r, ok := t.det.correlation(int(math.Round(t.period))); ok && r >= t.cfg.Threshold {
+			t.conf = min(max(r, 0), 1)
+			return
+		}
+		t.retune(det.Period, end)
+		t.conf = det.Confidence
 	case det.OK:
 		t.retune(det.Period, end)
 		t.conf = det.Confidence

@@ -558,3 +558,24 @@ func FuzzTracker(f *testing.F) {
 		}
 	})
 }
+
+// TestTrackerPeriodChanges checks that a cycle replaced by another of a
+// different period is followed: the new period is taken once the history
+// no longer shows the old one, and forecasts resume.
+func TestTrackerPeriodChanges(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(21, 22))
+	tr := mustNew(t, Config{Window: window})
+	run(t, tr, r, sineLevel(12, 0.5), 0, 150, nil)
+	if p, _, ok := tr.Period(); !ok || math.Abs(p.Seconds()/window.Seconds()-12) > 0.36 {
+		t.Fatalf("first cycle: period %v, %v; want 12 windows", p, ok)
+	}
+	run(t, tr, r, sineLevel(40, 0.5), 150, 550, nil)
+	p, _, ok := tr.Period()
+	if !ok || math.Abs(p.Seconds()/window.Seconds()-40) > 1.2 {
+		t.Fatalf("second cycle: period %v (%.1f windows), %v; want 40 windows", p, p.Seconds()/window.Seconds(), ok)
+	}
+	if _, ok := tr.Forecast(t0.Add(550 * window)); !ok {
+		t.Error("no forecast on the second cycle")
+	}
+}
