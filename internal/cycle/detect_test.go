@@ -80,7 +80,7 @@ func TestDetectScenarios(t *testing.T) {
 				t.Errorf("%d detections of 20, want %d", got, c.want)
 			}
 			if c.hi != 0 && got > 0 {
-				t.Logf("%d/20 detected, period error mean %.2f %%, max %.2f %%", got, 100*sumErr/float64(got), 100*maxErr)
+				t.Logf("%s: %d/20 detected, period error mean %.2f %%, max %.2f %%", c.name, got, 100*sumErr/float64(got), 100*maxErr)
 			}
 		})
 	}
