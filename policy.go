@@ -150,8 +150,9 @@ type Policy struct {
 	// own: two atomic adds per request on a line every core shares.
 	evicted counters
 
-	auto  bool            // Quantile unset: the auto delay (auto.go)
-	sched schedule.Params // the auto delay's settings, the budget's ratio and model among them (internal/schedule)
+	auto   bool            // Quantile unset: the auto delay (auto.go)
+	cycles cycles          // the keys' cycle trackers (forecast.go)
+	sched  schedule.Params // the auto delay's settings, the budget's ratio and model among them (internal/schedule)
 
 	// states pools Do's per-call state (*state[T], any T) with its
 	// channels and timer (do.go). It is per policy, not global, because
@@ -700,6 +701,7 @@ func (p *Policy) evictLocked() {
 	}
 	if victim != nil {
 		delete(p.keys, victim.key)
+		p.cycles.drop(victim)
 		// Requests in flight on the victim when it goes may still count
 		// on it: those few are missing from the totals.
 		p.evicted.add(&victim.counters)
