@@ -268,7 +268,12 @@ func ArrivalTimes(cfg Config) ([]time.Duration, error) {
 func (s *Scenario) realQueues() bool { return s.Cycle != nil || s.Batch != nil }
 
 // workerPool is a real server replica's workers: a FIFO queue in front of
-// a number of slots that a batch job may shrink.
+// a number of slots that a batch job may shrink. A worker is busy for the
+// sampled service time from the instant it was free for its attempt (the
+// later of the attempt's arrival and its predecessor's scheduled end), not
+// from whenever the goroutines involved were woken: on a loaded machine
+// the scheduler's lateness would otherwise lengthen every service time
+// and, near saturation, the queues far more than the simulation's.
 type workerPool struct {
 	mu      sync.Mutex
 	slots   int
@@ -279,28 +284,37 @@ type workerPool struct {
 type poolWaiter struct {
 	ready   chan struct{}
 	granted bool
+	at      time.Time // when its worker was free
 }
 
-// acquire takes a worker, waiting in line for one; with honour set it
-// gives up when ctx ends (reporting false), as a simulated server drops a
-// cancelled attempt from its queue.
-func (p *workerPool) acquire(ctx context.Context, honour bool) bool {
+// acquire takes a worker, waiting in line for one, and returns when the
+// worker was free for it; with honour set it gives up when ctx ends
+// (reporting false), as a simulated server drops a cancelled attempt from
+// its queue.
+func (p *workerPool) acquire(ctx context.Context, honour bool) (time.Time, bool) {
 	p.mu.Lock()
+	arrived := time.Now()
 	if p.busy < p.slots && len(p.waiting) == 0 {
 		p.busy++
 		p.mu.Unlock()
-		return true
+		return arrived, true
 	}
 	w := &poolWaiter{ready: make(chan struct{})}
 	p.waiting = append(p.waiting, w)
 	p.mu.Unlock()
+	start := func() time.Time {
+		if w.at.After(arrived) {
+			return w.at
+		}
+		return arrived
+	}
 	if !honour {
 		<-w.ready
-		return true
+		return start(), true
 	}
 	select {
 	case <-w.ready:
-		return true
+		return start(), true
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
@@ -308,8 +322,8 @@ func (p *workerPool) acquire(ctx context.Context, honour bool) bool {
 	if w.granted {
 		// Granted as the context ended: hand the worker on.
 		p.busy--
-		p.grant()
-		return false
+		p.grant(time.Now())
+		return time.Time{}, false
 	}
 	for i, o := range p.waiting {
 		if o == w {
@@ -317,14 +331,14 @@ func (p *workerPool) acquire(ctx context.Context, honour bool) bool {
 			break
 		}
 	}
-	return false
+	return time.Time{}, false
 }
 
-// release frees a worker.
-func (p *workerPool) release() {
+// release frees a worker whose work was due to end at end.
+func (p *workerPool) release(end time.Time) {
 	p.mu.Lock()
 	p.busy--
-	p.grant()
+	p.grant(end)
 	p.mu.Unlock()
 }
 
@@ -333,16 +347,17 @@ func (p *workerPool) release() {
 func (p *workerPool) setSlots(n int) {
 	p.mu.Lock()
 	p.slots = n
-	p.grant()
+	p.grant(time.Now())
 	p.mu.Unlock()
 }
 
-// grant hands free workers to the first in line; p.mu is held.
-func (p *workerPool) grant() {
+// grant hands free workers, free since at, to the first in line; p.mu is
+// held.
+func (p *workerPool) grant(at time.Time) {
 	for p.busy < p.slots && len(p.waiting) > 0 {
 		w := p.waiting[0]
 		p.waiting = p.waiting[1:]
-		w.granted = true
+		w.granted, w.at = true, at
 		p.busy++
 		close(w.ready)
 	}

@@ -461,8 +461,8 @@ func expPeriodic(o Options) (*Outcome, error) {
 			"the schedule of one delay of the sweep (or none) for each of %d phases of the period with the least extra load at a p99 (solved exactly, a knapsack over the phases, on the sweep's own per-request latencies), "+
 			"and its schedule re-run. Equal p99 and equal extra load are the adaptive run's; sweeps are interpolated between their points. Figures are means over seeds, with the range.",
 			nSeeds, o.Seed, durationsMs(PeriodicStatics), PeriodicPhases),
-		Claim: "a model predicting hedge timing from the history of latencies cut extra traffic by 40 % at the same P99 under periodic load (the adaptive-hedging article, §6.2).",
-		Published: Table{Title: "the adaptive-hedging article, §6.2 (a deployment; no setup given)", Header: []string{"strategy", "extra traffic at the same P99"},
+		Claim: "a model predicting hedge timing from the history of latencies cut extra traffic by 40 % at the same P99 under periodic load (the HedgingTransport article, §6.2).",
+		Published: Table{Title: "the HedgingTransport article, §6.2 (a deployment; no setup given)", Header: []string{"strategy", "extra traffic at the same P99"},
 			Rows: [][]string{{"LSTM predicting the hedge timing", "−40 %"}}},
 		Tables:  out,
 		Holds:   holds,

@@ -417,10 +417,12 @@ func TestPeriodicExperimentFull(t *testing.T) {
 func TestWorkerPool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &workerPool{slots: 1}
-		if !p.acquire(context.Background(), true) {
-			t.Fatal("first acquire failed")
+		t0 := time.Now()
+		if at, ok := p.acquire(context.Background(), true); !ok || !at.Equal(t0) {
+			t.Fatalf("first acquire: %v at %v", ok, at)
 		}
 		order := make(chan int, 3)
+		starts := make(chan time.Time, 3)
 		ctx, cancel := context.WithCancel(context.Background())
 		for i := range 3 {
 			c := context.Background()
@@ -428,9 +430,11 @@ func TestWorkerPool(t *testing.T) {
 				c = ctx
 			}
 			go func() {
-				if p.acquire(c, true) {
+				if at, ok := p.acquire(c, true); ok {
 					order <- i
-					p.release()
+					starts <- at
+					time.Sleep(time.Second) // its service time
+					p.release(at.Add(time.Second))
 				} else {
 					order <- -i
 				}
@@ -442,16 +446,24 @@ func TestWorkerPool(t *testing.T) {
 		if got := <-order; got != -1 {
 			t.Fatalf("first out: %d, want the cancelled waiter (-1)", got)
 		}
-		p.release()
+		// The first worker is due free at t0 + 2 s; it is released then.
+		time.Sleep(2 * time.Second)
+		p.release(t0.Add(2 * time.Second))
+		synctest.Wait()
+		time.Sleep(time.Second)
 		synctest.Wait()
 		if a, b := <-order, <-order; a != 0 || b != 2 {
 			t.Errorf("served %d then %d, want 0 then 2", a, b)
+		}
+		// Each starts when the worker before it was due free.
+		if a, b := <-starts, <-starts; !a.Equal(t0.Add(2*time.Second)) || !b.Equal(t0.Add(3*time.Second)) {
+			t.Errorf("started at +%v and +%v, want +2s and +3s", a.Sub(t0), b.Sub(t0))
 		}
 		// Shrinking and growing the pool: a batch job takes the only
 		// worker, and a request waits until it is back.
 		p.setSlots(0)
 		done := make(chan bool, 1)
-		go func() { done <- p.acquire(context.Background(), false) }()
+		go func() { _, ok := p.acquire(context.Background(), false); done <- ok }()
 		synctest.Wait()
 		select {
 		case <-done:

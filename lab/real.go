@@ -372,14 +372,23 @@ func (s *realServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	honour := s.cfg.Cancel == CancelHonoured
 	if s.pools != nil {
 		// Wait in line for a worker of the replica the simulation would
-		// send this attempt to.
+		// send this attempt to, and keep it for the service time from
+		// when it was free.
 		r0 := int(mix(s.cfg.Seed, streamReplica, i, leg, 0) % uint64(s.cfg.Replicas))
 		p := s.pools[(r0+k)%s.cfg.Replicas]
-		if !p.acquire(r.Context(), honour) {
+		start, ok := p.acquire(r.Context(), honour)
+		if !ok {
 			return
 		}
-		defer p.release()
-		t0 = time.Now()
+		end := start.Add(svc.Work)
+		defer func() { s.busy.Add(int64(end.Sub(start))) }()
+		if !sleepCtx(r.Context(), time.Until(end), honour) {
+			p.release(time.Now())
+			return
+		}
+		p.release(end)
+		w.WriteHeader(http.StatusOK)
+		return
 	}
 	defer func() { s.busy.Add(int64(time.Since(t0))) }()
 	if !sleepCtx(r.Context(), svc.Work, honour) {
