@@ -457,9 +457,11 @@ func expPeriodic(o Options) (*Outcome, error) {
 			"service lognormal mean 44 ms (sd 16 ms) with 5 %% of attempts 5× slower, on 3 replicas × 6 workers with FIFO queues: 29 %% utilised at the trough, 88 %% at the peak, latency rising only by queueing. "+
 			"batch: steady arrivals at 200 requests/s, the same service on 2 replicas × 9 workers; for 72 s of every 2 min a batch job takes 1, then 2, then 3 workers of each replica (a sawtooth of capacity, 59 %% → 88 %% utilised). "+
 			"10 cycles, 240,000 requests, %d seeds from %d; cancellation honoured, the default budget (10 %%, windowed) and two hedges for every strategy. "+
-			"Rows: static delays %v ms (with none: the frontier), the adaptive policy's auto delay, the oracle at thresholds p90–p99, and the phase limit: "+
-			"the schedule of one delay of the sweep (or none) for each of %d phases of the period with the least extra load at a p99 (solved exactly, a knapsack over the phases, on the sweep's own per-request latencies), "+
-			"and its schedule re-run. Equal p99 and equal extra load are the adaptive run's; sweeps are interpolated between their points. Figures are means over seeds, with the range.",
+			"Rows: static delays %v ms, the adaptive policy's auto delay, the oracle at thresholds p90–p99, and the phase limit: "+
+			"the schedule of delays of the sweep (or none) for each of %d phases of the period with the least extra load at a p99, found offline on the sweep's own per-request latencies "+
+			"(a knapsack over the phases, a phase may mix two delays; solved exactly), and its schedule's own run (the phased strategy). "+
+			"Equal p99 and equal extra load are the adaptive run's; every row is read as the best mixture of its runs and of none (one phase), so that a sweep is judged between its points as the phase limit is. "+
+			"Figures are means over seeds, with the range.",
 			nSeeds, o.Seed, durationsMs(PeriodicStatics), PeriodicPhases),
 		Claim: "a model predicting hedge timing from the history of latencies cut extra traffic by 40 % at the same P99 under periodic load (the HedgingTransport article, §6.2).",
 		Published: Table{Title: "the HedgingTransport article, §6.2 (a deployment; no setup given)", Header: []string{"strategy", "extra traffic at the same P99"},
