@@ -17,20 +17,3 @@ func BenchmarkAutoRecompute(b *testing.B) {
 		p.chooseSchedule(dist, p.cfg.Target)
 	}
 }
-
-// BenchmarkAutoKeepRegime is what keeping the regime adds to a
-// recomputation at most: on the trimodal distribution, a choice of the
-// other regime than the incumbent's, which is refitted and compared at
-// the served level.
-func BenchmarkAutoKeepRegime(b *testing.B) {
-	p, _ := New(Config{Window: time.Hour})
-	now := learn(p, "k", trimodal(0.112), 20_000)
-	dist, _ := p.keys["k"].est.Distribution(now)
-	ch := p.chooseSchedule(dist, p.cfg.Target)
-	inc := ch
-	inc.Delay, inc.level = 121*time.Millisecond, 320*time.Millisecond
-	b.ReportAllocs()
-	for b.Loop() {
-		p.keepRegime(dist, ch, &inc)
-	}
-}

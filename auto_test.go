@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -36,6 +38,12 @@ var autoDists = map[string]func(r *rand.Rand) time.Duration{
 	"pareto 1.5, 1ms": func(r *rand.Rand) time.Duration {
 		return time.Duration(1e6 / math.Pow(1-r.Float64(), 1/1.5))
 	},
+}
+
+// chooseSchedule is the auto delay's choice on dist for the percentile
+// target, as the policy's settings make it (schedule.Params.Choose).
+func (p *Policy) chooseSchedule(dist latency.Distribution, target float64) schedule.Choice {
+	return p.sched.Choose(dist, target)
 }
 
 // learn feeds n unhedged latencies from gen to key and returns the time
@@ -74,10 +82,10 @@ func TestAutoHedgeRateWithinCap(t *testing.T) {
 		for _, ratio := range []float64{0.02, 0.05, 0.1, 0.2, 0} {
 			for _, hedges := range []int{1, 2} {
 				var b budget.Budget
-				cap := autoModelledCap * ratio
+				cap := schedule.ModelledCap * ratio
 				if ratio == 0 { // a token bucket: no ratio to model
 					b, _ = budget.NewTokenBucket(100, 10)
-					cap = autoCapShare * unknownBudgetRatio
+					cap = schedule.CapShare * schedule.UnknownRatio
 				} else {
 					b, _ = budget.NewRatio(ratio, 10, 1)
 				}
@@ -263,94 +271,28 @@ func trimodal(s float64) func(*rand.Rand) time.Duration {
 	}
 }
 
-// TestAutoKeepsItsRegime: on the trimodal workload at the budget's ratio
-// the auto delay hedges the gap above the main mode. A window whose slow
-// share has wandered to 11.2 % would, alone, choose to hedge past the
-// first slow mode instead; with the gap schedule in force (and the level
-// it served) the choice stays in the gap, since switching would put more
-// requests above that level. Without an incumbent, or when the slow share
-// has grown past what the gap can serve (20 %), the choice is the
-// window's own.
-func TestAutoKeepsItsRegime(t *testing.T) {
-	// The ratio bucket of a fixed burst of 10, under which a window's slow
-	// share of 11.2 % makes the gap look worse (with the windowed default
-	// the gap stays the choice: TestAutoWindowedKeepsTheGap).
-	b, _ := budget.NewRatio(0, 0, 0)
-	p, _ := New(Config{Window: time.Hour, Budget: b})
-	distOf := func(key string, s float64) latency.Distribution {
-		now := learn(p, key, trimodal(s), 20_000)
-		d, _ := p.keys[key].est.Distribution(now)
-		return d
-	}
-	steady, wandered, grown := distOf("steady", 0.10), distOf("wandered", 0.112), distOf("grown", 0.2)
-	gap := 200 * time.Millisecond
-	inc := p.keepRegime(steady, p.chooseSchedule(steady, p.cfg.Target), nil)
-	for range 20 { // recomputations on the steady distribution
-		inc = p.keepRegime(steady, p.chooseSchedule(steady, p.cfg.Target), &inc)
-	}
-	if inc.Delay >= gap {
-		t.Fatalf("steady: delay %v, want the gap below %v", inc.Delay, gap)
-	}
-	alone := p.chooseSchedule(wandered, p.cfg.Target)
-	if alone.Delay < gap {
-		t.Fatalf("wandered, alone: delay %v, want past the first slow mode (the test's premise)", alone.Delay)
-	}
-	if got := p.keepRegime(wandered, alone, nil); got.Delay != alone.Delay {
-		t.Errorf("wandered, no incumbent: delay %v, want the window's own %v", got.Delay, alone.Delay)
-	}
-	if got := p.keepRegime(wandered, alone, &inc); got.Delay != inc.Delay {
-		t.Errorf("wandered, gap in force (level %v): delay %v, want the incumbent's %v", inc.level, got.Delay, inc.Delay)
-	}
-	own := p.chooseSchedule(grown, p.cfg.Target)
-	if got := p.keepRegime(grown, own, &inc); got.Delay != own.Delay {
-		t.Errorf("grown, gap in force (level %v): delay %v, want the window's own %v", inc.level, got.Delay, own.Delay)
-	}
-}
+// autoModelledCap is the auto delay's cap on the first hedge's trigger
+// rate, as a multiple of a modelled budget's ratio.
+const autoModelledCap = schedule.ModelledCap
 
-// TestServedTargetKeepsTheDeepTail: a served target deeper than the
-// Target (servedTarget) is not bought with the deep tail: the schedule
-// chooseServed returns predicts a deep percentile at most autoServedDeep
-// above the Target schedule's. Where the deeper target's own schedule
-// would predict more (with one hedge its denied requests are the deep
-// tail), the best one for it triggering at most at the budget's ratio is
-// taken if it is within the bound, else the Target's schedule is kept.
-func TestServedTargetKeepsTheDeepTail(t *testing.T) {
-	var paths [3]int // own schedule, one at the ratio, the Target's
-	for _, hedges := range []int{1, 2} {
-		// The ratio bucket of a fixed burst of 10, whose denials make
-		// the served target's own schedule lose the deep tail.
-		b, _ := budget.NewRatio(0, 0, 0)
-		p, _ := New(Config{Window: time.Hour, MaxHedges: hedges, Budget: b})
-		for name, gen := range autoDists {
-			key := name + strings.Repeat("'", hedges)
-			now := learn(p, key, gen, 20_000)
-			dist, _ := p.keys[key].est.Distribution(now)
-			target := 1 - autoServedDepth*(1-p.cfg.Target)
-			deep := deepOf(target)
-			base := p.chooseSchedule(dist, p.cfg.Target)
-			limit := time.Duration((1 + autoServedDeep) * float64(scheduleQuantile(dist, base, deep)))
-			want, path := p.chooseSchedule(dist, target), 0
-			if scheduleQuantile(dist, want, deep) > limit {
-				want, path = p.chooseScheduleUpTo(dist, target, p.budgetRatio), 1
-				if want.HedgeRate > p.budgetRatio*want.Grant*(1+1e-9) {
-					t.Errorf("%s, %d hedges: schedule at the ratio %+v triggers at %v", name, hedges, want, want.HedgeRate/want.Grant)
-				}
-				if scheduleQuantile(dist, want, deep) > limit {
-					want, path = base, 2
-				}
-			}
-			paths[path]++
-			got := p.chooseServed(dist, target)
-			if q := scheduleQuantile(dist, got, deep); q > limit {
-				t.Errorf("%s, %d hedges: served schedule %+v predicts p%g %v, over %v", name, hedges, got, 100*deep, q, limit)
-			}
-			if got.Delay != want.Delay || got.Target != want.Target || got.Hedges != want.Hedges {
-				t.Errorf("%s, %d hedges: got %v/%d for the p%g, want %v/%d for the p%g (path %d)", name, hedges, got.Delay, got.Hedges, 100*got.Target, want.Delay, want.Hedges, 100*want.Target, path)
-			}
-			t.Logf("%s, %d hedges: path %d, %v/%d for the p%g (p%g %v, bound %v)", name, hedges, path, got.Delay, got.Hedges, 100*got.Target, 100*deep, scheduleQuantile(dist, got, deep), limit)
-		}
+// TestKeyStateLayout pins the cache-line layout keyState's comments
+// describe: Begin's fields on the first line, the auto schedule in force
+// and schedule.State's request-path part (its first 32 bytes,
+// schedule's TestStateLayout) on the second, the breaker at the start of
+// a line, all in a 640-byte allocation.
+func TestKeyStateLayout(t *testing.T) {
+	var ks keyState
+	const line = 64
+	if end := unsafe.Offsetof(ks.every) + unsafe.Sizeof(ks.every); end > line {
+		t.Errorf("Begin's first line ends at byte %d, want at most %d", end, line)
 	}
-	if paths[0] == 0 || paths[2] == 0 {
-		t.Errorf("paths taken %v: want both the served target's own schedule and the Target's (the test's premise)", paths)
+	if g, s := unsafe.Offsetof(ks.gap), unsafe.Offsetof(ks.sched); g/line != 1 || s != line+32 {
+		t.Errorf("gap at byte %d, schedule state at %d: want both on the second line, the state's 32 request-path bytes ending it", g, s)
+	}
+	if b := unsafe.Offsetof(ks.breaker); b%line != 0 {
+		t.Errorf("breaker at byte %d, want a line's start", b)
+	}
+	if n := unsafe.Sizeof(ks); n > 640 {
+		t.Errorf("keyState is %d bytes, want at most 640", n)
 	}
 }

@@ -22,10 +22,15 @@
 //
 // Below the policy, package latency owns the windowed latency estimator
 // (DDSketch) and its tail predictions, package budget the hedge budgets,
-// and internal/predict the significance tests, the joint allocation of
+// internal/predict the significance tests, the joint allocation of
 // a key's budget among its feature buckets and the quantile regression
 // on numeric features (this package owns the buckets
-// and their schedules, and feeds it). Above it, package hedgehttp adapts net/http (client Transport,
+// and their schedules, and feeds it), and internal/schedule the auto
+// delay's choice of a key's hedge schedule from its distribution, the
+// served target after a shift and the shift test itself, with the state
+// a key carries for them (this package decides when a key's schedule is
+// recomputed, keeps that state in the key and puts the choice in force).
+// Above it, package hedgehttp adapts net/http (client Transport,
 // server Handler, the Idempotent middleware), hedgegrpc adapts grpc-go,
 // hedgeprom and hedgeotel export metrics and traces, fleet pools sketches
 // between instances, and proxy is the sidecar behind `tailcut proxy`.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/internal/predict"
+	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -50,7 +51,7 @@ import (
 // key's pace (when a bucket's observations grow fourfold, or by
 // 4 × autoRecomputeEvery — by a sixteenth past 16,384 — and on window
 // rotation): never per request. When the key's latency shifts
-// (shift.go), its buckets restart too. A recomputation is paid by the
+// (internal/schedule), its buckets restart too. A recomputation is paid by the
 // request that triggers it (BenchmarkModelRecompute, with two buckets;
 // BenchmarkModelRecompute4; BenchmarkModelRecomputeValues, with nine
 // value classes): its search starts from the last answer, and its
@@ -225,7 +226,7 @@ func (p *Policy) predict1(r *Request, f *Features, c int8, now time.Time) {
 	if n-b.lastUsed.Load() >= lruGrain {
 		b.lastUsed.Store(n)
 	}
-	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.shifts.Load()) && ks.modelMu.TryLock() {
+	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.sched.Shifts()) && ks.modelMu.TryLock() {
 		p.computeModel(ks, now)
 		ks.modelMu.Unlock()
 	}
@@ -285,7 +286,7 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 		b.hedges, _ = latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins})
 	}
 	b.lastUsed.Store(now.UnixNano())
-	b.keyShifts.Store(ks.shifts.Load())
+	b.keyShifts.Store(ks.sched.Shifts())
 	b.dueAt.Store(uint64(p.bucketEvery(0)))
 	t := &bucketTable{}
 	if old != nil {
@@ -316,7 +317,7 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 // together: ks.modelMu is held.
 //
 // The buckets whose latencies differ significantly from the key's share
-// the budget of their part of the traffic, autoCapShare × the ratio of
+// the budget of their part of the traffic, schedule.CapShare × the ratio of
 // it, and their delays are chosen together to minimise the Target
 // percentile of their requests' latency, all buckets mixed by their share
 // of the traffic (predict.Allocator). Spending the budget where it cuts
@@ -356,7 +357,7 @@ func (p *Policy) allocParams() predict.Params {
 		MaxHedges: p.cfg.MaxHedges,
 		MinDelay:  p.cfg.MinDelay,
 		MaxDelay:  p.cfg.MaxDelay,
-		Rate:      autoCapShare * p.budgetRatio,
+		Rate:      schedule.CapShare * p.sched.Ratio,
 	}
 }
 
@@ -371,7 +372,7 @@ const _ = uint(predict.MaxHedges - MaxHedgesLimit)
 // the bucket's new schedule, which the allocation completes.
 func (p *Policy) refreshBucket(ks *keyState, b *bucket, i int, a *predict.Allocator, sc *latency.Scratch, kd latency.Distribution, kok bool, now time.Time) *bucketSchedule {
 	restarted := false
-	if sh := ks.shifts.Load(); sh != b.keyShifts.Load() {
+	if sh := ks.sched.Shifts(); sh != b.keyShifts.Load() {
 		// The key's latency shifted: so did the bucket's, most likely.
 		b.est.Restart(now)
 		if b.hedges != nil {
@@ -436,7 +437,7 @@ func bucketInput(b *bucket, i int, sc *latency.Scratch, dist, kd latency.Distrib
 func (p *Policy) scheduleBuckets(ks *keyState, t *bucketTable, a *predict.Allocator, scheds []*bucketSchedule) {
 	if p.auto {
 		// The groups spend what the key's own schedule would on them
-		// (its predicted hedge rate), or autoCapShare × the budget's
+		// (its predicted hedge rate), or schedule.CapShare × the budget's
 		// ratio.
 		ch := ks.auto.Load()
 		if ch == nil || !a.Allocate(keySchedule(ch), &t.guess) {
@@ -466,7 +467,7 @@ func (p *Policy) scheduleBuckets(ks *keyState, t *bucketTable, a *predict.Alloca
 		// the expected share far from the bucket's true one (and the
 		// test would fire).
 		own := a.Input(gi).Own
-		s.share = float32(smoothedShare(own.Survival(s.delay), min(own.Count(), math.MaxInt32)))
+		s.share = float32(schedule.SmoothedShare(own.Survival(s.delay), min(own.Count(), math.MaxInt32)))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/internal/predict"
+	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -149,9 +150,8 @@ type Policy struct {
 	// own: two atomic adds per request on a line every core shares.
 	evicted counters
 
-	auto           bool    // Quantile unset: the auto delay (auto.go)
-	budgetRatio    float64 // the budget's ratio, for the auto delay's hedge-rate cap
-	budgetModelled bool    // the auto delay models the budget's denials (auto.go)
+	auto  bool            // Quantile unset: the auto delay (auto.go)
+	sched schedule.Params // the auto delay's settings, the budget's ratio and model among them (internal/schedule)
 
 	// states pools Do's per-call state (*state[T], any T) with its
 	// channels and timer (do.go). It is per policy, not global, because
@@ -184,7 +184,8 @@ type counters struct {
 // keyState is what the policy knows of one key. The fields a request
 // without a hedge touches come first, so that they share two cache lines
 // (and the breaker's): over a network a request finds them evicted by the
-// kernel's and the transport's work, and each line is a miss.
+// kernel's and the transport's work, and each line is a miss
+// (TestKeyStateLayout).
 type keyState struct {
 	// The first cache line: what every Begin reads.
 	key          string
@@ -192,34 +193,27 @@ type keyState struct {
 	lastUsed     atomic.Int64 // now.UnixNano() of the last Begin
 	cached       atomic.Int64 // the delay in force, ns
 	validUntil   atomic.Int64 // UnixNano after which cached must be recomputed
+	diagEnd      atomic.Int64 // UnixNano at which the diagnosis window ends; 0 before the first request (diagnosis.go)
 	sinceCompute atomic.Int32 // observations since cached was computed
-	// Shift detection (auto mode, shift.go).
-	over      atomic.Int32 // learned primaries since the last recomputation longer than their delay
-	overLimit atomic.Int32 // over past this before the next recomputation: the latency shifted up
-	planObs   atomic.Int32 // learned primaries since the last recomputation that sampled the trigger rate
+	every        atomic.Int32 // observations after which cached is recomputed (see delayOf)
 
-	// The second: the rest of the auto delay's schedule and the counts of
-	// a request without a hedge.
-	diagEnd atomic.Int64  // UnixNano at which the diagnosis window ends; 0 before the first request (diagnosis.go)
-	expect  atomic.Int64  // the sum of the sampled primaries' predicted P(X > delay), in millionths
-	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
+	// The second: the rest of the auto delay's schedule in force, then
+	// the request path's part of its state (the shift test's counts and
+	// the predicted share, the first 32 bytes of schedule.State).
 	gap     atomic.Int64  // auto.go: ns from one hedge to the next; 0: the delay
 	limit   atomic.Int32  // auto.go: hedges per request; 0: MaxHedges
-	every   atomic.Int32  // observations after which cached is recomputed (see delayOf)
-	reserve atomic.Uint64 // auto.go: float64 bits, the burst share later hedges leave; 0: a half
-	basis   atomic.Int32  // observations the last recomputation was made from (capped)
 	warm    atomic.Bool   // cached comes from the estimator, not WarmupDelay
+	reserve atomic.Uint64 // auto.go: float64 bits, the burst share later hedges leave; 0: a half
 	used    atomic.Int64  // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
+	// The auto delay's state (internal/schedule): its request path's
+	// fields end the second line, the rest fills the third; written under
+	// mu.
+	sched schedule.State
 	counters
 
 	auto        atomic.Pointer[AutoChoice]       // auto.go: what the last recomputation chose and predicted
 	pausedUntil atomic.Int64                     // UnixNano before which hedges are denied (pushback)
 	fleet       atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
-	shifts      atomic.Int64                     // windows restarted after a shift
-
-	mu          sync.Mutex   // serialises recomputation
-	lowEvidence float64      // shift.go: evidence for a downward shift; guarded by mu
-	served      servedBefore // auto.go: the traffic served before the last shift; guarded by mu
 
 	breaker breaker
 	diag    diagnosis
@@ -231,6 +225,7 @@ type keyState struct {
 	model   atomic.Pointer[bucketTable]        // predictive hedging's feature buckets (model.go); written under mu
 	modelMu sync.Mutex                         // serialises their recomputation
 	reg     atomic.Pointer[predict.Regression] // predictive hedging's regression on numeric values (regress.go)
+	mu      sync.Mutex                         // serialises recomputation
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
@@ -247,7 +242,10 @@ func New(cfg Config) (*Policy, error) {
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
 	p.auto = cfg.Quantile == 0
-	p.budgetRatio, p.budgetModelled = budgetRatio(cfg.Budget)
+	p.sched = schedule.ParamsFor(cfg.Budget)
+	p.sched.Target, p.sched.MaxHedges = cfg.Target, cfg.MaxHedges
+	p.sched.MinDelay, p.sched.MaxDelay = cfg.MinDelay, cfg.MaxDelay
+	p.sched.Window, p.sched.MinEvery = cfg.Window, recomputeEvery
 	return p, nil
 }
 
@@ -275,7 +273,7 @@ type Request struct {
 	asked    bool    // a hedge was asked for
 	asks     uint8   // hedges asked for, granted or not (up to 255)
 	sampled  uint8   // 0 undecided, sampledIn, sampledOut
-	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (shift.go)
+	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
 	b        *bucket // the feature bucket that learns the primary (model.go); nil without features
 	pred     bool    // the schedule is the bucket's own
 	low      bool    // and its first hedge leaves a reserve in the budget (model.go, lowReserve)
@@ -354,7 +352,7 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
 	if p.auto && ks.warm.Load() {
-		r.share = float32(math.Float64frombits(ks.planned.Load()))
+		r.share = float32(ks.sched.Planned())
 	}
 	if p.auto {
 		r.gap = time.Duration(ks.gap.Load())
@@ -512,11 +510,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 		// A sample of the trigger rate its schedule predicted — whenever
 		// it began: a slow primary begun before a recomputation is
 		// learned after it, and leaving it out would bias the count.
-		ks.planObs.Add(1)
-		ks.expect.Add(int64(float64(r.share)*1e6 + 0.5))
-		if latency > r.delay {
-			ks.over.Add(1)
-		}
+		ks.sched.Sample(r.share, latency > r.delay)
 	}
 	switch {
 	case r.b != nil:
@@ -584,7 +578,7 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	n := now.UnixNano()
 	// fresh: no rotation, not enough new observations, no sign of a shift.
 	fresh := func() bool {
-		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < ks.every.Load() && ks.over.Load() <= ks.overLimit.Load()
+		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < ks.every.Load() && ks.sched.Steady()
 	}
 	if fresh() {
 		return time.Duration(ks.cached.Load())
@@ -600,11 +594,8 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	}
 	var d time.Duration
 	var ok bool
-	if p.auto && ks.warm.Load() && p.shifted(ks) {
-		p.rememberServed(ks, now)
-		ks.est.Restart(now)
-		ks.shifts.Add(1)
-		ks.lowEvidence = 0
+	if p.auto && ks.warm.Load() && ks.sched.Shifted() {
+		ks.sched.Shift(&p.sched, ks.est, now)
 		if p.cfg.Logger != nil {
 			p.cfg.Logger.Info("tailcut: latency shifted: hedge delay relearned from new observations",
 				"key", ks.key, "delay", time.Duration(ks.cached.Load()))
@@ -643,18 +634,13 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 		// As often as the observations double, up to every
 		// autoRecomputeEvery: a schedule made from few samples (after a
 		// start or a shift) is soon replaced by a better one.
-		every = autoEvery(ks.basis.Load())
+		every = ks.sched.Every(recomputeEvery)
 	}
 	ks.every.Store(every)
 	ks.cached.Store(int64(d))
 	ks.warm.Store(ok)
 	ks.sinceCompute.Store(0)
-	ks.planObs.Store(0)
-	ks.over.Store(0)
-	ks.expect.Store(0)
-	if !p.auto || !ok {
-		ks.overLimit.Store(math.MaxInt32)
-	}
+	ks.sched.Reset(p.auto && ok)
 	end := ks.est.WindowEnd()
 	if end.IsZero() {
 		// No observation yet: recompute once observations arrive.

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/schedule"
 )
 
 // hedgedRun sends n requests through p's decision API at rate 1/ms, each
@@ -56,7 +58,7 @@ func TestAutoFollowsAShift(t *testing.T) {
 	if s := p.Stats().Keys[0].Shifts; s != 0 {
 		t.Fatalf("%d shifts on a steady distribution", s)
 	}
-	ref, _ := New(Config{Target: 1 - autoServedDepth*(1-DefaultTarget)})
+	ref, _ := New(Config{Target: 1 - schedule.ServedDepth*(1-DefaultTarget)})
 	_, fresh := hedgedRun(ref, rand.New(rand.NewPCG(3, 4)), gen, 3, 10_000, now)
 	want := fresh[len(fresh)-1]
 
@@ -117,7 +119,7 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 	p, _ := New(Config{Window: 10 * time.Second})
 	r := rand.New(rand.NewPCG(1, 2))
 	now := time.Unix(1_700_000_000, 0)
-	// served is the percentile servedTarget sets now and the count of the
+	// served is the percentile ServedTarget sets now and the count of the
 	// distribution it is set on (the schedule aimed at it may still be the
 	// Target's: chooseServed, TestServedTargetKeepsTheDeepTail).
 	served := func() (float64, float64) {
@@ -128,7 +130,7 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 		if !ok {
 			t.Fatal("no distribution")
 		}
-		return p.servedTarget(ks, dist, now), dist.Count()
+		return ks.sched.ServedTarget(&p.sched, dist, now), dist.Count()
 	}
 	target := func() float64 { tg, _ := served(); return tg }
 	now, _ = hedgedRun(p, r, gen, 1, 10_000, now)
@@ -143,7 +145,7 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 		t.Errorf("1,000 requests after the shift: target %v, want 0.97", got)
 	}
 	now, _ = hedgedRun(p, r, gen, 3, 9_000, now)
-	b := p.keys["k"].served.n
+	b := p.keys["k"].sched.ServedBefore()
 	got, n := served()
 	if want := 1 - 0.01*(b+n)/n; b < 5_000 || math.Abs(got-want) > 1e-9 || want < 0.97 {
 		t.Errorf("10,000 requests after the shift (%v before, %v after): target %v, want %v", b, n, got, want)
@@ -152,7 +154,7 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 	if got := target(); got != 0.99 {
 		t.Errorf("the old requests out of the windows: target %v, want 0.99", got)
 	}
-	_, _ = hedgedRun(p, r, gen, 1, 3_000, now) // a downward shift shows slowly (shift.go)
+	_, _ = hedgedRun(p, r, gen, 1, 3_000, now) // a downward shift shows slowly (internal/schedule, State.Shifted)
 	if p.Stats().Keys[0].Shifts != 2 {
 		t.Fatalf("%d shifts after the latency fell back, want 2", p.Stats().Keys[0].Shifts)
 	}

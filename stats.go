@@ -175,7 +175,7 @@ func (p *Policy) Stats() Stats {
 			Diagnosis:         Diagnosis(ks.diag.status.Load()),
 			WindowTriggerRate: math.Float64frombits(ks.diag.rate.Load()),
 			Auto:              ks.auto.Load(),
-			Shifts:            ks.shifts.Load(),
+			Shifts:            ks.sched.Shifts(),
 		})
 		if states != nil {
 			states = append(states, ks)

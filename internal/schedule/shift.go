@@ -1,4 +1,4 @@
-package tailcut
+package schedule
 
 import "math"
 
@@ -29,9 +29,9 @@ func shiftAbove(n, p, basis float64) float64 {
 	return e + 6*math.Sqrt(v) + 4
 }
 
-// smoothedShare returns the share p estimated from basis observations,
+// SmoothedShare returns the share p estimated from basis observations,
 // smoothed towards one half by one observation each way.
-func smoothedShare(p, basis float64) float64 { return (p*basis + 1) / (basis + 2) }
+func SmoothedShare(p, basis float64) float64 { return (p*basis + 1) / (basis + 2) }
 
 // shiftEvidence is the log-likelihood ratio at which the evidence for a
 // downward shift is taken as proof: e¹⁶, about ten million to one.
@@ -42,34 +42,34 @@ const shiftEvidence = 16
 // a shift.
 const shiftBelowBasis = 1000
 
-// shifted reports whether the primaries learned since the last
-// recomputation of ks disagree with the schedule's predicted trigger rate.
-// ks.mu is held.
+// Shifted reports whether the primaries learned since the last
+// recomputation disagree with the schedule's predicted trigger rate. The
+// caller holds the key's lock.
 //
 // An upward shift shows at once: many more primaries outlive the delay in
 // one stretch between recomputations. A downward one shows slowly —
 // stragglers keep outliving any delay — so its evidence accumulates over
 // stretches (a CUSUM test of the predicted share against half of it) until
 // it reaches shiftEvidence; on a steady distribution it drifts back to 0.
-func (p *Policy) shifted(ks *keyState) bool {
-	n := float64(ks.planObs.Load())
+func (s *State) Shifted() bool {
+	n := float64(s.planObs.Load())
 	if n == 0 {
 		return false
 	}
-	over := float64(ks.over.Load())
+	over := float64(s.over.Load())
 	// The samples may have begun under different schedules: their mean
 	// predicted share.
-	share := float64(ks.expect.Load()) / 1e6 / n
-	basis := float64(ks.basis.Load())
+	share := float64(s.expect.Load()) / 1e6 / n
+	basis := float64(s.basis.Load())
 	if over > shiftAbove(n, share, basis) {
 		return true
 	}
 	if basis < shiftBelowBasis || !(share > 0 && share < 1) {
-		ks.lowEvidence = 0
+		s.lowEvidence = 0
 		return false
 	}
 	low := share / 2
 	llr := over*math.Log(low/share) + (n-over)*math.Log((1-low)/(1-share))
-	ks.lowEvidence = max(0, ks.lowEvidence+llr)
-	return ks.lowEvidence > shiftEvidence
+	s.lowEvidence = max(0, s.lowEvidence+llr)
+	return s.lowEvidence > shiftEvidence
 }

@@ -1,0 +1,175 @@
+package schedule
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/latency"
+)
+
+// distributions the auto delay is pinned on (the root package's tests
+// learn them through a Policy).
+var autoDists = map[string]func(r *rand.Rand) time.Duration{
+	"lognormal 5ms/2ms, 5% x10": func(r *rand.Rand) time.Duration {
+		s2 := math.Log(1 + 4.0/25)
+		ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
+		if r.Float64() < 0.05 {
+			ms *= 10
+		}
+		return time.Duration(ms * 1e6)
+	},
+	"trimodal 100/300/800ms": func(r *rand.Rand) time.Duration {
+		switch u := r.Float64(); {
+		case u < 0.90:
+			return time.Duration((80 + 40*r.Float64()) * 1e6)
+		case u < 0.95:
+			return time.Duration((280 + 40*r.Float64()) * 1e6)
+		default:
+			return time.Duration((750 + 100*r.Float64()) * 1e6)
+		}
+	},
+	"pareto 1.5, 1ms": func(r *rand.Rand) time.Duration {
+		return time.Duration(1e6 / math.Pow(1-r.Float64(), 1/1.5))
+	},
+}
+
+// learnAt feeds n latencies from gen, one a millisecond, to an estimator
+// of a one-hour window (as a Policy's key learns unhedged primaries),
+// and returns it and the time after the last.
+func learnAt(t testing.TB, gen func(*rand.Rand) time.Duration, n int) (*latency.Estimator, time.Time) {
+	t.Helper()
+	est, err := latency.New(latency.Config{Window: time.Hour, MinSamples: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	now := time.Unix(1_700_000_000, 0)
+	for range n {
+		est.Add(gen(r), now)
+		now = now.Add(time.Millisecond)
+	}
+	return est, now
+}
+
+// learn is the distribution of n latencies from gen (learnAt).
+func learn(t testing.TB, gen func(*rand.Rand) time.Duration, n int) latency.Distribution {
+	t.Helper()
+	est, now := learnAt(t, gen, n)
+	dist, ok := est.Distribution(now)
+	if !ok {
+		t.Fatal("no distribution")
+	}
+	return dist
+}
+
+// params are the auto delay's settings for budget b and maxHedges at the
+// policy's defaults otherwise (the p99, no delay bounds, a one-hour
+// window).
+func params(b budget.Budget, maxHedges int) *Params {
+	p := ParamsFor(b)
+	p.Target, p.MaxHedges, p.Window, p.MinEvery = 0.99, maxHedges, time.Hour, 16
+	return &p
+}
+
+// trimodal returns the demo's distribution with a slow share s, half of
+// it at 280–320 ms and half at 750–850 ms, the rest at 80–120 ms.
+func trimodal(s float64) func(*rand.Rand) time.Duration {
+	return func(r *rand.Rand) time.Duration {
+		switch u := r.Float64(); {
+		case u < s/2:
+			return time.Duration((280 + 40*r.Float64()) * 1e6)
+		case u < s:
+			return time.Duration((750 + 100*r.Float64()) * 1e6)
+		}
+		return time.Duration((80 + 40*r.Float64()) * 1e6)
+	}
+}
+
+// TestAutoKeepsItsRegime: on the trimodal workload at the budget's ratio
+// the auto delay hedges the gap above the main mode. A window whose slow
+// share has wandered to 11.2 % would, alone, choose to hedge past the
+// first slow mode instead; with the gap schedule in force (and the level
+// it served) the choice stays in the gap, since switching would put more
+// requests above that level. Without an incumbent, or when the slow share
+// has grown past what the gap can serve (20 %), the choice is the
+// window's own.
+func TestAutoKeepsItsRegime(t *testing.T) {
+	// The ratio bucket of a fixed burst of 10, under which a window's slow
+	// share of 11.2 % makes the gap look worse (with the windowed default
+	// the gap stays the choice: TestAutoWindowedKeepsTheGap).
+	b, _ := budget.NewRatio(0, 0, 0)
+	p := params(b, 2)
+	distOf := func(s float64) latency.Distribution { return learn(t, trimodal(s), 20_000) }
+	steady, wandered, grown := distOf(0.10), distOf(0.112), distOf(0.2)
+	gap := 200 * time.Millisecond
+	inc := p.keepRegime(steady, p.Choose(steady, p.Target), nil)
+	for range 20 { // recomputations on the steady distribution
+		inc = p.keepRegime(steady, p.Choose(steady, p.Target), &inc)
+	}
+	if inc.Delay >= gap {
+		t.Fatalf("steady: delay %v, want the gap below %v", inc.Delay, gap)
+	}
+	alone := p.Choose(wandered, p.Target)
+	if alone.Delay < gap {
+		t.Fatalf("wandered, alone: delay %v, want past the first slow mode (the test's premise)", alone.Delay)
+	}
+	if got := p.keepRegime(wandered, alone, nil); got.Delay != alone.Delay {
+		t.Errorf("wandered, no incumbent: delay %v, want the window's own %v", got.Delay, alone.Delay)
+	}
+	if got := p.keepRegime(wandered, alone, &inc); got.Delay != inc.Delay {
+		t.Errorf("wandered, gap in force (level %v): delay %v, want the incumbent's %v", inc.level, got.Delay, inc.Delay)
+	}
+	own := p.Choose(grown, p.Target)
+	if got := p.keepRegime(grown, own, &inc); got.Delay != own.Delay {
+		t.Errorf("grown, gap in force (level %v): delay %v, want the window's own %v", inc.level, got.Delay, own.Delay)
+	}
+}
+
+// TestServedTargetKeepsTheDeepTail: a served target deeper than the
+// Target (ServedTarget) is not bought with the deep tail: the schedule
+// chooseServed returns predicts a deep percentile at most autoServedDeep
+// above the Target schedule's. Where the deeper target's own schedule
+// would predict more (with one hedge its denied requests are the deep
+// tail), the best one for it triggering at most at the budget's ratio is
+// taken if it is within the bound, else the Target's schedule is kept.
+func TestServedTargetKeepsTheDeepTail(t *testing.T) {
+	var paths [3]int // own schedule, one at the ratio, the Target's
+	for _, hedges := range []int{1, 2} {
+		// The ratio bucket of a fixed burst of 10, whose denials make
+		// the served target's own schedule lose the deep tail.
+		b, _ := budget.NewRatio(0, 0, 0)
+		p := params(b, hedges)
+		for name, gen := range autoDists {
+			dist := learn(t, gen, 20_000)
+			target := 1 - ServedDepth*(1-p.Target)
+			deep := deepOf(target)
+			base := p.Choose(dist, p.Target)
+			limit := time.Duration((1 + autoServedDeep) * float64(scheduleQuantile(dist, base, deep)))
+			want, path := p.Choose(dist, target), 0
+			if scheduleQuantile(dist, want, deep) > limit {
+				want, path = p.chooseUpTo(dist, target, p.Ratio), 1
+				if want.HedgeRate > p.Ratio*want.Grant*(1+1e-9) {
+					t.Errorf("%s, %d hedges: schedule at the ratio %+v triggers at %v", name, hedges, want, want.HedgeRate/want.Grant)
+				}
+				if scheduleQuantile(dist, want, deep) > limit {
+					want, path = base, 2
+				}
+			}
+			paths[path]++
+			got := p.chooseServed(dist, target)
+			if q := scheduleQuantile(dist, got, deep); q > limit {
+				t.Errorf("%s, %d hedges: served schedule %+v predicts p%g %v, over %v", name, hedges, got, 100*deep, q, limit)
+			}
+			if got.Delay != want.Delay || got.Target != want.Target || got.Hedges != want.Hedges {
+				t.Errorf("%s, %d hedges: got %v/%d for the p%g, want %v/%d for the p%g (path %d)", name, hedges, got.Delay, got.Hedges, 100*got.Target, want.Delay, want.Hedges, 100*want.Target, path)
+			}
+			t.Logf("%s, %d hedges: path %d, %v/%d for the p%g (p%g %v, bound %v)", name, hedges, path, got.Delay, got.Hedges, 100*got.Target, 100*deep, scheduleQuantile(dist, got, deep), limit)
+		}
+	}
+	if paths[0] == 0 || paths[2] == 0 {
+		t.Errorf("paths taken %v: want both the served target's own schedule and the Target's (the test's premise)", paths)
+	}
+}

@@ -1,0 +1,108 @@
+package schedule
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/tailcut/tailcut/latency"
+)
+
+// State is what a key's auto schedule carries from one recomputation to
+// the next: the counts of its shift test, the prediction they are tested
+// against, and the choice in force with the traffic it served. The policy
+// keeps one in each key, by value; its zero value is a key without a
+// choice.
+//
+// The fields the request path reads and writes come first, 32 bytes (the
+// predicted share, the shift test's counts; TestStateLayout), so that the
+// policy can give them the cache line of its own request-path fields. The
+// rest is written only by Recompute and Shift, which the caller
+// serialises (the key's lock), and read only under it.
+type State struct {
+	over      atomic.Int32  // learned primaries since the last recomputation longer than their delay
+	overLimit atomic.Int32  // over past this before the next recomputation: the latency shifted up
+	planObs   atomic.Int32  // learned primaries since the last recomputation that sampled the trigger rate
+	basis     atomic.Int32  // observations the last recomputation was made from (capped)
+	expect    atomic.Int64  // the sum of the sampled primaries' predicted P(X > delay), in millionths
+	planned   atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
+
+	lowEvidence float64      // evidence for a downward shift (shift.go)
+	served      servedBefore // the traffic served before the last shift
+	shifts      atomic.Int64 // windows restarted after a shift
+	last        *Choice      // the last choice: the incumbent while of the current epoch
+}
+
+// Planned returns the share of requests that the schedule in force
+// predicted would outlive its delay, P(X > delay), smoothed
+// (SmoothedShare): what a request begun now samples for the shift test.
+func (s *State) Planned() float64 { return math.Float64frombits(s.planned.Load()) }
+
+// Sample records a learned primary begun when the schedule in force
+// predicted it would outlive its delay with probability share, and
+// whether it did (over).
+func (s *State) Sample(share float32, over bool) {
+	s.planObs.Add(1)
+	s.expect.Add(int64(float64(share)*1e6 + 0.5))
+	if over {
+		s.over.Add(1)
+	}
+}
+
+// Steady reports whether the primaries that outlived their delay since
+// the last recomputation are still within the count that the schedule
+// predicted: past it, the latency has shifted up and the schedule is
+// recomputed at once.
+func (s *State) Steady() bool { return s.over.Load() <= s.overLimit.Load() }
+
+// Reset starts the shift test's counts anew after a recomputation; watch
+// is false when no auto schedule was chosen (a pinned quantile, or a key
+// warming up), whose counts no upward shift is to be told from.
+func (s *State) Reset(watch bool) {
+	s.planObs.Store(0)
+	s.over.Store(0)
+	s.expect.Store(0)
+	if !watch {
+		s.overLimit.Store(math.MaxInt32)
+	}
+}
+
+// Every is how many observations the key waits for before its schedule
+// is recomputed (the package's Every of the last recomputation's basis).
+func (s *State) Every(least int32) int32 { return Every(s.basis.Load(), least) }
+
+// Shifts returns how many times the key's latency shifted (Shift).
+func (s *State) Shifts() int64 { return s.shifts.Load() }
+
+// Shift records at now that the key's latency shifted (Shifted): it
+// remembers the traffic served in est's windows, restarts them, and
+// starts the evidence for the next shift anew. The caller holds the
+// key's lock.
+func (s *State) Shift(p *Params, est *latency.Estimator, now time.Time) {
+	s.rememberServed(p, est, now)
+	est.Restart(now)
+	s.shifts.Add(1)
+	s.lowEvidence = 0
+}
+
+// Recompute chooses the key's schedule on dist at now, the distribution
+// of its blended windows, and keeps it as the incumbent for the next
+// choice, with what the shift test reads of it. The caller holds the
+// key's lock and puts the choice in force.
+func (s *State) Recompute(p *Params, dist latency.Distribution, now time.Time) Choice {
+	var inc *Choice
+	if c := s.last; c != nil && c.epoch == s.shifts.Load() {
+		inc = c
+	}
+	ch := p.keepRegime(dist, p.chooseServed(dist, s.ServedTarget(p, dist, now)), inc)
+	ch.epoch = s.shifts.Load()
+	ch.NoRetry = ch.Hedges == 1 && dist.HedgeWins(2*ch.Delay) < 0.75*dist.HedgeWins(ch.Delay)
+	basis := min(dist.Count(), math.MaxInt32)
+	share := SmoothedShare(dist.Survival(ch.Delay), basis)
+	next := float64(Every(int32(basis), p.MinEvery)) // observations to the next recomputation
+	s.planned.Store(math.Float64bits(share))
+	s.overLimit.Store(int32(shiftAbove(next, share, basis)))
+	s.basis.Store(int32(basis))
+	s.last = &ch
+	return ch
+}
