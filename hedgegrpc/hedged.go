@@ -172,6 +172,16 @@ func (h *hcall) launchLocked(now time.Time, r tailcut.SendReason) context.Contex
 // startHedgeLocked launches the next attempt, sent for reason r, as a
 // hedge on its own goroutine, decoding into a fresh message of the reply's
 // type.
+//
+// The request is copied here, under mu, while the call is undecided: the
+// caller waits in the interceptor until the call is decided and may reuse
+// its message as soon as it returns, and a hedge launched just before the
+// answer may start on its goroutine only then, while grpc-go marshals a
+// losing hedge's request as it runs (TestLateHedgeLeavesTheRequestAlone).
+// Such a hedge is still invoked, on its already cancelled context, which
+// ends it before it reaches the network: every hedge the policy granted is
+// a call gRPC's own metrics and stats handlers see, and the counts agree
+// (hedgegrpcotel's TestPluginCountsCalls).
 func (h *hcall) startHedgeLocked(now time.Time, r tailcut.SendReason) {
 	k := h.launched
 	actx := h.launchLocked(now, r)
@@ -179,34 +189,21 @@ func (h *hcall) startHedgeLocked(now time.Time, r tailcut.SendReason) {
 		h.stream.startLocked(actx, k)
 		return
 	}
+	req := h.hedgeRequestLocked()
 	go func() {
-		req, ok := h.hedgeRequest()
-		if !ok {
-			return // decided before this hedge started: nothing to send
-		}
 		res := h.attempt(actx, k, req, h.replyType.New().Interface())
 		h.event(&res)
 	}()
 }
 
-// hedgeRequest returns the request message a hedge sends: a copy of the
-// caller's, taken under mu while the call is undecided, or false once it
-// is decided. The caller waits in the interceptor until the call is
-// decided, and may reuse its message as soon as it returns; a hedge
-// launched just before the answer may start only then, and grpc-go
-// marshals a losing hedge's request while it still runs
-// (TestLateHedgeLeavesTheRequestAlone). A request that is not a protobuf
-// message cannot be copied and is sent as it is.
-func (h *hcall) hedgeRequest() (any, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.decided {
-		return nil, false
-	}
+// hedgeRequestLocked returns the request message a hedge sends: a copy of
+// the caller's. A request that is not a protobuf message cannot be copied
+// and is sent as it is.
+func (h *hcall) hedgeRequestLocked() any {
 	if m, ok := h.req.(proto.Message); ok {
-		return proto.Clone(m), true
+		return proto.Clone(m)
 	}
-	return h.req, true
+	return h.req
 }
 
 // attempt runs attempt k, sending req and decoding into msg, and returns

@@ -10,7 +10,7 @@ import (
 	"github.com/tailcut/tailcut/internal/longtest"
 )
 
-// heldOut are distributions the auto delay was not tuned on (issue 17):
+// heldOut are distributions the auto delay was not tuned on:
 // a rare slow mode, a heavy power-law tail and a wide lognormal, each
 // with a 1 ms body, at bhope's load and setup.
 func heldOut() []*Scenario {

@@ -12,7 +12,7 @@ import (
 
 // TestDryRunPredictsP99: a dry run on bhope predicts, from the latencies it
 // measured without hedging, a p99 within 15 % of the p99 the same policy
-// then reaches with hedging switched on (issue 6).
+// then reaches with hedging switched on.
 func TestDryRunPredictsP99(t *testing.T) {
 	t.Parallel()
 	sc, err := Lookup("bhope")

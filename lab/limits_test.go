@@ -20,10 +20,9 @@ func sampled(draw func(*rand.Rand) time.Duration, n int) latency.Distribution {
 
 // TestIdealisedLimits pins what no delay-based hedging can do on the lab's
 // distributions within the 0.8 × budget rule — a first hedge to at most
-// 0.8 × a 10 % budget of requests, later ones to at most half a point;
-// the auto delay's rule until issue 17 let its model choose any rate up
-// to 1.5 × the ratio — so that the lab's figures are read against the
-// limit (issue 10):
+// 0.8 × a 10 % budget of requests, later ones to at most half a point
+// (the auto delay's model may choose any rate up to 1.5 × the ratio) —
+// so that the lab's figures are read against the limit:
 //
 //   - bhope: the p99 cannot go below about 16.2 ms (the lab reaches
 //     16.4 ms); with the second hedge the p99.9 can reach 27 ms.

@@ -69,7 +69,7 @@ func TestRunRealPredictive(t *testing.T) {
 	}
 }
 
-// On predictable the cold label pays, and meets issue 16's bar as the
+// On predictable the cold label pays, and meets the predictive experiment's bar as the
 // experiment runs it: on each of seeds 1–5, at 200,000 requests a run,
 // predictive closes at least half the adaptive → oracle p99 gap at no
 // more extra load than adaptive (50.5, 57.7, 54.1, 57.1 and 75.6 %; at

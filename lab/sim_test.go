@@ -188,7 +188,7 @@ func TestMaxHedges(t *testing.T) {
 }
 
 func TestLockTrap(t *testing.T) {
-	// Issue 5: B (hedging + global lock) hedges > 50 % and gets the
+	// B (hedging + global lock) hedges > 50 % and gets the
 	// root-cause warning; C (16 shards) stays < 30 %.
 	sts, err := ParseStrategies("none,static!:50ms")
 	if err != nil {

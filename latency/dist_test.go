@@ -11,7 +11,7 @@ import (
 // TestHedgedAgainstMonteCarlo pins the predictor against a Monte Carlo
 // simulation of the same distribution: for one hedge at several delays and
 // for two hedges at chosen offsets, the predicted p99 must be within 10 %
-// of the simulated one (issue 10), on lognormal-with-stragglers, trimodal
+// of the simulated one, on lognormal-with-stragglers, trimodal
 // and Pareto inputs.
 func TestHedgedAgainstMonteCarlo(t *testing.T) {
 	for name, gen := range generators {
