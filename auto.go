@@ -115,7 +115,7 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 	}
 	dist, ok := ks.est.DistributionWith(&sc, now)
 	if ok && kc != nil {
-		dist = forecastDist(kc, &sc, dist, now)
+		dist = forecastDist(kc, &sc, dist)
 	}
 	if !ok {
 		if f := ks.fleet.Load(); f != nil && f.Count() >= max(p.cfg.MinSamples, 1) {

@@ -182,14 +182,17 @@ type Config struct {
 
 	// Period is the cycle of a key's latency that the auto delay
 	// forecasts from (forecast.go): under a periodic load — diurnal
-	// traffic, an hourly batch job — the live windows lag the load by
-	// about a Window, and the same phase of the cycles before tells the
-	// latency of the window to come better. Zero means detect each key's
-	// cycle from its own finished windows (internal/cycle): a key whose
-	// latency does not repeat, or has not repeated for three cycles yet,
-	// is decided exactly as without it. Positive gives the period, which
-	// must be at least two Windows; detection is skipped. Negative never
-	// forecasts. Ignored when Quantile is set.
+	// traffic, an hourly batch job — the live windows follow the cycle a
+	// Window late and minimise each window's own p99, hedging the trough
+	// as much as the peak; once the cycle is known, the auto delay
+	// chooses from the distribution of a whole cycle as the cycles before
+	// had it, mixed with the live one. Zero means detect each key's cycle
+	// from its own finished windows (internal/cycle; a period of up to
+	// about 85 Windows): a key whose latency does not repeat, or has not
+	// repeated for three cycles yet, is decided exactly as with a
+	// negative Period. Positive gives the period, which must be at least
+	// two Windows; detection is skipped. Negative never forecasts.
+	// Ignored when Quantile is set.
 	Period time.Duration
 
 	// Logger receives the diagnosis warning (one per episode and key) when

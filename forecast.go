@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,37 +10,57 @@ import (
 	"github.com/tailcut/tailcut/latency"
 )
 
-// The cycle forecast (Config.Period). A key's live distribution — two
-// rotating windows, blended — lags a periodic load by about a window: the
-// auto delay chosen from it is too long while the latency rises and too
-// short while it falls. A key whose latency repeats gets a cycle.Tracker,
-// fed each finished window at the recomputation that follows its rotation;
-// once the tracker knows the cycle and the phase to come holds enough
-// observations, each recomputation chooses from that phase's distribution
-// mixed with the live one (forecastWeight), so that the schedule leads the
-// load instead of following it. Without a cycle the tracker forecasts
-// nothing, and the auto delay chooses from the live distribution alone,
-// exactly as with a negative Period.
+// The cycle forecast (Config.Period). Under a periodic load — diurnal
+// traffic, a batch job every so often — a key's live distribution (two
+// rotating windows, blended) follows the cycle a window late, and the auto
+// delay chosen from it minimises each window's own p99: it hedges as much
+// at the trough, where no request comes near the p99 of the traffic as a
+// whole, as at the peak, which makes that p99. A key whose latency repeats
+// gets a cycle.Tracker, fed each finished window; once the tracker knows
+// the cycle and every phase of it holds enough observations, the auto
+// delay chooses from the cycle's distribution — its phases' forecasts
+// merged, the traffic of one whole cycle as the cycles before it had it —
+// mixed with the live one (forecastWeight): the schedule that minimises
+// the p99 of what the key serves over the cycle. The best schedule of
+// delays per phase, found offline, is barely cheaper than the best single
+// delay on the periodic scenarios, and choosing each window's schedule
+// from its phase's forecast instead measured worse than the cycle's
+// (`tailcut lab experiment periodic`). Without a cycle the tracker
+// forecasts nothing, and the auto delay chooses from the live
+// distribution alone, exactly as with a negative Period.
 //
 // A key's tracker lives in the policy's table, not in keyState: keyState
 // fills its cache lines to the byte (TestKeyStateLayout), and the tracker
 // is read only at recomputation, where a map lookup is lost in the
 // schedule's choice (BenchmarkAutoRecompute).
 
-// forecastWeight is the share of the forecast in the distribution the
-// auto delay chooses from when the tracker forecasts; the rest is the live
+// forecastWeight is the share of the cycle's distribution in the one the
+// auto delay chooses from when the tracker knows it; the rest is the live
 // distribution, which still answers for what the cycle does not repeat
-// (`tailcut lab experiment periodic` compares it with the live
-// distribution alone).
+// (`tailcut lab experiment periodic`; shares from a half to all of it
+// measured alike there).
 const forecastWeight = 0.75
 
-// keyCycle is a key's cycle tracker and when its estimator's current
-// window ends, written under the key's mu.
+// keyCycle is a key's cycle tracker and what feeds it, written under the
+// key's mu.
 type keyCycle struct {
 	tr *cycle.Tracker
-	// next is the end of the window the estimator was in when the
-	// tracker was last fed: at or past it, a window has finished.
+	// next is the end of the estimator's current window as last seen:
+	// at or past it, a window has finished.
 	next time.Time
+	// prev is the window fed last while it is still the estimator's
+	// previous one, so that the current one can be told from the two
+	// before a restart (beforeRestart); nil when the previous window is
+	// not it.
+	prev *latency.Snapshot
+	// The grid of the tracker's windows, which end at origin + k·Window,
+	// and the latencies of window accIdx so far (nil: none yet).
+	origin time.Time
+	acc    *latency.Snapshot
+	accIdx int64
+	// cyc is the distribution of a whole cycle (cycOK: known).
+	cyc   latency.Distribution
+	cycOK bool
 	// period is the cycle in use, ns (0: none), for Stats, which does
 	// not take the key's lock.
 	period atomic.Int64
@@ -103,36 +124,140 @@ func (p *Policy) observeCycle(ks *keyState, now time.Time) *keyCycle {
 		if err != nil {
 			return nil // validated in New
 		}
-		kc = &keyCycle{tr: tr}
+		kc = &keyCycle{tr: tr, origin: end}
+		kc.notePeriod()
 		p.cycles.put(ks, kc)
 	}
 	s, end, ok := ks.est.LastWindow(now)
 	if !ok {
 		return kc
 	}
-	_ = kc.tr.ObserveWindow(end, s) // the snapshot is the estimator's, of the accuracy configured
-	kc.next = end.Add(p.cfg.Window)
+	kc.add(end.Add(-p.cfg.Window), end, s, p.cfg.Window, now)
+	kc.next, kc.prev = end.Add(p.cfg.Window), s
+	return kc
+}
+
+// beforeRestart feeds ks's tracker, at a shift at now, the part of the
+// current window that the estimator's restart is about to drop: a load
+// whose latency rises each cycle shifts each cycle, and without it the
+// tracker would never see the cycle's rising edge. The current window is
+// both windows' snapshot less the previous one, bin by bin (the censored
+// observations spread over each as the estimator spreads them). ks.mu is
+// held, and the estimator restarts at now next.
+func (p *Policy) beforeRestart(ks *keyState, now time.Time) {
+	kc := p.observeCycle(ks, now)
+	if kc == nil {
+		return
+	}
+	var s *latency.Snapshot
+	if cur, prev := ks.est.Counts(now); cur > 0 {
+		s = ks.est.Snapshot(now)
+		if prev > 0 && kc.prev != nil {
+			s = subtract(s, kc.prev)
+		}
+	}
+	kc.add(kc.next.Add(-p.cfg.Window), now, s, p.cfg.Window, now)
+	// The estimator's windows start again at now.
+	kc.next, kc.prev = now.Add(p.cfg.Window), nil
+}
+
+// add records the latencies s observed over [start, end) in the window of
+// the grid (windows ending at origin + k·Window) that their middle falls
+// in, and feeds the tracker the windows before it, complete. The
+// estimator's own windows are that grid until a shift restarts them at
+// the shift's time: the tracker is fed the grid all the same, so that its
+// history keeps one sample per Window.
+func (kc *keyCycle) add(start, end time.Time, s *latency.Snapshot, window time.Duration, now time.Time) {
+	mid := start.Add(end.Sub(start) / 2)
+	idx := int64(math.Floor(float64(mid.Sub(kc.origin))/float64(window))) + 1
+	if kc.acc != nil && idx > kc.accIdx {
+		_ = kc.tr.ObserveWindow(kc.origin.Add(time.Duration(kc.accIdx)*window), kc.acc) // the estimator's accuracy
+		kc.acc = nil
+		kc.notePeriod()
+		kc.noteCycle(window, now)
+	}
+	if s == nil || s.Count() == 0 {
+		return
+	}
+	if kc.acc == nil {
+		// A copy: s may be kept as the estimator's previous window.
+		kc.acc, kc.accIdx = s.Copy(), idx
+		return
+	}
+	_ = kc.acc.Merge(s) // one accuracy
+}
+
+// subtract returns the observations of all that are not in part, bin by
+// bin, rounded to whole observations.
+func subtract(all, part *latency.Snapshot) *latency.Snapshot {
+	less := make(map[time.Duration]float64)
+	part.ForEach(func(d time.Duration, n float64) bool {
+		less[d] += n
+		return true
+	})
+	out, _ := latency.NewSnapshot(latency.DefaultRelativeAccuracy)
+	var carry float64
+	all.ForEach(func(d time.Duration, n float64) bool {
+		// A bin's representative latency maps back to the bin.
+		carry += max(n-less[d], 0)
+		for ; carry >= 0.5; carry-- {
+			out.Add(d)
+		}
+		return true
+	})
+	return out
+}
+
+// noteCycle recomputes, after the tracker was fed, the distribution of a
+// whole cycle: its phases' forecasts merged, each phase weighing its
+// traffic. It runs once per window, so that a recomputation only mixes
+// it in.
+func (kc *keyCycle) noteCycle(window time.Duration, now time.Time) {
+	kc.cyc, kc.cycOK = latency.Distribution{}, false
+	per, _, ok := kc.tr.Period()
+	if !ok {
+		return
+	}
+	// One time in each phase (as many as the tracker cuts the cycle in).
+	n := min(max(int(math.Round(float64(per)/float64(window))), 1), kc.tr.Config().MaxPhases)
+	var all *latency.Snapshot
+	for k := range n {
+		s, ok := kc.tr.ForecastSnapshot(now.Add(time.Duration(k) * per / time.Duration(n)))
+		if !ok {
+			return // a phase unknown: no cycle's distribution yet
+		}
+		if all == nil {
+			all = s
+		} else {
+			_ = all.Merge(s)
+		}
+	}
+	if all != nil {
+		kc.cyc, kc.cycOK = all.Distribution()
+	}
+}
+
+// notePeriod publishes the cycle in use for Stats.
+func (kc *keyCycle) notePeriod() {
 	var period time.Duration
 	if d, _, ok := kc.tr.Period(); ok {
 		period = d
 	}
 	kc.period.Store(int64(period))
-	return kc
 }
 
-// forecastDist returns the distribution the auto delay chooses from at
-// now, given the live one: the forecast of the window to come from kc's
-// tracker mixed with it when the tracker forecasts one, live itself when
-// not. The key's mu is held; the result's storage is sc's.
-func forecastDist(kc *keyCycle, sc *latency.Scratch, live latency.Distribution, now time.Time) latency.Distribution {
-	f, ok := kc.tr.Forecast(now)
-	if !ok {
+// forecastDist returns the distribution the auto delay chooses from,
+// given the live one: the cycle's distribution mixed with it when kc's
+// tracker knows it, live itself when not. The key's mu is held; the
+// result's storage is sc's.
+func forecastDist(kc *keyCycle, sc *latency.Scratch, live latency.Distribution) latency.Distribution {
+	if !kc.cycOK {
 		return live
 	}
 	// The live count stays the basis (the recomputation cadence and the
 	// shift test count the key's own observations); the shape is the
 	// mixture's.
-	return latency.MixWith(sc, live, f, 1-forecastWeight)
+	return latency.MixWith(sc, live, kc.cyc, 1-forecastWeight)
 }
 
 // periodOf returns the cycle ks's tracker has in use, 0 for none.

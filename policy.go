@@ -596,6 +596,9 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	var d time.Duration
 	var ok bool
 	if p.auto && ks.warm.Load() && ks.sched.Shifted() {
+		if p.forecasting() {
+			p.beforeRestart(ks, now)
+		}
 		ks.sched.Shift(&p.sched, ks.est, now)
 		if p.cfg.Logger != nil {
 			p.cfg.Logger.Info("tailcut: latency shifted: hedge delay relearned from new observations",

@@ -56,7 +56,10 @@ func PeriodicRows() []PeriodicRow {
 			}
 			return runEach(cfg, sts)
 		}},
-		{Name: "adaptive (auto delay)", Run: func(cfg Config) ([]*Result, error) { return runEach(cfg, []Strategy{{Kind: Adaptive}}) }},
+		{Name: "adaptive (auto delay, Period < 0)", Run: func(cfg Config) ([]*Result, error) {
+			cfg.Policy.Period = -1
+			return runEach(cfg, []Strategy{{Kind: Adaptive}})
+		}},
 		{Name: "oracle (thresholds p90–p99)", Run: func(cfg Config) ([]*Result, error) {
 			rs := make([]*Result, len(periodicQuantiles))
 			for i, q := range periodicQuantiles {
@@ -69,6 +72,14 @@ func PeriodicRows() []PeriodicRow {
 				rs[i] = r
 			}
 			return rs, nil
+		}},
+		{Name: "forecasting (auto delay, Period detected)", Run: func(cfg Config) ([]*Result, error) {
+			cfg.Policy.Period = 0
+			return runEach(cfg, []Strategy{{Kind: Adaptive}})
+		}},
+		{Name: "forecasting (auto delay, Period given)", Run: func(cfg Config) ([]*Result, error) {
+			cfg.Policy.Period = cfg.Scenario.Period()
+			return runEach(cfg, []Strategy{{Kind: Adaptive}})
 		}},
 	}
 }

@@ -210,10 +210,13 @@ func (t *Tracker) ObserveWindow(end time.Time, s *latency.Snapshot) error {
 		t.feed(end, s)
 		return nil
 	}
-	if !t.record(end, s) {
+	fresh, ok := t.record(end, s)
+	if !ok {
 		return nil
 	}
-	t.redetect(end)
+	if fresh {
+		t.redetect(end)
+	}
 	if t.period != 0 {
 		t.feed(end, s)
 	}
@@ -221,8 +224,13 @@ func (t *Tracker) ObserveWindow(end time.Time, s *latency.Snapshot) error {
 }
 
 // record puts the window ending at end in the history and reports whether
-// it was new.
-func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
+// it was new (fresh) and whether it is to be fed to its phase (ok): a
+// window that ends after the last one observed but rounds to the same
+// window of the history — the caller's windows restarted off the grid,
+// and the first of them ends less than half a window after the last — is
+// fed, and kept in the history only where that window was missing, so that
+// the latencies of a restarted window are not lost.
+func (t *Tracker) record(end time.Time, s *latency.Snapshot) (fresh, ok bool) {
 	x := math.NaN()
 	if s != nil {
 		x = meanLogQuantile(s)
@@ -230,7 +238,7 @@ func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
 	if !t.started {
 		t.origin, t.last, t.started = end, 0, true
 		t.ring[0] = x
-		return true
+		return true, true
 	}
 	w := float64(end.Sub(t.origin)) / float64(t.cfg.Window)
 	if !(w < 1<<62) {
@@ -238,13 +246,19 @@ func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
 		t.origin, t.last = end, 0
 		t.clearRing()
 		t.ring[0] = x
-		return true
+		return true, true
 	}
 	idx := int64(math.Round(w))
-	if idx <= t.last {
-		return false
-	}
 	h := int64(len(t.ring))
+	if idx == t.last {
+		if i := idx % h; math.IsNaN(t.ring[i]) {
+			t.ring[i] = x
+		}
+		return false, true
+	}
+	if idx < t.last {
+		return false, false
+	}
 	if idx-t.last >= h {
 		t.clearRing()
 	} else {
@@ -254,7 +268,7 @@ func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
 	}
 	t.ring[idx%h] = x
 	t.last = idx
-	return true
+	return true, true
 }
 
 // clearRing marks every window of the history missing.
