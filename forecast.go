@@ -101,9 +101,15 @@ func (c *cycles) drop(ks *keyState) {
 // delay and a Period not negative.
 func (p *Policy) forecasting() bool { return p.auto && p.cfg.Period >= 0 }
 
+// cyclePhases bounds the phases of a key's cycle, a sketch each: the auto
+// delay reads the cycle's phases merged, so that phases of a few windows
+// serve it as well as phases of one, and a key's tracker stays within
+// 2 × cyclePhases sketches (the phases and their spares).
+const cyclePhases = 16
+
 // cycleConfig is the trackers' configuration.
 func (c *Config) cycleConfig() cycle.Config {
-	return cycle.Config{Window: c.Window, Period: c.Period, RelativeAccuracy: latency.DefaultRelativeAccuracy}
+	return cycle.Config{Window: c.Window, Period: c.Period, MaxPhases: cyclePhases, RelativeAccuracy: latency.DefaultRelativeAccuracy}
 }
 
 // observeCycle feeds ks's tracker the window that finished, if one did
