@@ -159,9 +159,10 @@
 // A key holds at most 32 KiB of sketch (two windows and their censored
 // parts, latency.DefaultMaxBins bins each); at most MaxKeys keys are kept.
 // With Predictive, each feature bucket holds at most about 9 KiB (18 KiB
-// for a Where bucket), and the regression about 300 bytes per key. A key
-// whose latency cycle is found keeps a sketch per phase of it, at most 16
-// phases (and as many emptied for reuse), besides the tracker's history of
-// 256 numbers that every key of the auto delay has from its first window
-// on (Config.Period < 0: none).
+// for a Where bucket), and the regression about 300 bytes per key. From
+// its first finished window on, a key of the auto delay keeps a cycle
+// tracker (Config.Period; none when it is negative): a history of 256
+// numbers and the window in progress, under 10 KiB, and once a cycle is
+// found a sketch per phase of it, at most 16 phases and as many emptied for
+// reuse.
 package tailcut

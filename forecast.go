@@ -44,15 +44,11 @@ const forecastWeight = 0.75
 // keyCycle is a key's cycle tracker and what feeds it, written under the
 // key's mu.
 type keyCycle struct {
-	tr *cycle.Tracker
+	tr    *cycle.Tracker
+	detMu *sync.Mutex // the policy's, held while tr detects
 	// next is the end of the estimator's current window as last seen:
 	// at or past it, a window has finished.
 	next time.Time
-	// prev is the window fed last while it is still the estimator's
-	// previous one, so that the current one can be told from the two
-	// before a restart (beforeRestart); nil when the previous window is
-	// not it.
-	prev *latency.Snapshot
 	// The grid of the tracker's windows, which end at origin + k·Window,
 	// and the latencies of window accIdx so far (nil: none yet).
 	origin time.Time
@@ -66,10 +62,15 @@ type keyCycle struct {
 	period atomic.Int64
 }
 
-// cycles is the policy's table of the keys' cycle trackers.
+// cycles is the policy's table of the keys' cycle trackers, and the
+// detection scratch they share (a tracker's own would hold several times
+// its history, for every key).
 type cycles struct {
 	mu sync.Mutex
 	m  map[*keyState]*keyCycle
+
+	detMu sync.Mutex // serialises the trackers' calls that detect; after a key's mu
+	det   cycle.Detector
 }
 
 // get returns ks's tracker, nil if it has none.
@@ -108,8 +109,10 @@ func (p *Policy) forecasting() bool { return p.auto && p.cfg.Period >= 0 }
 const cyclePhases = 16
 
 // cycleConfig is the trackers' configuration.
-func (c *Config) cycleConfig() cycle.Config {
-	return cycle.Config{Window: c.Window, Period: c.Period, MaxPhases: cyclePhases, RelativeAccuracy: latency.DefaultRelativeAccuracy}
+func (p *Policy) cycleConfig() cycle.Config {
+	c := &p.cfg
+	return cycle.Config{Window: c.Window, Period: c.Period, MaxPhases: cyclePhases,
+		RelativeAccuracy: latency.DefaultRelativeAccuracy, Detector: &p.cycles.det}
 }
 
 // observeCycle feeds ks's tracker the window that finished, if one did
@@ -126,11 +129,11 @@ func (p *Policy) observeCycle(ks *keyState, now time.Time) *keyCycle {
 		if end.IsZero() || now.Before(end) {
 			return nil // no window has finished yet
 		}
-		tr, err := cycle.New(p.cfg.cycleConfig())
+		tr, err := cycle.New(p.cycleConfig())
 		if err != nil {
 			return nil // validated in New
 		}
-		kc = &keyCycle{tr: tr, origin: end}
+		kc = &keyCycle{tr: tr, origin: end, detMu: &p.cycles.detMu}
 		kc.notePeriod()
 		p.cycles.put(ks, kc)
 	}
@@ -139,7 +142,7 @@ func (p *Policy) observeCycle(ks *keyState, now time.Time) *keyCycle {
 		return kc
 	}
 	kc.add(end.Add(-p.cfg.Window), end, s, p.cfg.Window, now)
-	kc.next, kc.prev = end.Add(p.cfg.Window), s
+	kc.next = end.Add(p.cfg.Window)
 	return kc
 }
 
@@ -147,8 +150,8 @@ func (p *Policy) observeCycle(ks *keyState, now time.Time) *keyCycle {
 // current window that the estimator's restart is about to drop: a load
 // whose latency rises each cycle shifts each cycle, and without it the
 // tracker would never see the cycle's rising edge. The current window is
-// both windows' snapshot less the previous one, bin by bin (the censored
-// observations spread over each as the estimator spreads them). ks.mu is
+// both windows' snapshot less the previous window's, bin by bin (the
+// censored observations spread over each as the estimator spreads them). ks.mu is
 // held, and the estimator restarts at now next.
 func (p *Policy) beforeRestart(ks *keyState, now time.Time) {
 	kc := p.observeCycle(ks, now)
@@ -158,13 +161,13 @@ func (p *Policy) beforeRestart(ks *keyState, now time.Time) {
 	var s *latency.Snapshot
 	if cur, prev := ks.est.Counts(now); cur > 0 {
 		s = ks.est.Snapshot(now)
-		if prev > 0 && kc.prev != nil {
-			s = subtract(s, kc.prev)
+		if w, _, ok := ks.est.LastWindow(now); ok && prev > 0 {
+			s = subtract(s, w)
 		}
 	}
 	kc.add(kc.next.Add(-p.cfg.Window), now, s, p.cfg.Window, now)
 	// The estimator's windows start again at now.
-	kc.next, kc.prev = now.Add(p.cfg.Window), nil
+	kc.next = now.Add(p.cfg.Window)
 }
 
 // add records the latencies s observed over [start, end) in the window of
@@ -177,7 +180,9 @@ func (kc *keyCycle) add(start, end time.Time, s *latency.Snapshot, window time.D
 	mid := start.Add(end.Sub(start) / 2)
 	idx := int64(math.Floor(float64(mid.Sub(kc.origin))/float64(window))) + 1
 	if kc.acc != nil && idx > kc.accIdx {
+		kc.detMu.Lock()
 		_ = kc.tr.ObserveWindow(kc.origin.Add(time.Duration(kc.accIdx)*window), kc.acc) // the estimator's accuracy
+		kc.detMu.Unlock()
 		kc.acc = nil
 		kc.notePeriod()
 		kc.noteCycle(window, now)
@@ -186,8 +191,7 @@ func (kc *keyCycle) add(start, end time.Time, s *latency.Snapshot, window time.D
 		return
 	}
 	if kc.acc == nil {
-		// A copy: s may be kept as the estimator's previous window.
-		kc.acc, kc.accIdx = s.Copy(), idx
+		kc.acc, kc.accIdx = s, idx // s is a copy of the estimator's
 		return
 	}
 	_ = kc.acc.Merge(s) // one accuracy

@@ -74,6 +74,12 @@ type Config struct {
 	// RelativeAccuracy is the accuracy of the snapshots fed, the
 	// Estimator's. Zero means latency.DefaultRelativeAccuracy.
 	RelativeAccuracy float64
+	// Detector, if set, is the scratch storage detection runs in, shared
+	// by the trackers of many keys so that each does not hold its own
+	// (several times its history); the caller then serialises the calls
+	// of every tracker that shares it, not only each one's. Nil: the
+	// tracker's own.
+	Detector *Detector
 }
 
 // withDefaults returns c with zero fields set to their defaults and an
@@ -136,12 +142,11 @@ func (c Config) withDefaults() (Config, error) {
 // each takes the time it acts at.
 type Tracker struct {
 	cfg Config
-	det Detector
+	det *Detector // its own, or Config.Detector
 
 	// The history: ring[idx % History] is the mean log-quantile of
 	// window idx (NaN: missing), windows numbered from origin on.
 	ring    []float64
-	series  []float64 // the ring in order, for detection
 	origin  time.Time
 	last    int64     // number of the last window observed
 	lastEnd time.Time // end of the last window observed
@@ -167,10 +172,12 @@ func New(cfg Config) (*Tracker, error) {
 		return nil, err
 	}
 	t := &Tracker{
-		cfg:    cfg,
-		det:    Detector{MinCycles: cfg.MinCycles, Threshold: cfg.Threshold},
-		ring:   make([]float64, cfg.History),
-		series: make([]float64, cfg.History),
+		cfg:  cfg,
+		det:  cfg.Detector,
+		ring: make([]float64, cfg.History),
+	}
+	if t.det == nil {
+		t.det = &Detector{}
 	}
 	t.clearRing()
 	if cfg.Period != 0 {
@@ -294,10 +301,14 @@ func meanLogQuantile(s *latency.Snapshot) float64 {
 func (t *Tracker) redetect(end time.Time) {
 	h := int64(len(t.ring))
 	n := min(t.last+1, h)
-	xs := t.series[:n]
+	// The ring in order, in the detector's scratch.
+	t.det.input = grow(t.det.input, int(n))
+	xs := t.det.input
 	for i := range n {
 		xs[i] = t.ring[(t.last-n+1+i)%h]
 	}
+	// A shared detector holds another tracker's settings.
+	t.det.MinCycles, t.det.Threshold, t.det.MinPeriod = t.cfg.MinCycles, t.cfg.Threshold, 0
 	det := t.det.Detect(xs)
 	switch {
 	case det.OK && t.period == 0:

@@ -458,7 +458,7 @@ func TestTrackerMemory(t *testing.T) {
 		if _, _, ok := tr.Period(); !ok {
 			t.Fatalf("%s: no cycle", when)
 		}
-		if n := len(tr.phases); n > p+1 || len(tr.spare) > n || len(tr.ring) != history || len(tr.series) != history {
+		if n := len(tr.phases); n > p+1 || len(tr.spare) > n || len(tr.ring) != history || cap(tr.det.input) > history {
 			t.Errorf("%s: %d phases for a cycle of %d windows, %d spares, ring %d", when, n, p, len(tr.spare), len(tr.ring))
 		}
 		for k, ph := range tr.phases {
