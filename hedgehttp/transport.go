@@ -204,9 +204,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	rt := &roundTrip{t: t, req: req}
-	if once, err := rt.takeBody(); err != nil {
+	once, err := rt.takeBody()
+	if err != nil {
 		return nil, err
-	} else if once != nil {
+	}
+	if once != nil {
 		return t.sendOnce(once)
 	}
 
