@@ -133,6 +133,8 @@ func Experiments() []*Experiment {
 		{Name: "delay", Title: "Where to put the delay", Summary: "p90 / p95 / p99 and the SLA-capped min(p90, SLA) × 0.8 on the p99–extra-load frontier", run: expDelay},
 		{Name: "predictive", Title: "Predictive hedging: how much of the gap to the oracle features close", Summary: "adaptive / predictive / oracle on predictable, replica-skew, size, noise and bhope, 5 seeds of 200,000 requests", run: expPredictive,
 			steps: func(o Options) int { return 7*o.seeds(predictiveSeeds) + map[bool]int{false: 0, true: 4}[o.Real] }},
+		{Name: "periodic", Title: "Periodic load: the limit of forecasting the cycle", Summary: "none / static sweep / adaptive / oracle / the best per-phase schedule on diurnal and batch, at equal p99 and equal extra load, 5 seeds", run: expPeriodic,
+			steps: func(o Options) int { return 2*o.seeds(periodicSeeds) + map[bool]int{false: 0, true: 3}[o.Real] }},
 		{Name: "bigtable", Title: "The Tail at Scale: 1,000 keys over 100 servers", Summary: "hedge after 10 ms: p99.9 of a 1,000-key read, and the extra requests", run: expBigtable},
 	}
 }
@@ -157,8 +159,8 @@ func (e *Experiment) Run(o Options) (*Outcome, error) {
 	if o.Scale < 0 || math.IsNaN(o.Scale) {
 		return nil, fmt.Errorf("lab: experiment scale must be positive, got %v", o.Scale)
 	}
-	if o.Real && e.Name != "lock" && e.Name != "predictive" {
-		return nil, fmt.Errorf("lab: experiment %s has no real mode (only lock and predictive)", e.Name)
+	if o.Real && e.Name != "lock" && e.Name != "predictive" && e.Name != "periodic" {
+		return nil, fmt.Errorf("lab: experiment %s has no real mode (only lock, predictive and periodic)", e.Name)
 	}
 	if p := o.Progress; p != nil {
 		var mu sync.Mutex

@@ -9,6 +9,7 @@ const (
 	evSeries                // record a point of the delay series
 	evArrive                // an attempt reaches its server (Config.RTT)
 	evDeliver               // an attempt's answer reaches the client (Config.RTT)
+	evCapacity              // a batch job takes or frees workers (Scenario.Batch)
 )
 
 // event is one scheduled event. Events are values in a slice-backed heap,

@@ -38,7 +38,11 @@ func RealSupported(st Strategy) bool {
 // that the simulator and the real client agree.
 //
 // The server runs one goroutine per request (Workers only scales the
-// reported utilisation), honours cancellation unless cfg says otherwise,
+// reported utilisation) — except for a periodic scenario (diurnal, batch),
+// whose latency rises only by queueing: there each replica has a FIFO
+// pool of Workers workers in front of the service time, which a batch job
+// shrinks on its schedule, and the client follows the arrival-rate cycle.
+// It honours cancellation unless cfg says otherwise,
 // and does not model GC pauses. Only none, static and adaptive can run for
 // real. A run takes Requests ÷ Rate seconds. The predictive strategy
 // attaches the scenario's label to each request with tailcut.WithFeatures,
@@ -106,6 +110,13 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 	// Open the connections the run will need before measuring: the first
 	// requests of a cold client would otherwise pay for TCP handshakes.
 	srv.warm(&http.Client{Transport: base}, 64)
+	if b := cfg.Scenario.Batch; b != nil {
+		stop := make(chan struct{})
+		var bw sync.WaitGroup
+		bw.Go(func() { runBatch(b, cfg.Workers, srv.pools, time.Now(), stop) })
+		defer bw.Wait()
+		defer close(stop)
+	}
 
 	n := cfg.Requests
 	lat := make([]int64, n)
@@ -162,7 +173,11 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 		arr := rand.New(rand.NewPCG(splitmix64(cfg.Seed^streamArrivals), streamArrivals))
 		at := time.Duration(0)
 		for i := range n {
-			at += time.Duration(arr.ExpFloat64() / cfg.Rate * 1e9)
+			if c := cfg.Scenario.Cycle; c != nil {
+				at = time.Duration(c.next(arr, int64(at), cfg.Rate))
+			} else {
+				at += time.Duration(arr.ExpFloat64() / cfg.Rate * 1e9)
+			}
 			if d := time.Until(start.Add(at)); d > 0 {
 				time.Sleep(d) // pacing the open-loop load generator
 			}
@@ -248,6 +263,9 @@ type realServer struct {
 	srv   *http.Server
 	url   string
 	locks []sync.Mutex
+	// pools, for a scenario that queues for real (the periodic ones), are
+	// each replica's workers.
+	pools []*workerPool
 
 	busy      atomic.Int64 // handler time, ns
 	lockWait  atomic.Int64
@@ -263,6 +281,12 @@ func startRealServer(cfg Config) (*realServer, error) {
 	s := &realServer{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String() + "/"}
 	if cfg.Scenario.Locks > 0 {
 		s.locks = make([]sync.Mutex, cfg.Scenario.Locks)
+	}
+	if cfg.Scenario.realQueues() {
+		s.pools = make([]*workerPool, cfg.Replicas)
+		for i := range s.pools {
+			s.pools[i] = &workerPool{slots: cfg.Workers}
+		}
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -346,6 +370,26 @@ func (s *realServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	svc := s.cfg.Scenario.Draw(rng, c)
 	honour := s.cfg.Cancel == CancelHonoured
+	if s.pools != nil {
+		// Wait in line for a worker of the replica the simulation would
+		// send this attempt to, and keep it for the service time from
+		// when it was free.
+		r0 := int(mix(s.cfg.Seed, streamReplica, i, leg, 0) % uint64(s.cfg.Replicas))
+		p := s.pools[(r0+k)%s.cfg.Replicas]
+		start, ok := p.acquire(r.Context(), honour)
+		if !ok {
+			return
+		}
+		end := start.Add(svc.Work)
+		defer func() { s.busy.Add(int64(end.Sub(start))) }()
+		if !sleepCtx(r.Context(), time.Until(end), honour) {
+			p.release(time.Now())
+			return
+		}
+		p.release(end)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	defer func() { s.busy.Add(int64(time.Since(t0))) }()
 	if !sleepCtx(r.Context(), svc.Work, honour) {
 		return

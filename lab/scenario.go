@@ -100,6 +100,12 @@ type Scenario struct {
 	// report's true quantiles come from it; without it, from draws of
 	// Calibrate, which wander where the density is low.
 	CDF func(t time.Duration, c Call) float64
+	// Cycle, if set, makes the open-loop arrival rate periodic (the
+	// diurnal scenario).
+	Cycle *Cycle
+	// Batch, if set, is a batch job that takes a share of every
+	// replica's workers for part of each period (the batch scenario).
+	Batch *BatchLoad
 	// Caveat, if set, says why the scenario's results may not mean what
 	// they seem (a samples file too small to have a tail); the CLI prints
 	// it as a warning.
@@ -118,7 +124,7 @@ func (s *Scenario) Validate() error {
 	case s.GC != nil && (s.GC.Period <= 0 || s.GC.Pause < 0 || s.GC.Pause >= s.GC.Period):
 		return fmt.Errorf("lab: scenario %q: GC pause %v must be in [0, period %v)", s.Name, s.GC.Pause, s.GC.Period)
 	}
-	return nil
+	return s.validatePeriodic()
 }
 
 // ms converts float milliseconds to a Duration.
@@ -192,7 +198,7 @@ const FanoutStragglerP = 0.01
 
 // builtins returns the built-in scenarios, freshly allocated.
 func builtins() []*Scenario {
-	return []*Scenario{
+	return append([]*Scenario{
 		{
 			Name:     "bhope",
 			Summary:  "lognormal mean 5 ms, sd 2 ms, 5 % stragglers ×10 (the bhope/hedge benchmark: p99 64 ms)",
@@ -319,7 +325,7 @@ func builtins() []*Scenario {
 			},
 			CDF: plain(func(t float64) float64 { return -math.Expm1(-max(t, 0) / float64(10*time.Millisecond)) }),
 		},
-	}
+	}, periodicScenarios()...)
 }
 
 // Scenarios returns the built-in scenarios in the order `tailcut lab --list`

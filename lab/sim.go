@@ -312,6 +312,7 @@ type sim struct {
 	oracleThr int64
 	maxHedges int
 	lastDelay int64 // adaptive: the delay of the latest request
+	workers   int   // workers per replica available now (Scenario.Batch takes some)
 	series    []SeriesPoint
 
 	progressEvery int
@@ -326,7 +327,7 @@ func Run(cfg Config, st Strategy) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sim{cfg: cfg, sc: cfg.Scenario, st: st, maxHedges: cfg.MaxHedges}
+	s := &sim{cfg: cfg, sc: cfg.Scenario, st: st, maxHedges: cfg.MaxHedges, workers: cfg.Workers}
 	if err := s.setup(); err != nil {
 		return nil, err
 	}
@@ -347,6 +348,20 @@ func (s *sim) setup() error {
 		s.gcPhase = make([]int64, cfg.Replicas)
 		for r := range s.gcPhase {
 			s.gcPhase[r] = int64(mix(cfg.Seed, streamGC, r, 0, 0) % uint64(gc.Period))
+		}
+	}
+	if b := s.sc.Batch; b != nil && b.Workers >= cfg.Workers {
+		return fmt.Errorf("lab: scenario %s: its batch job takes %d workers, so each replica needs more than that, got %d", s.sc.Name, b.Workers, cfg.Workers)
+	}
+	if s.st.Kind == Phased {
+		if s.st.Phases == nil {
+			return fmt.Errorf("lab: strategy phased needs its phases' delays")
+		}
+		if err := s.st.Phases.validate(); err != nil {
+			return fmt.Errorf("lab: strategy %s: %w", s.st, err)
+		}
+		if s.sc.Period() == 0 {
+			return fmt.Errorf("lab: strategy %s needs a periodic scenario (diurnal, batch), not %s", s.st, s.sc.Name)
 		}
 	}
 	s.lat = make([]int64, cfg.Requests)
@@ -429,6 +444,9 @@ func (s *sim) run() {
 	if cfg.SeriesEvery > 0 {
 		s.schedule(0, evSeries, 0, 0, 0)
 	}
+	if s.sc.Batch != nil {
+		s.setCapacity()
+	}
 	// end is the time of the last event of the run itself: a series
 	// sample after the last answer must not lengthen the span (and so
 	// lower the utilisation) of a run recorded for a chart.
@@ -436,7 +454,7 @@ func (s *sim) run() {
 	for s.heap.len() > 0 {
 		e := s.heap.pop()
 		s.now = e.t
-		if e.kind != evSeries {
+		if e.kind != evSeries && e.kind != evCapacity {
 			end = e.t
 		}
 		switch e.kind {
@@ -463,6 +481,8 @@ func (s *sim) run() {
 			if a := &s.attempts[e.id]; a.gen == e.gen {
 				s.deliver(e.id)
 			}
+		case evCapacity:
+			s.setCapacity()
 		case evSeries:
 			s.recordSeries()
 			if s.completed < cfg.Requests {
@@ -474,6 +494,9 @@ func (s *sim) run() {
 }
 
 func (s *sim) interarrival() int64 {
+	if c := s.sc.Cycle; c != nil {
+		return c.next(s.arrRng, s.now, s.cfg.Rate) - s.now
+	}
 	return int64(s.arrRng.ExpFloat64() / s.cfg.Rate * 1e9)
 }
 
@@ -554,6 +577,11 @@ func (s *sim) startCall(req int32, index, leg int) {
 			s.bud.Deposit(s.vnow())
 		}
 		delay = s.delay
+	case Phased:
+		if s.bud != nil {
+			s.bud.Deposit(s.vnow())
+		}
+		delay = s.phaseDelay(s.now, index, leg)
 	}
 	svc := s.draw(c, index, leg, 0)
 	s.launch(c, svc)
@@ -569,6 +597,10 @@ func (s *sim) startCall(req int32, index, leg int) {
 		}
 	case Static, Adaptive, Predictive, Retry, Speculative:
 		s.schedule(s.now+max(delay, 0), evTimer, c, gen, 1)
+	case Phased:
+		if delay >= 0 {
+			s.schedule(s.now+delay, evTimer, c, gen, 1)
+		}
 	}
 }
 
@@ -640,7 +672,7 @@ func (s *sim) arrive(a int32) {
 	}
 	at.state = stQueued
 	rp := &s.replicas[at.replica]
-	if rp.busy < s.cfg.Workers {
+	if rp.busy < s.workers {
 		s.startWork(a)
 	} else {
 		rp.queue.push(a)
@@ -686,6 +718,9 @@ func (s *sim) releaseWorker(a int32) {
 	s.busyNS += s.now - at.busyFrom
 	rp := &s.replicas[at.replica]
 	rp.busy--
+	if rp.busy >= s.workers {
+		return // a batch job takes the worker (Scenario.Batch)
+	}
 	for {
 		next, ok := rp.queue.pop()
 		if !ok {
@@ -878,6 +913,13 @@ func (s *sim) onTimer(c int32, gen uint32, k int) {
 			s.launch(c, s.draw(c, index, leg, int(cl.n)))
 		}
 		next = cl.start + int64(k+1)*s.delay
+	case Phased:
+		if s.grant() {
+			s.nHedges++
+			s.extra[index]++
+			s.launch(c, s.draw(c, index, leg, int(cl.n)))
+		}
+		next = cl.start + int64(k+1)*s.phaseDelay(cl.start, index, leg)
 	case Retry, Speculative:
 		if s.grant() {
 			for j := range int(cl.n) {

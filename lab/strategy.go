@@ -36,9 +36,14 @@ const (
 	// bucket once that differs from the key's. On a scenario without
 	// labels it is Adaptive.
 	Predictive
+	// Phased hedges after a fixed delay of its own in each phase of a
+	// periodic scenario's cycle (Strategy.Phases), as Static does: the
+	// best such schedule, found offline, is the limit of any forecast of
+	// the cycle's timing (the periodic experiment).
+	Phased
 )
 
-var kindNames = [...]string{None: "none", Retry: "retry", Static: "static", Adaptive: "adaptive", Speculative: "speculative", Oracle: "oracle", Predictive: "predictive"}
+var kindNames = [...]string{None: "none", Retry: "retry", Static: "static", Adaptive: "adaptive", Speculative: "speculative", Oracle: "oracle", Predictive: "predictive", Phased: "phased"}
 
 // String returns the kind's name as --strategies spells it.
 func (k Kind) String() string {
@@ -64,6 +69,10 @@ type Strategy struct {
 	// Features is what the Predictive strategy attaches to a request:
 	// the scenario's label (the zero value), its numeric value, or both.
 	Features FeatureSet
+	// Phases is the Phased strategy's schedule: a hedge delay for each
+	// phase of the scenario's period (a pointer, so that a Strategy
+	// stays comparable).
+	Phases *PhaseSchedule
 }
 
 // FeatureSet is the features the predictive strategy attaches to each
@@ -116,11 +125,14 @@ func (s Strategy) String() string {
 	if s.Kind == Predictive && s.Features != LabelsOnly && int(s.Features) < len(featureSetNames) {
 		name += ":" + featureSetNames[s.Features]
 	}
+	if s.Kind == Phased {
+		name += ":" + s.Phases.String()
+	}
 	return name
 }
 
 // StrategyNames lists the strategy names ParseStrategy accepts.
-var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle", "predictive[:values|:labels+values]"}
+var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle", "predictive[:values|:labels+values]", "phased:d1/d2/…"}
 
 // ParseStrategy parses one strategy: none, retry[:d], static[:d], adaptive,
 // speculative[:d], oracle or predictive[:features], where d is a Go duration ("10ms", "1.5s")
@@ -148,6 +160,17 @@ func ParseStrategy(s string) (Strategy, error) {
 		st.Kind = Oracle
 	case "predictive":
 		st.Kind = Predictive
+	case "phased":
+		st.Kind = Phased
+		if !hasArg {
+			return st, fmt.Errorf("lab: strategy %q needs a delay per phase, like phased:40ms/off/60ms", s)
+		}
+		ph, err := parsePhases(arg)
+		if err != nil {
+			return st, fmt.Errorf("lab: strategy %q: %w", s, err)
+		}
+		st.Phases = ph
+		return st, nil
 	default:
 		return st, fmt.Errorf("lab: unknown strategy %q (valid: %s)", s, strings.Join(StrategyNames, ", "))
 	}

@@ -47,9 +47,9 @@ writes one self-contained report with every table and chart.`,
 	fl.BoolVar(&f.json, "json", false, "print JSON instead of tables")
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report to `FILE`")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
-	fl.IntVar(&f.seeds, "seeds", 0, "predictive only: run `N` seeds from --seed on instead of 5, and report how many meet the target and the mean's 90 % interval over the seeds")
-	fl.IntVar(&f.requests, "requests", 0, "predictive only: simulate `N` requests a run instead of 200,000 (50,000 is bhope's run; the per-seed figures get noisier)")
-	fl.BoolVar(&f.real, "real", false, "lock and predictive only: also run for real against an in-process Go HTTP server over loopback (lock: A, B and C with a real sync.Mutex, reading contention from the mutex profile; predictive: adaptive and predictive on predictable, adaptive and predictive:values on size-scaled, beside the simulation)")
+	fl.IntVar(&f.seeds, "seeds", 0, "predictive and periodic only: run `N` seeds from --seed on instead of 5 (periodic: the figures' mean and range over them; predictive: and report how many meet the target and the mean's 90 % interval over the seeds)")
+	fl.IntVar(&f.requests, "requests", 0, "predictive and periodic only: simulate `N` requests a run instead of 200,000 (periodic: 240,000, ten cycles; 50,000 is bhope's run; the per-seed figures get noisier)")
+	fl.BoolVar(&f.real, "real", false, "lock, predictive and periodic only: also run for real against an in-process Go HTTP server over loopback (lock: A, B and C with a real sync.Mutex, reading contention from the mutex profile; predictive: adaptive and predictive on predictable, adaptive and predictive:values on size-scaled; periodic: none and adaptive on diurnal, none on batch, with a 20 s period; beside the simulation)")
 	return cmd
 }
 
@@ -68,17 +68,17 @@ func runExperiments(e *env, f *experimentFlags, args []string) error {
 	if f.seeds < 0 {
 		return usagef("--seeds: %d seeds; give a positive number", f.seeds)
 	}
-	if f.seeds > 0 && args[0] != "predictive" {
-		return usagef("--seeds: only the predictive experiment takes a number of seeds")
+	if f.seeds > 0 && args[0] != "predictive" && args[0] != "periodic" {
+		return usagef("--seeds: only the predictive and periodic experiments take a number of seeds")
 	}
 	if f.requests < 0 {
 		return usagef("--requests: %d requests; give a positive number", f.requests)
 	}
-	if f.requests > 0 && args[0] != "predictive" {
-		return usagef("--requests: only the predictive experiment takes a number of requests")
+	if f.requests > 0 && args[0] != "predictive" && args[0] != "periodic" {
+		return usagef("--requests: only the predictive and periodic experiments take a number of requests")
 	}
-	if f.real && args[0] != "lock" && args[0] != "predictive" {
-		return usagef("--real: only the lock and predictive experiments have a real mode")
+	if f.real && args[0] != "lock" && args[0] != "predictive" && args[0] != "periodic" {
+		return usagef("--real: only the lock, predictive and periodic experiments have a real mode")
 	}
 	if args[0] == "all" {
 		todo = lab.Experiments()

@@ -43,6 +43,7 @@ type labFlags struct {
 	list        bool
 	real        bool
 	rtt         time.Duration
+	period      time.Duration
 }
 
 func newLabCmd(e *env) *cobra.Command {
@@ -96,7 +97,8 @@ have one); :values attaches its numeric value instead, :labels+values both.`,
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report with charts to `FILE`")
 	fl.BoolVar(&f.list, "list", false, "list the scenarios and exit")
 	fl.DurationVar(&f.rtt, "rtt", 0, "network round trip added to every simulated attempt (e.g. 1ms; --real has a real one)")
-	fl.BoolVar(&f.real, "real", false, "run for real: HTTP over loopback through hedgehttp.Transport to an in-process server sleeping the sampled latencies (none, static, adaptive; default 3,000 requests at up to 200/s)")
+	fl.DurationVar(&f.period, "period", 0, "period of a periodic scenario (diurnal, batch; default 2m, or 20s with --real); its default requests cover as many cycles")
+	fl.BoolVar(&f.real, "real", false, "run for real: HTTP over loopback through hedgehttp.Transport to an in-process server sleeping the sampled latencies (none, static, adaptive; default 3,000 requests at up to 200/s; diurnal and batch: 4 cycles of a 20 s period, queueing for real)")
 	cmd.AddCommand(newExperimentCmd(e))
 	return cmd
 }
@@ -143,6 +145,21 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 		cfg.Scenario, err = lab.Lookup(f.scenario)
 		if err != nil {
 			return cfg, usageError{err}
+		}
+	}
+	if cmd.Flags().Changed("period") || f.real && cfg.Scenario.Period() > 0 {
+		p := f.period
+		if !cmd.Flags().Changed("period") {
+			p = lab.RealPeriod // a real run of a few cycles takes minutes, not an hour
+		}
+		if cfg.Scenario.Period() == 0 {
+			return cfg, usagef("--period: scenario %s is not periodic (diurnal and batch are)", cfg.Scenario.Name)
+		}
+		if cfg.Scenario, err = cfg.Scenario.WithPeriod(p); err != nil {
+			return cfg, usageError{err}
+		}
+		if f.real {
+			cfg.Scenario.Defaults.Requests = int(float64(lab.RealCycles) * p.Seconds() * cfg.Scenario.Defaults.Rate)
 		}
 	}
 	for _, c := range []struct {
@@ -225,7 +242,7 @@ func runLab(e *env, cmd *cobra.Command, f *labFlags) error {
 		// Real HTTP costs real CPU: keep the default load modest, so that
 		// the machine measures the server's latencies, not its own
 		// overload (a shared 2-core machine collapses near 1,000 req/s).
-		if !cmd.Flags().Changed("requests") {
+		if !cmd.Flags().Changed("requests") && cfg.Scenario.Period() == 0 {
 			cfg.Requests = min(cfg.Requests, 3000)
 		}
 		if !cmd.Flags().Changed("rate") && cfg.Rate > 200 {

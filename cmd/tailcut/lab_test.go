@@ -278,3 +278,28 @@ func FuzzParseBudget(f *testing.F) {
 		}
 	})
 }
+
+func TestLabPeriod(t *testing.T) {
+	code, out, errs := runCLI(t, "lab", "--list")
+	if code != 0 || !strings.Contains(out, "\ndiurnal ") || !strings.Contains(out, "\nbatch ") {
+		t.Fatalf("--list (exit %d, %s) lacks the periodic scenarios:\n%s", code, errs, out)
+	}
+	// A 10 s period: its default requests shrink to ten such cycles.
+	code, out, errs = runCLI(t, "lab", "--scenario", "diurnal", "--period", "10s", "--strategies", "none,phased:off/off/off/off/off/60ms/60ms/60ms/60ms/60ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "20000 requests") || !strings.Contains(out, "phased:off/off/off/off/off/60ms") {
+		t.Errorf("diurnal at 10 s:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"lab", "--scenario", "bhope", "--period", "10s"},
+		{"lab", "--scenario", "diurnal", "--period", "1ms"},
+		{"lab", "--scenario", "bhope", "--strategies", "phased:10ms/20ms"},
+		{"lab", "--strategies", "phased:10ms/soon"},
+	} {
+		if code, _, errs := runCLI(t, args...); code == 0 || !strings.HasPrefix(errs, "tailcut: ") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
+		}
+	}
+}
