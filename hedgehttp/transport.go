@@ -64,18 +64,16 @@ const AttemptHeader = "Hedge-Attempt"
 // create one with [NewTransport]. Over a base transport known to return
 // promptly when cancelled (see NewTransport) the primary runs on the
 // caller's goroutine (tailcut.Hedger.InlinePrimary). So run, on the no-hedge
-// path (the primary answers before the delay), the Transport adds 1.4–1.7 µs
-// over an in-memory base transport (BenchmarkOverhead, on a shared 2-core
-// x86 machine at load average 1.1–1.8), 1.47 µs at the median of 8 runs, and
-// 6 allocations (about 1 KB) per request: in tailcut.Hedger.Do the policy's
-// bookkeeping, two clock reads and the attempt's cancellable context (2
-// allocations); here the request's state and the function Do calls (2), and
-// the header map that carries Hedge-Attempt (2). Over loopback HTTP/1.1,
-// request by request against the plain transport (BenchmarkLoopbackPaired),
-// it is 12–12.5 % slower at the median on that machine (a 62 µs round trip).
-// BenchmarkLoopbackLayers shows where that goes: the Hedge-Attempt header
-// alone costs 2.2–3 %, with the primary's cancellable context 4.3–6.3 %,
-// with the policy's bookkeeping 7.2–9.1 %, through Hedger.Do 9.8–12 %.
+// path (the primary answers before the delay), the Transport adds 6
+// allocations (about 1 KB) per request: in tailcut.Hedger.Do the attempt's
+// cancellable context (2 allocations), beside the policy's bookkeeping and
+// two clock reads; here the request's state and the function Do calls (2),
+// and the header map that carries Hedge-Attempt (2). BenchmarkOverhead
+// measures that path over an in-memory base transport,
+// BenchmarkLoopbackPaired the Transport against the plain one over loopback
+// HTTP/1.1 request by request, and BenchmarkLoopbackLayers where the
+// difference goes (the header, the primary's context, the policy's
+// bookkeeping, Hedger.Do).
 type Transport struct {
 	base   http.RoundTripper
 	policy *tailcut.Policy
@@ -439,8 +437,8 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		return nil, err
 	}
 	// The clock is read only when something needs it (endpoints, hard
-	// timeouts from the estimator, Retry-After): a read costs about 75 ns
-	// on a virtual machine, and the Hedger reads it for the policy anyway.
+	// timeouts from the estimator, Retry-After): a read is not free on a
+	// virtual machine, and the Hedger reads it for the policy anyway.
 	var start, now time.Time
 	if t.eps != nil || t.tos != nil {
 		start = time.Now()
