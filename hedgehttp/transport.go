@@ -676,6 +676,7 @@ type TimeoutError struct {
 	After time.Duration // the timeout in force for the request
 }
 
+// Error says that no answer came within the timeout, and which it was.
 func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("hedgehttp: no answer within the hard timeout of %v", e.After)
 }
