@@ -217,12 +217,11 @@ type waiter struct {
 	// leaves it armed, and the next call on this waiter does not reset it
 	// if it is due to fire earlier than that call's hedge; it then fires
 	// for nothing, sees the call in progress and resets itself for it
-	// (see onTimer). Resetting a timer per call costs more than its
-	// ~140 ns: adding a timer that is due before the others wakes the
-	// network poller or an idle P (runtime.wakeNetPoller): hedgehttp over
-	// loopback went from 14.2 % to 12.7–13.2 % slower than the plain
-	// transport with this (BenchmarkLoopbackPaired), about 1 µs a request.
-	// Lazily, it is about one wake-up per hedge delay per busy waiter.
+	// (see onTimer). Resetting a timer per call costs more than the reset
+	// itself: adding a timer that is due before the others wakes the
+	// network poller or an idle P (runtime.wakeNetPoller), which
+	// hedgehttp's BenchmarkLoopbackPaired shows per request. Lazily, it is
+	// about one wake-up per hedge delay per busy waiter.
 	timer *time.Timer   // AfterFunc(onTimer)
 	slot  atomic.Uint64 // call number << 2 | slotArmed | slotPending
 	due   atomic.Int64  // when the pending call's first hedge is due, ns since epoch
@@ -402,7 +401,7 @@ func (h *Hedger[T]) getState(p *Policy, ctx context.Context, fn func(context.Con
 // It zeroes field by field, and of the per-attempt arrays only the
 // attempts launched (the others are zero already): assigning a zero state
 // costs a write barrier on each of its pointer slots while the garbage
-// collector runs, about 200 ns a call in BenchmarkOverhead. After a call
+// collector runs (hedgehttp's BenchmarkOverhead shows it). After a call
 // that ended on its fast path (quick: the primary answered in time, on the
 // caller's goroutine, with no hedge) the fields only the other paths set
 // are zero already and are not touched. TestRecycle checks that nothing is
@@ -443,13 +442,12 @@ func (st *state[T]) at(k int) time.Duration {
 // Do runs one hedged call; see the package-level [Do].
 //
 // Every attempt runs on a goroutine of its own: when the primary answers
-// before the hedge delay, Do costs about 3 µs and 3 allocations over a
-// direct call, most of it the hand-off to the attempt's goroutine and back.
+// before the hedge delay, Do costs 3 allocations over a direct call, and
+// most of its time is the hand-off to the attempt's goroutine and back.
 // With InlinePrimary the primary runs on the caller's goroutine instead:
-// about 0.8–0.9 µs and 2 allocations, the attempt's cancellable context
-// and the function that cancels it; the rest is the policy's bookkeeping
-// and two clock reads (measured on a shared 2-core x86 machine at load
-// average 1.2; see BenchmarkDoFastPath). The call's state, its channels
+// 2 allocations, the attempt's cancellable context and the function that
+// cancels it, beside the policy's bookkeeping and two clock reads
+// (BenchmarkDoFastPath measures both). The call's state, its channels
 // and its timers are pooled per policy, and the first hedge's timer is not
 // reset for each call (see waiter): a call that answers in time costs no
 // timer operation, which over a network saves a wake-up of the network

@@ -64,18 +64,16 @@ const AttemptHeader = "Hedge-Attempt"
 // create one with [NewTransport]. Over a base transport known to return
 // promptly when cancelled (see NewTransport) the primary runs on the
 // caller's goroutine (tailcut.Hedger.InlinePrimary). So run, on the no-hedge
-// path (the primary answers before the delay), the Transport adds 1.4–1.7 µs
-// over an in-memory base transport (BenchmarkOverhead, on a shared 2-core
-// x86 machine at load average 1.1–1.8), 1.47 µs at the median of 8 runs, and
-// 6 allocations (about 1 KB) per request: in tailcut.Hedger.Do the policy's
-// bookkeeping, two clock reads and the attempt's cancellable context (2
-// allocations); here the request's state and the function Do calls (2), and
-// the header map that carries Hedge-Attempt (2). Over loopback HTTP/1.1,
-// request by request against the plain transport (BenchmarkLoopbackPaired),
-// it is 12–12.5 % slower at the median on that machine (a 62 µs round trip).
-// BenchmarkLoopbackLayers shows where that goes: the Hedge-Attempt header
-// alone costs 2.2–3 %, with the primary's cancellable context 4.3–6.3 %,
-// with the policy's bookkeeping 7.2–9.1 %, through Hedger.Do 9.8–12 %.
+// path (the primary answers before the delay), the Transport adds 6
+// allocations (about 1 KB) per request: in tailcut.Hedger.Do the attempt's
+// cancellable context (2 allocations), beside the policy's bookkeeping and
+// two clock reads; here the request's state and the function Do calls (2),
+// and the header map that carries Hedge-Attempt (2). BenchmarkOverhead
+// measures that path over an in-memory base transport,
+// BenchmarkLoopbackPaired the Transport against the plain one over loopback
+// HTTP/1.1 request by request, and BenchmarkLoopbackLayers where the
+// difference goes (the header, the primary's context, the policy's
+// bookkeeping, Hedger.Do).
 type Transport struct {
 	base   http.RoundTripper
 	policy *tailcut.Policy
@@ -204,18 +202,51 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	rt := &roundTrip{t: t, req: req}
+	once, err := rt.takeBody()
+	if err != nil {
+		return nil, err
+	}
+	if once != nil {
+		return t.sendOnce(once)
+	}
+
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		if !rt.buffered {
+			closeBody(req)
+		}
+		return nil, err
+	}
+	key := t.cfg.key(req)
+	ctx, cancelTimeout, timeout := t.hardTimeout(ctx, key)
+
+	// The primary's header is built here rather than in its goroutine: a
+	// new goroutine starts on a small stack, and building a map there can
+	// cost a stack copy.
+	rt.header0 = withAttempt(req.Header, 0)
+	resp, err := rt.hedge(ctx, key)
+	resp, err = rt.settle(resp, err)
+	return rt.endTimeout(ctx, cancelTimeout, timeout, resp, err)
+}
+
+// takeBody makes the body of a hedgeable request replayable, reading it
+// into rt.buf when it has no GetBody. It returns the request to send once
+// instead, unhedged, when the body cannot be replayed (then rt is unused),
+// or an error when the body cannot be read.
+func (rt *roundTrip) takeBody() (once *http.Request, err error) {
+	t, req := rt.t, rt.req
 	switch {
 	case req.Body == nil || req.Body == http.NoBody:
 		if req.ContentLength > 0 {
 			// A declared body that is missing: the base transport fails
 			// the request, once, as it would without hedging.
-			return t.sendOnce(req)
+			return req, nil
 		}
 	case req.GetBody == nil:
 		if req.ContentLength > t.cfg.bufferLimit {
 			// The base transport sends the body as it is, and fails the
 			// request if its length is not the declared one.
-			return t.sendOnce(req)
+			return req, nil
 		}
 		buf, whole, err := readBody(req.Body, req.ContentLength, t.cfg.bufferLimit)
 		if err != nil {
@@ -227,22 +258,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// with what was read put back in front of the rest.
 			r := req.WithContext(req.Context())
 			r.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), req.Body), c: req.Body}
-			return t.sendOnce(r)
+			return r, nil
 		}
 		req.Body.Close()
 		rt.buf = buf
 		rt.buffered = true
 	}
+	return nil, nil
+}
 
-	ctx := req.Context()
-	if err := ctx.Err(); err != nil {
-		if !rt.buffered {
-			closeBody(req)
-		}
-		return nil, err
-	}
-	key := t.cfg.key(req)
-	var cancelTimeout context.CancelFunc
+// hardTimeout returns ctx bounded by the hard timeout in force for key,
+// with its cancel function (nil when there is no hard timeout) and the
+// timeout.
+func (t *Transport) hardTimeout(ctx context.Context, key string) (context.Context, context.CancelFunc, time.Duration) {
+	var cancel context.CancelFunc
 	var timeout time.Duration
 	if t.tos != nil {
 		timeout = t.tos.get(key, time.Now())
@@ -250,24 +279,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		timeout = t.cfg.timeout
 	}
 	if timeout > 0 {
-		ctx, cancelTimeout = context.WithTimeoutCause(ctx, timeout, errHardTimeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errHardTimeout)
 	}
+	return ctx, cancel, timeout
+}
 
-	// The primary's header is built here rather than in its goroutine: a
-	// new goroutine starts on a small stack, and building a map there can
-	// cost a stack copy.
-	rt.header0 = withAttempt(req.Header, 0)
-	var resp *http.Response
-	var err error
+// hedge sends the request's attempts through the Hedger, with the
+// request's features when the policy is predictive.
+func (rt *roundTrip) hedge(ctx context.Context, key string) (*http.Response, error) {
+	t := rt.t
 	if t.features != nil {
-		f := t.features(req)
-		resp, err = t.h.DoWith(ctx, key, &f, rt.call)
-	} else {
-		resp, err = t.h.Do(ctx, key, rt.call)
+		f := t.features(rt.req)
+		return t.h.DoWith(ctx, key, &f, rt.call)
 	}
+	return t.h.Do(ctx, key, rt.call)
+}
 
-	// Take the responses set aside by attempts that failed with a
-	// 502/503/504; attempts that finish from now on discard their own.
+// settle takes the responses set aside by attempts that failed with a
+// 502/503/504, and returns the caller's answer: the Hedger's, or, when
+// every attempt failed that way, the primary's (or the first) response.
+// Attempts that finish from now on discard their own.
+func (rt *roundTrip) settle(resp *http.Response, err error) (*http.Response, error) {
 	rt.mu.Lock()
 	rt.done = true
 	failed := rt.failed
@@ -283,10 +315,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.Body.Close() // in memory, see setAside
 		}
 	}
+	return resp, err
+}
+
+// endTimeout ends the hard timeout of a request answered with resp or err:
+// an error caused by the timeout becomes a TimeoutError, and a response's
+// body, which the caller has yet to read, keeps the timeout running until
+// it is released.
+func (rt *roundTrip) endTimeout(ctx context.Context, cancelTimeout context.CancelFunc, timeout time.Duration, resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		if cancelTimeout != nil {
 			cancelTimeout()
-			if context.Cause(ctx) == errHardTimeout && req.Context().Err() == nil {
+			if context.Cause(ctx) == errHardTimeout && rt.req.Context().Err() == nil {
 				err = &TimeoutError{After: timeout}
 			}
 		}
@@ -392,45 +432,78 @@ func (rt *roundTrip) again(r *http.Request) (*http.Request, bool) {
 // call sends one attempt; it is the function run by tailcut.Hedger.Do.
 func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Response, error) {
 	t := rt.t
-	var r *http.Request
-	if a.Index == 0 {
-		// WithContext is inlined and its copy does not escape: the copy
-		// costs no allocation.
-		rt.req0 = *rt.req.WithContext(ctx)
-		r = &rt.req0
-		r.Header = rt.header0
-		if rt.buffered {
-			// ContentLength stays the caller's: the length of buf when it
-			// was declared (readBody checked it), unknown when it was not.
-			r.Body, r.GetBody = rt.newBody()
-		}
-	} else {
-		var err error
-		if r, err = rt.hedgeRequest(ctx, a.Index); err != nil {
-			return nil, err
-		}
+	r, err := rt.request(ctx, a.Index)
+	if err != nil {
+		return nil, err
 	}
 	// The clock is read only when something needs it (endpoints, hard
-	// timeouts from the estimator, Retry-After): a read costs about 75 ns
-	// on a virtual machine, and the Hedger reads it for the policy anyway.
+	// timeouts from the estimator, Retry-After): a read is not free on a
+	// virtual machine, and the Hedger reads it for the policy anyway.
 	var start, now time.Time
 	if t.eps != nil || t.tos != nil {
 		start = time.Now()
 	}
 	var ep *endpoint
 	if t.eps != nil {
-		rt.mu.Lock()
-		i := t.eps.pick(rt.used, start)
-		if i < 64 {
-			rt.used |= 1 << i
-		}
-		rt.mu.Unlock()
-		ep = t.eps.list[i]
-		r.URL = ep.rewrite(r.URL)
-		ep.Inflight.Add(1)
+		ep = rt.useEndpoint(r, start)
 		defer ep.Inflight.Add(-1)
 	}
 
+	resp, err := rt.send(ctx, r, a.Index)
+	if !start.IsZero() {
+		now = time.Now()
+	}
+	if ep != nil {
+		ep.record(resp, err, now.Sub(start), ctx.Err() != nil, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rt.judge(resp, a, start, now)
+}
+
+// request returns the request of attempt k: for the primary, a shallow
+// copy of the caller's request kept in rt, with its own context and header
+// and the buffered body; for a hedge, hedgeRequest's copy.
+func (rt *roundTrip) request(ctx context.Context, k int) (*http.Request, error) {
+	if k > 0 {
+		return rt.hedgeRequest(ctx, k)
+	}
+	// WithContext is inlined and its copy does not escape: the copy
+	// costs no allocation.
+	rt.req0 = *rt.req.WithContext(ctx)
+	r := &rt.req0
+	r.Header = rt.header0
+	if rt.buffered {
+		// ContentLength stays the caller's: the length of buf when it
+		// was declared (readBody checked it), unknown when it was not.
+		r.Body, r.GetBody = rt.newBody()
+	}
+	return r, nil
+}
+
+// useEndpoint points r at the endpoint picked for the attempt, one the
+// request's other attempts have not used if there is one, and counts the
+// attempt in its Inflight; the caller takes it out when the attempt ends.
+func (rt *roundTrip) useEndpoint(r *http.Request, now time.Time) *endpoint {
+	eps := rt.t.eps
+	rt.mu.Lock()
+	i := eps.pick(rt.used, now)
+	if i < 64 {
+		rt.used |= 1 << i
+	}
+	rt.mu.Unlock()
+	ep := eps.list[i]
+	r.URL = ep.rewrite(r.URL)
+	ep.Inflight.Add(1)
+	return ep
+}
+
+// send sends attempt k's request r through the base transport and wraps
+// the response's body (see wrapBody), reading its first byte under
+// WithFirstByte.
+func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Response, error) {
+	t := rt.t
 	resp, err := t.base.RoundTrip(r)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		// net/http can, rarely, fail a request with another attempt's
@@ -443,7 +516,7 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 	}
 	if err == nil {
 		b := &rt.body0
-		if a.Index > 0 {
+		if k > 0 {
 			b = new(body)
 		}
 		wrapBody(resp, b)
@@ -453,16 +526,16 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 			}
 		}
 	}
-	if !start.IsZero() {
-		now = time.Now()
-	}
-	if ep != nil {
-		ep.record(resp, err, now.Sub(start), ctx.Err() != nil, now)
-	}
-	if err != nil {
-		return nil, err
-	}
+	return resp, err
+}
 
+// judge sorts attempt a's response, sent at start and received at now
+// (both zero when the clock was not read): a 502/503/504, or a hedge's
+// 429, is set aside as a failed attempt; any other response is the
+// attempt's answer. A 429 or 503 with Retry-After pauses hedging for the
+// key.
+func (rt *roundTrip) judge(resp *http.Response, a tailcut.Attempt, start, now time.Time) (*http.Response, error) {
+	t := rt.t
 	switch code := resp.StatusCode; code {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		if v := resp.Header.Get("Retry-After"); v != "" {
@@ -603,6 +676,7 @@ type TimeoutError struct {
 	After time.Duration // the timeout in force for the request
 }
 
+// Error says that no answer came within the timeout, and which it was.
 func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("hedgehttp: no answer within the hard timeout of %v", e.After)
 }

@@ -98,7 +98,7 @@ func TestExperimentSteps(t *testing.T) {
 	}
 	for _, x := range Experiments() {
 		o := Options{Scale: 0.02, Seeds: 1, Requests: 2000}
-		if x.Name != "predictive" {
+		if x.Name != "predictive" && x.Name != "periodic" {
 			o.Seeds, o.Requests = 0, 0
 		}
 		n := 0

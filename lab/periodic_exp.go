@@ -49,7 +49,7 @@ type PeriodicRow struct {
 func PeriodicRows() []PeriodicRow {
 	return []PeriodicRow{
 		{Name: "none", Run: func(cfg Config) ([]*Result, error) { return runEach(cfg, []Strategy{{Kind: None}}) }},
-		{Name: "static (best delay of the sweep)", Run: func(cfg Config) ([]*Result, error) {
+		{Name: "static (best mixture of the sweep)", Run: func(cfg Config) ([]*Result, error) {
 			sts := []Strategy{{Kind: None}}
 			for _, d := range PeriodicStatics {
 				sts = append(sts, Strategy{Kind: Static, Delay: d * time.Millisecond})
