@@ -20,14 +20,15 @@ func BenchmarkAutoRecompute(b *testing.B) {
 }
 
 // BenchmarkAutoDelayCycle is one recomputation of a key's auto delay
-// through the policy, at the request that triggers it: without a cycle
-// tracker (Period < 0) and with a tracker that knows the cycle, whose
-// distribution the recomputation mixes in ("cycle"); and, per window, the
+// through the policy, at the request that triggers it: on steady
+// latencies without a cycle tracker (Period < 0) and with one that found
+// no cycle; on cyclic ones without a tracker and with one that knows the
+// cycle, whose distribution the recomputation mixes in; and, per window, the
 // feed of a finished window of 200 latencies to the tracker with the
 // cycle's distribution it recomputes, besides the recomputation ("window").
 func BenchmarkAutoDelayCycle(b *testing.B) {
 	const period = 8 * time.Second
-	setup := func(b *testing.B, per time.Duration) (*Policy, *keyState, time.Time) {
+	setup := func(b *testing.B, per time.Duration, gen latencyAt) (*Policy, *keyState, time.Time) {
 		p, err := New(Config{Window: time.Second, Period: per})
 		if err != nil {
 			b.Fatal(err)
@@ -35,7 +36,6 @@ func BenchmarkAutoDelayCycle(b *testing.B) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		start := time.Unix(1_700_000_000, 0)
 		span := 4 * period
-		gen := cyclic(period)
 		for at := time.Duration(0); at < span; at += 5 * time.Millisecond {
 			now := start.Add(at)
 			r := p.Begin("k", now)
@@ -46,9 +46,13 @@ func BenchmarkAutoDelayCycle(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		per  time.Duration
-	}{{"Period<0", -1}, {"cycle", period}} {
+		gen  latencyAt
+	}{
+		{"steady/Period<0", -1, bhopeLike}, {"steady/no cycle", 0, bhopeLike},
+		{"cyclic/Period<0", -1, cyclic(period)}, {"cyclic/cycle", period, cyclic(period)},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
-			p, ks, now := setup(b, tc.per)
+			p, ks, now := setup(b, tc.per, tc.gen)
 			ks.mu.Lock()
 			defer ks.mu.Unlock()
 			p.autoDelay(ks, now)
@@ -62,7 +66,7 @@ func BenchmarkAutoDelayCycle(b *testing.B) {
 		})
 	}
 	b.Run("window", func(b *testing.B) {
-		p, ks, now := setup(b, period)
+		p, ks, now := setup(b, period, cyclic(period))
 		rng := rand.New(rand.NewPCG(3, 4))
 		ks.mu.Lock()
 		defer ks.mu.Unlock()

@@ -3,7 +3,10 @@ package tailcut
 import (
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -219,5 +222,50 @@ func TestForecastNoFalseCycle(t *testing.T) {
 				t.Errorf("Period < 0 keeps %d trackers", n)
 			}
 		})
+	}
+}
+
+// TestForecastConcurrent feeds and reads the trackers of a few keys from
+// several goroutines, with Stats and evictions beside (run with -race).
+func TestForecastConcurrent(t *testing.T) {
+	p, err := New(Config{Window: time.Second, Period: 4 * time.Second, MaxKeys: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(1_700_000_000, 0)
+	var clock atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 5))
+			gen := cyclic(4 * time.Second)
+			for range 20_000 {
+				at := time.Duration(clock.Add(int64(time.Millisecond / 2)))
+				now := start.Add(at)
+				r := p.Begin("k"+strconv.Itoa(rng.IntN(4)), now)
+				p.Observe(&r, 0, gen(at, 0, rng), Completed, now)
+				p.End(&r, 0, now)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 200 {
+			for _, k := range p.Stats().Keys {
+				if k.Period != 0 && k.Period != 4*time.Second {
+					t.Errorf("key %s: period %v", k.Key, k.Period)
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	p.cycles.mu.Lock()
+	n := len(p.cycles.m)
+	p.cycles.mu.Unlock()
+	if n > 3 {
+		t.Errorf("%d trackers for at most 3 keys: evicted keys' trackers kept", n)
 	}
 }
