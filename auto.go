@@ -109,7 +109,14 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 	// empty the feature model's pools too (BenchmarkAutoRecompute).
 	var sc latency.Scratch
 	defer sc.Release()
+	var kc *keyCycle
+	if p.forecasting() {
+		kc = p.observeCycle(ks, now)
+	}
 	dist, ok := ks.est.DistributionWith(&sc, now)
+	if ok && kc != nil {
+		dist = forecastDist(kc, &sc, dist)
+	}
 	if !ok {
 		if f := ks.fleet.Load(); f != nil && f.Count() >= max(p.cfg.MinSamples, 1) {
 			dist, ok = f.Distribution()

@@ -180,6 +180,21 @@ type Config struct {
 	// KiB without Where) besides its own 32 KiB.
 	FeatureBuckets int
 
+	// Period is the cycle of a key's latency that the auto delay
+	// forecasts from (forecast.go): under a periodic load — diurnal
+	// traffic, an hourly batch job — the live windows follow the cycle a
+	// Window late and minimise each window's own p99, hedging the trough
+	// as much as the peak; once the cycle is known, the auto delay
+	// chooses from the distribution of a whole cycle as the cycles before
+	// had it, mixed with the live one. Zero means detect each key's cycle
+	// from its own finished windows (internal/cycle; a period of up to
+	// about 85 Windows): a key whose latency does not repeat, or has not
+	// repeated for three cycles yet, is decided exactly as with a
+	// negative Period. Positive gives the period, which must be at least
+	// two Windows; detection is skipped. Negative never forecasts.
+	// Ignored when Quantile is set.
+	Period time.Duration
+
 	// Logger receives the diagnosis warning (one per episode and key) when
 	// a key's hedge trigger rate stays above 50 % for a DiagnosisWindow.
 	// Nil means slog.Default() at the time of logging; a logger over
@@ -305,6 +320,8 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("tailcut: FeatureBuckets must be in [1, %d], got %d", maxFeatureBuckets, c.FeatureBuckets)
 	case c.DiagnosisWindow < 0:
 		return c, fmt.Errorf("tailcut: DiagnosisWindow must not be negative, got %v", c.DiagnosisWindow)
+	case c.Period > 0 && c.Period < 2*c.Window:
+		return c, fmt.Errorf("tailcut: Period must be negative, zero or at least two Windows (%v), got %v", 2*c.Window, c.Period)
 	case !(b.Threshold > 0 && b.Threshold <= 1):
 		return c, fmt.Errorf("tailcut: Breaker.Threshold must be in (0, 1], got %v", b.Threshold)
 	case b.MinRequests < 0:

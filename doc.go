@@ -98,6 +98,13 @@
 // that keeps the whole at the Target (at most the p97 for the p99), but not
 // at the cost of the deep tail.
 //
+// When a key's latency follows a cycle (diurnal traffic, a periodic batch
+// job), the live windows follow it a window late and hedge the trough as
+// much as the peak that makes the p99; once the policy has found the cycle
+// in the key's finished windows (or Config.Period gives it), the auto delay
+// chooses from the distribution of a whole cycle, mixed with the live one
+// ([KeyStats].Period). A key without a cycle is decided as without it.
+//
 // # Predictive hedging
 //
 // Some slowness is known before the request goes: its route, its size, the
@@ -152,5 +159,10 @@
 // A key holds at most 32 KiB of sketch (two windows and their censored
 // parts, latency.DefaultMaxBins bins each); at most MaxKeys keys are kept.
 // With Predictive, each feature bucket holds at most about 9 KiB (18 KiB
-// for a Where bucket), and the regression about 300 bytes per key.
+// for a Where bucket), and the regression about 300 bytes per key. From
+// its first finished window on, a key of the auto delay keeps a cycle
+// tracker (Config.Period; none when it is negative): a history of 256
+// numbers and the window in progress, under 10 KiB, and once a cycle is
+// found a sketch per phase of it, at most 16 phases and as many emptied for
+// reuse.
 package tailcut

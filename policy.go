@@ -150,8 +150,9 @@ type Policy struct {
 	// own: two atomic adds per request on a line every core shares.
 	evicted counters
 
-	auto  bool            // Quantile unset: the auto delay (auto.go)
-	sched schedule.Params // the auto delay's settings, the budget's ratio and model among them (internal/schedule)
+	auto   bool            // Quantile unset: the auto delay (auto.go)
+	cycles cycles          // the keys' cycle trackers (forecast.go)
+	sched  schedule.Params // the auto delay's settings, the budget's ratio and model among them (internal/schedule)
 
 	// states pools Do's per-call state (*state[T], any T) with its
 	// channels and timer (do.go). It is per policy, not global, because
@@ -595,6 +596,9 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	var d time.Duration
 	var ok bool
 	if p.auto && ks.warm.Load() && ks.sched.Shifted() {
+		if p.forecasting() {
+			p.beforeRestart(ks, now)
+		}
 		ks.sched.Shift(&p.sched, ks.est, now)
 		if p.cfg.Logger != nil {
 			p.cfg.Logger.Info("tailcut: latency shifted: hedge delay relearned from new observations",
@@ -700,6 +704,7 @@ func (p *Policy) evictLocked() {
 	}
 	if victim != nil {
 		delete(p.keys, victim.key)
+		p.cycles.drop(victim)
 		// Requests in flight on the victim when it goes may still count
 		// on it: those few are missing from the totals.
 		p.evicted.add(&victim.counters)

@@ -140,6 +140,10 @@ type KeyStats struct {
 	// far more, or far fewer, primaries outliving the delay than its
 	// schedule predicted — and relearned it from new observations alone.
 	Shifts int64
+	// Period is the cycle of the key's latency the auto delay forecasts
+	// from (Config.Period): the given one, or the one detected from its
+	// windows; 0 while none is known, and with a negative Period.
+	Period time.Duration
 }
 
 // Stats returns a snapshot of the policy's counters. Each counter is read
@@ -176,6 +180,7 @@ func (p *Policy) Stats() Stats {
 			WindowTriggerRate: math.Float64frombits(ks.diag.rate.Load()),
 			Auto:              ks.auto.Load(),
 			Shifts:            ks.sched.Shifts(),
+			Period:            p.periodOf(ks),
 		})
 		if states != nil {
 			states = append(states, ks)

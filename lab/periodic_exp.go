@@ -56,7 +56,10 @@ func PeriodicRows() []PeriodicRow {
 			}
 			return runEach(cfg, sts)
 		}},
-		{Name: "adaptive (auto delay)", Run: func(cfg Config) ([]*Result, error) { return runEach(cfg, []Strategy{{Kind: Adaptive}}) }},
+		{Name: "adaptive (auto delay, Period < 0)", Run: func(cfg Config) ([]*Result, error) {
+			cfg.Policy.Period = -1
+			return runEach(cfg, []Strategy{{Kind: Adaptive}})
+		}},
 		{Name: "oracle (thresholds p90–p99)", Run: func(cfg Config) ([]*Result, error) {
 			rs := make([]*Result, len(periodicQuantiles))
 			for i, q := range periodicQuantiles {
@@ -70,6 +73,14 @@ func PeriodicRows() []PeriodicRow {
 			}
 			return rs, nil
 		}},
+		{Name: "forecasting (auto delay, Period detected)", Run: func(cfg Config) ([]*Result, error) {
+			cfg.Policy.Period = 0
+			return runEach(cfg, []Strategy{{Kind: Adaptive}})
+		}},
+		{Name: "forecasting (auto delay, Period given)", Run: func(cfg Config) ([]*Result, error) {
+			cfg.Policy.Period = cfg.Scenario.Period()
+			return runEach(cfg, []Strategy{{Kind: Adaptive}})
+		}},
 	}
 }
 
@@ -77,6 +88,8 @@ func PeriodicRows() []PeriodicRow {
 const (
 	periodicRowStatic   = 1
 	periodicRowAdaptive = 2
+	periodicRowDetected = 4 // the forecasting policy, Config.Period 0
+	periodicRowGiven    = 5 // and the period given
 )
 
 // frontierPoint is one operating point: extra load and p99 (ns).
@@ -397,6 +410,11 @@ type periodicTable struct {
 	// static mixture's: what knowing the phase adds to the best fixed
 	// delay.
 	phaseGain stat
+	// The forecasting rows' savings against adaptive at its p99 and
+	// their p99 at its extra load (detected, given), and the phase
+	// limit's p99 there.
+	fcSaving, fcP99 [2]stat
+	limP99          stat
 }
 
 func expPeriodic(o Options) (*Outcome, error) {
@@ -452,6 +470,17 @@ func expPeriodic(o Options) (*Outcome, error) {
 	} else {
 		verdict += "Knowing the phase is worth that much here; a forecasting policy is one more row (PeriodicRows) to see how much of it it takes."
 	}
+	share := func(fc, lim stat) string {
+		if fc.n == 0 || lim.n == 0 || lim.mean >= 0 {
+			return "none"
+		}
+		return pctf(fc.mean / lim.mean)
+	}
+	verdict += fmt.Sprintf(" The forecasting policy (the auto delay choosing from the cycle's distribution, Config.Period) needs %s extra load at adaptive's p99 on diurnal with the period detected, %s with it given "+
+		"(%s and %s of the way from adaptive to the phase limit; at adaptive's extra load %s and %s of the p99's way), and %s and %s on batch (%s and %s; %s and %s): "+
+		"a detected period is used only once detection has three cycles of history and the phases a cycle more, of the run's ten.",
+		d.fcSaving[0].rel(), d.fcSaving[1].rel(), share(d.fcSaving[0], d.limSaving), share(d.fcSaving[1], d.limSaving), share(d.fcP99[0], d.limP99), share(d.fcP99[1], d.limP99),
+		b.fcSaving[0].rel(), b.fcSaving[1].rel(), share(b.fcSaving[0], b.limSaving), share(b.fcSaving[1], b.limSaving), share(b.fcP99[0], b.limP99), share(b.fcP99[1], b.limP99))
 	return &Outcome{
 		Setup: fmt.Sprintf("diurnal: open-loop arrivals (non-homogeneous Poisson, by thinning) whose rate follows a cosine between 100 and 300 requests/s over a 2 min period; "+
 			"service lognormal mean 44 ms (sd 16 ms) with 5 %% of attempts 5× slower, on 3 replicas × 6 workers with FIFO queues: 29 %% utilised at the trough, 88 %% at the peak, latency rising only by queueing. "+
@@ -512,11 +541,15 @@ func (pt *periodicTable) table(nSeeds int) Table {
 		if i == periodicRowStatic {
 			pt.staticSaving = re
 		}
+		if i == periodicRowDetected || i == periodicRowGiven {
+			pt.fcSaving[i-periodicRowDetected], pt.fcP99[i-periodicRowDetected] = re, rp
+		}
 		t.Rows = append(t.Rows, []string{row.Name, own[0], own[1], e.pct(), dash(re), p.millis(), dash(rp)})
 	}
 	le := col(func(ps *periodicSeed) float64 { return ps.limExtra })
 	lp := col(func(ps *periodicSeed) float64 { return ps.limP99 })
 	pt.limSaving = relE(func(ps *periodicSeed) float64 { return ps.limExtra })
+	pt.limP99 = relP(func(ps *periodicSeed) float64 { return ps.limP99 })
 	pt.phaseGain = col(func(ps *periodicSeed) float64 { return ps.limExtra/ps.extraAt[periodicRowStatic] - 1 })
 	t.Rows = append(t.Rows, []string{fmt.Sprintf("phase limit (%d phases, offline)", PeriodicPhases), "", "", le.pct(), pt.limSaving.rel(), lp.millis(),
 		relP(func(ps *periodicSeed) float64 { return ps.limP99 }).rel()})

@@ -77,6 +77,7 @@ type Detector struct {
 	// below 2 count as 2.
 	MinPeriod int
 
+	input     []float64 // a Tracker's history in order, detected from
 	z, sorted []float64
 	z0, mask  []float64
 	acf       []float64

@@ -83,6 +83,9 @@
 // of History numbers, the phases' snapshots (at most MaxPhases, each a
 // bounded DDSketch) and as many emptied ones kept for reuse; observing a
 // window allocates nothing once the phases exist (TestTrackerMemory).
+// Detection's scratch, several times the history, can be one Detector
+// shared by the trackers of many keys (Config.Detector), whose calls the
+// caller then serialises together.
 //
 // Nothing here reads the clock, sleeps or starts a goroutine: every method
 // takes the time it acts at. A Tracker is not safe for concurrent use; its

@@ -74,6 +74,12 @@ type Config struct {
 	// RelativeAccuracy is the accuracy of the snapshots fed, the
 	// Estimator's. Zero means latency.DefaultRelativeAccuracy.
 	RelativeAccuracy float64
+	// Detector, if set, is the scratch storage detection runs in, shared
+	// by the trackers of many keys so that each does not hold its own
+	// (several times its history); the caller then serialises the calls
+	// of every tracker that shares it, not only each one's. Nil: the
+	// tracker's own.
+	Detector *Detector
 }
 
 // withDefaults returns c with zero fields set to their defaults and an
@@ -136,12 +142,11 @@ func (c Config) withDefaults() (Config, error) {
 // each takes the time it acts at.
 type Tracker struct {
 	cfg Config
-	det Detector
+	det *Detector // its own, or Config.Detector
 
 	// The history: ring[idx % History] is the mean log-quantile of
 	// window idx (NaN: missing), windows numbered from origin on.
 	ring    []float64
-	series  []float64 // the ring in order, for detection
 	origin  time.Time
 	last    int64     // number of the last window observed
 	lastEnd time.Time // end of the last window observed
@@ -167,10 +172,12 @@ func New(cfg Config) (*Tracker, error) {
 		return nil, err
 	}
 	t := &Tracker{
-		cfg:    cfg,
-		det:    Detector{MinCycles: cfg.MinCycles, Threshold: cfg.Threshold},
-		ring:   make([]float64, cfg.History),
-		series: make([]float64, cfg.History),
+		cfg:  cfg,
+		det:  cfg.Detector,
+		ring: make([]float64, cfg.History),
+	}
+	if t.det == nil {
+		t.det = &Detector{}
 	}
 	t.clearRing()
 	if cfg.Period != 0 {
@@ -210,10 +217,13 @@ func (t *Tracker) ObserveWindow(end time.Time, s *latency.Snapshot) error {
 		t.feed(end, s)
 		return nil
 	}
-	if !t.record(end, s) {
+	fresh, ok := t.record(end, s)
+	if !ok {
 		return nil
 	}
-	t.redetect(end)
+	if fresh {
+		t.redetect(end)
+	}
 	if t.period != 0 {
 		t.feed(end, s)
 	}
@@ -221,8 +231,13 @@ func (t *Tracker) ObserveWindow(end time.Time, s *latency.Snapshot) error {
 }
 
 // record puts the window ending at end in the history and reports whether
-// it was new.
-func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
+// it was new (fresh) and whether it is to be fed to its phase (ok): a
+// window that ends after the last one observed but rounds to the same
+// window of the history — the caller's windows restarted off the grid,
+// and the first of them ends less than half a window after the last — is
+// fed, and kept in the history only where that window was missing, so that
+// the latencies of a restarted window are not lost.
+func (t *Tracker) record(end time.Time, s *latency.Snapshot) (fresh, ok bool) {
 	x := math.NaN()
 	if s != nil {
 		x = meanLogQuantile(s)
@@ -230,7 +245,7 @@ func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
 	if !t.started {
 		t.origin, t.last, t.started = end, 0, true
 		t.ring[0] = x
-		return true
+		return true, true
 	}
 	w := float64(end.Sub(t.origin)) / float64(t.cfg.Window)
 	if !(w < 1<<62) {
@@ -238,13 +253,19 @@ func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
 		t.origin, t.last = end, 0
 		t.clearRing()
 		t.ring[0] = x
-		return true
+		return true, true
 	}
 	idx := int64(math.Round(w))
-	if idx <= t.last {
-		return false
-	}
 	h := int64(len(t.ring))
+	if idx == t.last {
+		if i := idx % h; math.IsNaN(t.ring[i]) {
+			t.ring[i] = x
+		}
+		return false, true
+	}
+	if idx < t.last {
+		return false, false
+	}
 	if idx-t.last >= h {
 		t.clearRing()
 	} else {
@@ -254,7 +275,7 @@ func (t *Tracker) record(end time.Time, s *latency.Snapshot) bool {
 	}
 	t.ring[idx%h] = x
 	t.last = idx
-	return true
+	return true, true
 }
 
 // clearRing marks every window of the history missing.
@@ -280,10 +301,14 @@ func meanLogQuantile(s *latency.Snapshot) float64 {
 func (t *Tracker) redetect(end time.Time) {
 	h := int64(len(t.ring))
 	n := min(t.last+1, h)
-	xs := t.series[:n]
+	// The ring in order, in the detector's scratch.
+	t.det.input = grow(t.det.input, int(n))
+	xs := t.det.input
 	for i := range n {
 		xs[i] = t.ring[(t.last-n+1+i)%h]
 	}
+	// A shared detector holds another tracker's settings.
+	t.det.MinCycles, t.det.Threshold, t.det.MinPeriod = t.cfg.MinCycles, t.cfg.Threshold, 0
 	det := t.det.Detect(xs)
 	switch {
 	case det.OK && t.period == 0:

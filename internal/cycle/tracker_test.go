@@ -458,7 +458,7 @@ func TestTrackerMemory(t *testing.T) {
 		if _, _, ok := tr.Period(); !ok {
 			t.Fatalf("%s: no cycle", when)
 		}
-		if n := len(tr.phases); n > p+1 || len(tr.spare) > n || len(tr.ring) != history || len(tr.series) != history {
+		if n := len(tr.phases); n > p+1 || len(tr.spare) > n || len(tr.ring) != history || cap(tr.det.input) > history {
 			t.Errorf("%s: %d phases for a cycle of %d windows, %d spares, ring %d", when, n, p, len(tr.spare), len(tr.ring))
 		}
 		for k, ph := range tr.phases {
@@ -577,5 +577,66 @@ func TestTrackerPeriodChanges(t *testing.T) {
 	}
 	if _, ok := tr.Forecast(t0.Add(550 * window)); !ok {
 		t.Error("no forecast on the second cycle")
+	}
+}
+
+// TestTrackerSharedDetector: trackers that share one Detector find what
+// each finds with its own.
+func TestTrackerSharedDetector(t *testing.T) {
+	var shared Detector
+	a := mustNew(t, Config{Detector: &shared})
+	b := mustNew(t, Config{Detector: &shared, Threshold: 0.5})
+	own := mustNew(t, Config{})
+	ownB := mustNew(t, Config{Threshold: 0.5})
+	ra, rb, ro, rob := rand.New(rand.NewPCG(1, 1)), rand.New(rand.NewPCG(2, 2)), rand.New(rand.NewPCG(1, 1)), rand.New(rand.NewPCG(2, 2))
+	for i := range 120 {
+		end := t0.Add(time.Duration(i+1) * window)
+		lvA, lvB := sineLevel(12, 0.5)(i), sineLevel(20, 0.5)(i)
+		_ = a.ObserveWindow(end, windowOf(ra, lvA, 200))
+		_ = own.ObserveWindow(end, windowOf(ro, lvA, 200))
+		_ = b.ObserveWindow(end, windowOf(rb, lvB, 200))
+		_ = ownB.ObserveWindow(end, windowOf(rob, lvB, 200))
+		pa, ca, oka := a.Period()
+		po, co, oko := own.Period()
+		pb, cb, okb := b.Period()
+		pob, cob, okob := ownB.Period()
+		if pa != po || ca != co || oka != oko || pb != pob || cb != cob || okb != okob {
+			t.Fatalf("window %d: shared detector %v/%v, %v/%v; own %v/%v, %v/%v", i, pa, oka, pb, okb, po, oko, pob, okob)
+		}
+	}
+	if _, _, ok := a.Period(); !ok {
+		t.Error("no cycle found")
+	}
+}
+
+// TestTrackerRestartedWindow: a window that ends after the last one but
+// rounds to the same window of the history (its caller's windows
+// restarted off the grid, just after a rotation) is fed to its phase, not
+// dropped, and the history keeps one sample per window.
+func TestTrackerRestartedWindow(t *testing.T) {
+	tr := mustNew(t, Config{})
+	r := rand.New(rand.NewPCG(3, 3))
+	run(t, tr, r, sineLevel(12, 0.5), 0, 60, nil)
+	if _, _, ok := tr.Period(); !ok {
+		t.Fatal("no cycle found")
+	}
+	count := func() (n int) {
+		for _, p := range tr.phases {
+			if p != nil {
+				n += p.Count()
+			}
+		}
+		return n
+	}
+	before, last := count(), tr.last
+	// 10 s after the last window's end: the part of a window cut short.
+	if err := tr.ObserveWindow(t0.Add(60*window+10*time.Second), windowOf(r, 10*time.Millisecond, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != before+100 {
+		t.Errorf("the phases hold %d observations, want %d: the window was not fed", got, before+100)
+	}
+	if tr.last != last {
+		t.Errorf("the history moved to window %d, want it kept at %d", tr.last, last)
 	}
 }
