@@ -40,8 +40,7 @@ type AutoChoice struct {
 	// Target is the percentile predicted: the Config's (0.99 for the
 	// p99), or for a while after the latency shifted up a deeper one, at
 	// most the p97 for the p99, while the faster requests served before
-	// the shift still count in the percentile the key serves
-	// (servedTarget).
+	// the shift still count in the percentile the key serves.
 	Target float64
 	// Unhedged and Hedged are the predicted Target percentiles of the
 	// request latency without and with hedging on this schedule.

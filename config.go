@@ -113,7 +113,9 @@ type Config struct {
 
 	// MaxKeys bounds the number of keys the policy tracks; past it the key
 	// used least recently (of a small random sample) is forgotten. Zero
-	// means 1,024. Each key holds at most 32 KiB of sketch.
+	// means 1,024. Each key holds at most 32 KiB of sketch, and with the
+	// cycle forecast (Period not negative) a tracker: its history of a few
+	// KiB and, once a cycle is known, up to 32 phase sketches.
 	MaxKeys int
 
 	// Warm, if set, seeds every new key's estimator, so a fresh process

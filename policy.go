@@ -125,9 +125,11 @@ const recomputeEvery = 16
 // The request path is [Policy.Begin], then [Policy.Hedge] before each hedge,
 // [Policy.Observe] once for every attempt sent, and [Policy.End] (or
 // [Policy.Abandon], if the caller gave up first). Together
-// they allocate nothing; BenchmarkDecisionPath measures their cost
-// (the auto delay's recomputation, every 256 observations, allocates a
-// few KiB).
+// they allocate nothing; BenchmarkDecisionPath measures their cost.
+// The auto delay's recomputation, paid by the request that triggers it
+// (every 256 observations of a key and at each window rotation), allocates
+// a few small objects, and the cycle tracker's feed, once a window, a few
+// sketches' worth (BenchmarkAutoDelayCycle measures both).
 //
 // [Do] pools its per-call channel and timer in the Policy: in a test, a
 // Policy used inside a testing/synctest bubble must be created inside it
