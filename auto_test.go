@@ -12,33 +12,12 @@ import (
 
 	"github.com/tailcut/tailcut/budget"
 	"github.com/tailcut/tailcut/internal/schedule"
+	"github.com/tailcut/tailcut/internal/testdist"
 	"github.com/tailcut/tailcut/latency"
 )
 
-// distributions the auto delay is pinned on.
-var autoDists = map[string]func(r *rand.Rand) time.Duration{
-	"lognormal 5ms/2ms, 5% x10": func(r *rand.Rand) time.Duration {
-		s2 := math.Log(1 + 4.0/25)
-		ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
-		if r.Float64() < 0.05 {
-			ms *= 10
-		}
-		return time.Duration(ms * 1e6)
-	},
-	"trimodal 100/300/800ms": func(r *rand.Rand) time.Duration {
-		switch u := r.Float64(); {
-		case u < 0.90:
-			return time.Duration((80 + 40*r.Float64()) * 1e6)
-		case u < 0.95:
-			return time.Duration((280 + 40*r.Float64()) * 1e6)
-		default:
-			return time.Duration((750 + 100*r.Float64()) * 1e6)
-		}
-	},
-	"pareto 1.5, 1ms": func(r *rand.Rand) time.Duration {
-		return time.Duration(1e6 / math.Pow(1-r.Float64(), 1/1.5))
-	},
-}
+// autoDists are the distributions the auto delay is pinned on.
+var autoDists = testdist.Auto
 
 // chooseSchedule is the auto delay's choice on dist for the percentile
 // target, as the policy's settings make it (schedule.Params.Choose).
@@ -257,19 +236,8 @@ func TestLaterHedgesKeepTheChosenReserve(t *testing.T) {
 	}
 }
 
-// trimodal returns the demo's distribution with a slow share s, half of
-// it at 280–320 ms and half at 750–850 ms, the rest at 80–120 ms.
-func trimodal(s float64) func(*rand.Rand) time.Duration {
-	return func(r *rand.Rand) time.Duration {
-		switch u := r.Float64(); {
-		case u < s/2:
-			return time.Duration((280 + 40*r.Float64()) * 1e6)
-		case u < s:
-			return time.Duration((750 + 100*r.Float64()) * 1e6)
-		}
-		return time.Duration((80 + 40*r.Float64()) * 1e6)
-	}
-}
+// trimodal is the demo's distribution with a slow share s.
+var trimodal = testdist.Trimodal
 
 // autoModelledCap is the auto delay's cap on the first hedge's trigger
 // rate, as a multiple of a modelled budget's ratio.

@@ -29,7 +29,10 @@
 // delay's choice of a key's hedge schedule from its distribution, the
 // served target after a shift and the shift test itself, with the state
 // a key carries for them (this package decides when a key's schedule is
-// recomputed, keeps that state in the key and puts the choice in force).
+// recomputed, keeps that state in the key and puts the choice in force),
+// and internal/cycle a key's latency cycle, detected from its finished
+// windows, and the distribution it forecasts (this package feeds each key's
+// tracker and decides when the auto delay uses it).
 // Above it, package hedgehttp adapts net/http (client Transport,
 // server Handler, the Idempotent middleware), hedgegrpc adapts grpc-go,
 // hedgeprom and hedgeotel export metrics and traces, fleet pools sketches

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/internal/testdist"
 )
 
 // The simulation: many low-traffic clients of one downstream, each with its
@@ -46,27 +46,10 @@ func (r simResult) extraLoad() float64 { return float64(r.hedges) / float64(r.re
 
 // lognormalStragglers draws from the bhope workload: lognormal with mean
 // 5 ms and sd 2 ms, 5 % of attempts ten times slower.
-func lognormalStragglers(r *rand.Rand) time.Duration {
-	s2 := math.Log(1 + 4.0/25)
-	ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
-	if r.Float64() < 0.05 {
-		ms *= 10
-	}
-	return time.Duration(ms * 1e6)
-}
+var lognormalStragglers = testdist.Lognormal
 
-// trimodal draws one attempt's latency.
-func trimodal(r *rand.Rand) time.Duration {
-	u := r.Float64()
-	switch {
-	case u < 0.90:
-		return time.Duration((80 + 40*r.Float64()) * 1e6)
-	case u < 0.95:
-		return time.Duration((280 + 40*r.Float64()) * 1e6)
-	default:
-		return time.Duration((750 + 100*r.Float64()) * 1e6)
-	}
-}
+// trimodal draws one attempt's latency from the demo's distribution.
+var trimodal = testdist.Demo
 
 type simEvent struct {
 	at   time.Time

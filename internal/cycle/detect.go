@@ -137,12 +137,47 @@ func (d *Detector) Detect(xs []float64) Detection {
 	if !d.standardise(xs) {
 		return Detection{}
 	}
-	z := d.z
-	// The autocorrelation up to maxLag+1 (the parabola needs the right
-	// neighbour), over the pairs where both samples are present, each
-	// lag normalised by its own count of pairs so that the peaks at P,
-	// 2P, … stand equally high.
+	// The autocorrelation up to maxLag+1: the parabola needs the right
+	// neighbour.
 	top := min(maxLag+1, n-2)
+	if !d.autocorrelate(n, top) {
+		return Detection{}
+	}
+	d.peakBounds(top)
+	// Candidates are the peaks as high as threshold.
+	best := math.Inf(-1)
+	for k := minPeriod; k <= maxLag; k++ {
+		if d.peak(k, minPeriod, top) && d.acf[k] >= threshold {
+			best = max(best, d.acf[k])
+		}
+	}
+	if math.IsInf(best, -1) {
+		return Detection{}
+	}
+	for k := minPeriod; k <= maxLag; k++ {
+		if !d.peak(k, minPeriod, top) || d.acf[k] < threshold || d.acf[k] < harmonic*best {
+			continue
+		}
+		p := float64(k) + parabola(d.acf[k-1], d.acf[k], d.acf[k+1])
+		if p < float64(minPeriod) || float64(n)/p < minCycles || !d.agrees(p, minCycles) {
+			continue
+		}
+		// The period near the peak that the phases explain best: where
+		// two cycles superpose, the peak lies between the stronger one
+		// and a multiple of the weaker.
+		if f := d.bestFold(max(0.85*p, float64(minPeriod)), min(1.15*p, float64(n)/minCycles)); math.Abs(f-p) > 1 && d.agrees(f, minCycles) {
+			p = f
+		}
+		return d.dominant(p, minCycles, minPeriod)
+	}
+	return Detection{}
+}
+
+// autocorrelate fills d.acf and d.pairs up to lag top from d.z, over the
+// pairs where both samples are present, each lag normalised by its own
+// count of pairs so that the peaks at P, 2P, … stand equally high. It
+// reports false for a series without variance.
+func (d *Detector) autocorrelate(n, top int) bool {
 	d.acf = grow(d.acf, top+1)
 	d.pairs = growInt(d.pairs, top+1)
 	// z0 is z with its missing samples 0, which then drop out of the
@@ -151,7 +186,7 @@ func (d *Detector) Detect(xs []float64) Detection {
 	d.mask = grow(d.mask, n)
 	var v0 float64
 	var m int
-	for i, x := range z {
+	for i, x := range d.z {
 		if math.IsNaN(x) {
 			d.z0[i], d.mask[i] = 0, 0
 			continue
@@ -162,7 +197,7 @@ func (d *Detector) Detect(xs []float64) Detection {
 	}
 	v0 /= float64(m)
 	if !(v0 > 1e-12) {
-		return Detection{}
+		return false
 	}
 	d.acf[0], d.pairs[0] = 1, m
 	d.valid = true
@@ -178,18 +213,22 @@ func (d *Detector) Detect(xs []float64) Detection {
 		}
 		d.acf[k] = dot(d.z0[:n-k], d.z0[k:]) / float64(p) / v0
 	}
-	// Peaks: local maxima, significant and prominent; candidates are
-	// the peaks as high as threshold.
+	return true
+}
+
+// peakBounds fills what peak compares each lag with, up to lag top:
+// d.trough[k], the lowest autocorrelation at any lag up to k, and
+// d.bart[k], Bartlett's 1 + 2·Σ r_j² over the first quarter of the lags
+// below k — the variance of a noise autocorrelation at k, in units of
+// 1/pairs, when the noise itself is correlated over that span (a slowly
+// wandering latency correlates with itself at every lag, and its bumps
+// are no cycle).
+func (d *Detector) peakBounds(top int) {
 	d.trough = grow(d.trough, top+1)
 	d.trough[0] = 1
 	for k := 1; k <= top; k++ {
 		d.trough[k] = min(d.trough[k-1], d.acf[k])
 	}
-	// d.bart[k] is Bartlett's 1 + 2·Σ r_j² over the first quarter of the
-	// lags below k: the variance of a noise autocorrelation at k, in
-	// units of 1/pairs, when the noise itself is correlated over that
-	// span (a slowly wandering latency correlates with itself at every
-	// lag, and its bumps are no cycle).
 	d.bart = grow(d.bart, top+1)
 	d.bart[0] = 1
 	for k, sum := 1, 1.0; k <= top; k++ {
@@ -198,59 +237,40 @@ func (d *Detector) Detect(xs []float64) Detection {
 		}
 		d.bart[k] = sum
 	}
-	peak := func(k int) bool {
-		r := d.acf[k]
-		return k >= minPeriod && k < top && r > d.acf[k-1] && r >= d.acf[k+1] &&
-			r*r*float64(d.pairs[k]) >= zCrit*zCrit*d.bart[k] && r-d.trough[k] >= minProminence
-	}
-	best := math.Inf(-1)
-	for k := minPeriod; k <= maxLag; k++ {
-		if peak(k) && d.acf[k] >= threshold {
-			best = max(best, d.acf[k])
-		}
-	}
-	if math.IsInf(best, -1) {
-		return Detection{}
-	}
-	for k := minPeriod; k <= maxLag; k++ {
-		if !peak(k) || d.acf[k] < threshold || d.acf[k] < harmonic*best {
-			continue
-		}
-		p := float64(k) + parabola(d.acf[k-1], d.acf[k], d.acf[k+1])
-		if p < float64(minPeriod) || float64(n)/p < minCycles || !d.agrees(p, minCycles) {
-			continue
-		}
-		// The period near the peak that the phases explain best: where
-		// two cycles superpose, the peak lies between the stronger one
-		// and a multiple of the weaker.
-		if f := d.bestFold(max(0.85*p, float64(minPeriod)), min(1.15*p, float64(n)/minCycles)); math.Abs(f-p) > 1 && d.agrees(f, minCycles) {
-			p = f
-		}
-		// A cycle of p/m that the threshold missed, weaker than the
-		// one of p but still significant, is the dominant one: p is its
-		// multiple (a weak cycle under noise, or two cycles whose
-		// periods nearly divide one another).
-		r, _ := d.correlation(int(math.Round(p)))
-		for m := int(p) / minPeriod; m >= 2; m-- {
-			c := int(math.Round(p / float64(m)))
-			for j := max(c-1, minPeriod); j <= c+1; j++ {
-				// Not necessarily a local maximum: the weaker
-				// cycle can shift the peak off it.
-				rj := d.acf[j]
-				if rj < submultiple*r || rj*rj*float64(d.pairs[j]) < zCrit*zCrit*d.bart[j] {
-					continue
-				}
-				// p/m: the error of a peak's lag does not grow
-				// with the lag, so the multiple's is m times finer.
-				q := p / float64(m)
-				if d.agrees(q, minCycles) {
-					return Detection{Period: q, Confidence: min(max(d.acf[j], 0), 1), OK: true}
-				}
+}
+
+// peak reports whether lag k is a peak: a local maximum, significant and
+// prominent.
+func (d *Detector) peak(k, minPeriod, top int) bool {
+	r := d.acf[k]
+	return k >= minPeriod && k < top && r > d.acf[k-1] && r >= d.acf[k+1] &&
+		r*r*float64(d.pairs[k]) >= zCrit*zCrit*d.bart[k] && r-d.trough[k] >= minProminence
+}
+
+// dominant returns the detection of period p, or of p/m if a cycle of
+// p/m that the threshold missed — weaker than the one of p but still
+// significant — is there: p is then its multiple (a weak cycle under
+// noise, or two cycles whose periods nearly divide one another).
+func (d *Detector) dominant(p, minCycles float64, minPeriod int) Detection {
+	r, _ := d.correlation(int(math.Round(p)))
+	for m := int(p) / minPeriod; m >= 2; m-- {
+		c := int(math.Round(p / float64(m)))
+		for j := max(c-1, minPeriod); j <= c+1; j++ {
+			// Not necessarily a local maximum: the weaker cycle can
+			// shift the peak off it.
+			rj := d.acf[j]
+			if rj < submultiple*r || rj*rj*float64(d.pairs[j]) < zCrit*zCrit*d.bart[j] {
+				continue
+			}
+			// p/m: the error of a peak's lag does not grow with the
+			// lag, so the multiple's is m times finer.
+			q := p / float64(m)
+			if d.agrees(q, minCycles) {
+				return Detection{Period: q, Confidence: min(max(d.acf[j], 0), 1), OK: true}
 			}
 		}
-		return Detection{Period: p, Confidence: min(max(r, 0), 1), OK: true}
 	}
-	return Detection{}
+	return Detection{Period: p, Confidence: min(max(r, 0), 1), OK: true}
 }
 
 // bestFold returns the period in [lo, hi], to a quarter sample,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/testdist"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -342,16 +343,8 @@ func TestTrackerOrder(t *testing.T) {
 	}
 }
 
-// bhope draws the lab's bhope latency: lognormal of mean 5 ms and standard
-// deviation 2 ms, × 10 one time in twenty.
-func bhope(r *rand.Rand) time.Duration {
-	s2 := math.Log(1 + 4.0/25)
-	ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
-	if r.Float64() < 0.05 {
-		ms *= 10
-	}
-	return time.Duration(ms * 1e6)
-}
+// bhope draws the lab's bhope latency (testdist.Lognormal).
+var bhope = testdist.Lognormal
 
 // when returns x if cond, else 1.
 func when(cond bool, x float64) float64 {

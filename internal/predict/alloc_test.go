@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/testdist"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -16,16 +17,9 @@ var defaults = Params{Target: 0.99, MaxHedges: 2}
 // results are written to.
 func allocator(gs []group) *Allocator { return &Allocator{p: defaults, gs: gs} }
 
-// stragglers draws a lognormal latency of mean 5 ms and standard
-// deviation 2 ms, × 10 one time in twenty (bhope-like stragglers).
-func stragglers(r *rand.Rand) time.Duration {
-	s2 := math.Log(1 + 4.0/25)
-	ms := math.Exp(math.Log(5) - s2/2 + math.Sqrt(s2)*r.NormFloat64())
-	if r.Float64() < 0.05 {
-		ms *= 10
-	}
-	return time.Duration(ms * 1e6)
-}
+// stragglers draws bhope's latency: lognormal of mean 5 ms and sd 2 ms,
+// × 10 one time in twenty.
+var stragglers = testdist.Lognormal
 
 // TestAllocateShortcuts pins allocateAt's shortcuts, the ceiling and the
 // guess, to the plain bisection (no guess, no ceiling): on two-group

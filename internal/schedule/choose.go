@@ -8,50 +8,24 @@ import (
 )
 
 // Choice is the schedule the auto delay chose for a key, and what it
-// predicted (the policy reports it as its AutoChoice).
+// predicted. The policy reports it as tailcut.AutoChoice, whose fields of
+// the same names document each one; here they are in brief.
 type Choice struct {
-	// Delay is when the first hedge goes, Gap the time from one hedge to
-	// the next, and Hedges how many hedges a request may send (1 when later
-	// hedges did not pay for themselves).
-	Delay, Gap time.Duration
-	Hedges     int
-	// Target is the percentile predicted: the Params' (0.99 for the
-	// p99), or for a while after the latency shifted up a deeper one, at
-	// most the p97 for the p99, while the faster requests served before
-	// the shift still count in the percentile the key serves
-	// (ServedTarget).
-	Target float64
-	// Unhedged and Hedged are the predicted Target percentiles of the
-	// request latency without and with hedging on this schedule.
-	Unhedged, Hedged time.Duration
-	// HedgeRate is the share of requests predicted to send a hedge, and
-	// Grant the share of first hedges asked for that the budget is
-	// predicted to grant (1 when its denials are not modelled).
-	HedgeRate, Grant float64
-	// LaterGrant is the share of second and later hedges predicted to go:
-	// the share of the time the budget is predicted to hold more than
-	// Reserve × its burst, which they need (1 when its denials are not
-	// modelled).
-	LaterGrant float64
-	// Reserve is the share of the budget's burst that the second and
-	// later hedges leave to the first hedges of other requests: they go
-	// only while the budget holds more (a half or a quarter, chosen by the
-	// model; a half when its denials are not modelled).
-	Reserve float64
-	// Cap is the most the first hedge's trigger rate P(X > Delay) could
-	// have been: 1.5 × the budget's ratio, or 0.8 × it for a budget whose
-	// denials are not modelled (one that does not state its ratio and
-	// burst).
-	Cap float64
+	Delay, Gap time.Duration // the first hedge's delay; the time from one hedge to the next
+	Hedges     int           // hedges a request may send (1 when later ones did not pay)
+	Target     float64       // the percentile predicted (deeper than the Params' after a shift: ServedTarget)
+	Unhedged   time.Duration // the predicted Target percentile without hedging
+	Hedged     time.Duration // and with hedging on this schedule
+	HedgeRate  float64       // the share of requests predicted to send a hedge
+	Grant      float64       // the share of first hedges the budget is predicted to grant
+	LaterGrant float64       // the share of later hedges predicted to go
+	Reserve    float64       // the share of the budget's burst later hedges leave to first hedges
+	Cap        float64       // the most the first hedge's trigger rate could have been
 	// NoRetry: on this one-hedge schedule a request whose first hedge the
-	// budget denied does not ask again at the caller's next slot (at
-	// twice the delay; the policy's Hedge), because a hedge sent there
-	// beats the requests still out less than three quarters as often as
-	// one sent at the delay (Distribution.HedgeWins): the token it takes
-	// would serve another request's first hedge better. Where slow
-	// requests outlast the retry's slot a retry pays and is kept; the
-	// demo and lock16 scenarios show both cases
-	// (`tailcut lab --scenario demo`). Set by State.Recompute.
+	// budget denied does not ask again at the caller's next slot (at twice
+	// the delay), because a hedge sent there beats the requests still out
+	// less than three quarters as often as one sent at the delay
+	// (Distribution.HedgeWins). Set by State.Recompute.
 	NoRetry bool
 
 	// level is the Target percentile of the traffic served so far, as the
