@@ -151,7 +151,7 @@ func FuzzParseSpec(f *testing.F) {
 }
 
 func FuzzParseStrategies(f *testing.F) {
-	for _, s := range []string{"none,static:10ms,adaptive,oracle", "static!:50ms", "retry:1s, speculative", ",,", "static:", "adaptive!", "static:1e9h"} {
+	for _, s := range []string{"none,static:10ms,adaptive,oracle", "static!:50ms", "retry:1s, speculative", ",,", "static:", "adaptive!", "static:1e9h", "adaptive:period=given", "adaptive:period=60s", "adaptive:period=-1s", "tailcut:period=off"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -22,7 +22,10 @@
 // result of the shipped decision logic, not of a model of it. Each attempt
 // is observed with its own latency from its own start (queueing included, as
 // a client sees it); cancelled losers are observed at their cancellation
-// with [tailcut.Canceled].
+// with [tailcut.Canceled]. Its option period (`adaptive:period=off`,
+// `=detect`, `=given`, `=60s`; [Strategy.Forecast]) sets the policy's
+// cycle forecast, Config.Period: never, the cycle detected, the periodic
+// scenario's own period, or the one given.
 //
 // [Compare] runs several strategies on one workload and judges each against
 // the unhedged baseline by the rollout gates: the p99 down by at least

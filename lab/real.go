@@ -69,7 +69,10 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 	var rt http.RoundTripper = base
 	var policy *tailcut.Policy
 	if st.Kind != None {
-		pc := cfg.Policy
+		pc, err := st.policyConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
 		if pc.Quantile == 0 {
 			pc.Quantile = cfg.Quantile
 		}

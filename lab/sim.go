@@ -393,7 +393,10 @@ func (s *sim) setup() error {
 	case Oracle:
 		s.oracleThr = int64(quantileOf(trueQ, cfg.Threshold()))
 	case Adaptive, Predictive:
-		pc := cfg.Policy
+		pc, err := s.st.policyConfig(cfg)
+		if err != nil {
+			return err
+		}
 		pc.Predictive = pc.Predictive || s.st.Kind == Predictive
 		if pc.Quantile == 0 {
 			pc.Quantile = cfg.Quantile

@@ -73,6 +73,53 @@ type Strategy struct {
 	// phase of the scenario's period (a pointer, so that a Strategy
 	// stays comparable).
 	Phases *PhaseSchedule
+	// Forecast is what the Adaptive strategy sets its policy's
+	// tailcut.Config.Period to (the `adaptive:period=…` option), and
+	// Period the period ForecastFixed gives.
+	Forecast Forecast
+	Period   time.Duration
+}
+
+// Forecast is what an adaptive strategy does with the cycle of a key's
+// latency: the value it gives tailcut.Config.Period.
+type Forecast uint8
+
+const (
+	// ForecastDefault keeps Config.Policy.Period as it is (zero unless
+	// set: the cycle detected): `adaptive`.
+	ForecastDefault Forecast = iota
+	// ForecastOff never forecasts (Period < 0): `adaptive:period=off`.
+	ForecastOff
+	// ForecastDetected detects each key's cycle from its finished
+	// windows (Period 0): `adaptive:period=detect`.
+	ForecastDetected
+	// ForecastGiven gives the scenario's own period ([Scenario.Period]),
+	// an error on a scenario without one: `adaptive:period=given`.
+	ForecastGiven
+	// ForecastFixed gives Strategy.Period, which the policy rejects
+	// below two of its Windows: `adaptive:period=60s`.
+	ForecastFixed
+)
+
+var forecastNames = [...]string{ForecastOff: "off", ForecastDetected: "detect", ForecastGiven: "given"}
+
+// policyConfig returns the base configuration of the strategy's policy
+// on cfg: cfg.Policy with the strategy's Forecast applied.
+func (s Strategy) policyConfig(cfg Config) (tailcut.Config, error) {
+	pc := cfg.Policy
+	switch s.Forecast {
+	case ForecastOff:
+		pc.Period = -1
+	case ForecastDetected:
+		pc.Period = 0
+	case ForecastGiven:
+		if pc.Period = cfg.Scenario.Period(); pc.Period == 0 {
+			return pc, fmt.Errorf("lab: strategy %s: scenario %s has no period to give (diurnal and batch have one)", s, cfg.Scenario.Name)
+		}
+	case ForecastFixed:
+		pc.Period = s.Period
+	}
+	return pc, nil
 }
 
 // FeatureSet is the features the predictive strategy attaches to each
@@ -128,17 +175,26 @@ func (s Strategy) String() string {
 	if s.Kind == Phased {
 		name += ":" + s.Phases.String()
 	}
+	switch {
+	case s.Kind != Adaptive || s.Forecast == ForecastDefault:
+	case s.Forecast == ForecastFixed:
+		name += ":period=" + s.Period.String()
+	case int(s.Forecast) < len(forecastNames):
+		name += ":period=" + forecastNames[s.Forecast]
+	}
 	return name
 }
 
 // StrategyNames lists the strategy names ParseStrategy accepts.
-var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive", "speculative[:delay]", "oracle", "predictive[:values|:labels+values]", "phased:d1/d2/…"}
+var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive[:period=off|detect|given|<period>]", "speculative[:delay]", "oracle", "predictive[:values|:labels+values]", "phased:d1/d2/…"}
 
-// ParseStrategy parses one strategy: none, retry[:d], static[:d], adaptive,
-// speculative[:d], oracle or predictive[:features], where d is a Go duration ("10ms", "1.5s")
-// and features what the predictive strategy attaches (values,
-// labels+values; labels by default). A "!" after the name (static!:10ms)
-// switches the budget off.
+// ParseStrategy parses one strategy: none, retry[:d], static[:d],
+// adaptive[:period=p], speculative[:d], oracle or predictive[:features],
+// where d is a Go duration ("10ms", "1.5s"), features what the predictive
+// strategy attaches (values, labels+values; labels by default) and p what
+// the adaptive policy's Config.Period is (Strategy.Forecast): off, detect,
+// given (the scenario's period) or a duration. A "!" after the name
+// (static!:10ms) switches the budget off.
 func ParseStrategy(s string) (Strategy, error) {
 	name, arg, hasArg := strings.Cut(strings.TrimSpace(s), ":")
 	var st Strategy
@@ -177,6 +233,9 @@ func ParseStrategy(s string) (Strategy, error) {
 	if st.Unbudgeted && st.Kind.policy() {
 		return st, fmt.Errorf("lab: strategy %q: an adaptive policy always has a budget; use --budget", s)
 	}
+	if hasArg && st.Kind == Adaptive {
+		return parseForecast(st, s, arg)
+	}
 	if hasArg && st.Kind == Predictive {
 		for i, n := range featureSetNames {
 			if n == arg {
@@ -199,6 +258,31 @@ func ParseStrategy(s string) (Strategy, error) {
 		}
 		st.Delay = d
 	}
+	return st, nil
+}
+
+// parseForecast parses the option of adaptive strategy s, period=p, into
+// st.
+func parseForecast(st Strategy, s, arg string) (Strategy, error) {
+	opt, val, ok := strings.Cut(arg, "=")
+	if !ok || strings.TrimSpace(opt) != "period" {
+		return st, fmt.Errorf("lab: strategy %q: unknown option %q (valid: period=off, period=detect, period=given, period=<duration>)", s, arg)
+	}
+	val = strings.TrimSpace(val)
+	for i, n := range forecastNames {
+		if n != "" && n == val {
+			st.Forecast = Forecast(i)
+			return st, nil
+		}
+	}
+	d, err := time.ParseDuration(val)
+	if err != nil {
+		return st, fmt.Errorf("lab: strategy %q: bad period %q (want off, detect, given or a duration like 60s)", s, val)
+	}
+	if d <= 0 {
+		return st, fmt.Errorf("lab: strategy %q: period must be positive (period=off never forecasts)", s)
+	}
+	st.Forecast, st.Period = ForecastFixed, d
 	return st, nil
 }
 

@@ -44,6 +44,7 @@ type labFlags struct {
 	real        bool
 	rtt         time.Duration
 	period      time.Duration
+	window      time.Duration
 }
 
 func newLabCmd(e *env) *cobra.Command {
@@ -63,12 +64,16 @@ static:10ms, adaptive and oracle. Try your own latency distribution with
 --samples FILE: one duration per line (12ms, 0.8s, or a number of ms), or a
 YAML/JSON spec (.yaml, .yml, .json).
 
-Strategies: none, retry[:timeout], static[:delay], adaptive,
-predictive[:values|:labels+values], speculative[:delay], oracle; a ! after
-the name (static!:10ms) switches the hedge budget off for that strategy.
-predictive is the policy with the scenario's feature label on each request
-(Config.Predictive; the predictable, replica-skew and size-scaled scenarios
-have one); :values attaches its numeric value instead, :labels+values both.`,
+Strategies: none, retry[:timeout], static[:delay],
+adaptive[:period=off|detect|given|<period>], predictive[:values|:labels+values],
+speculative[:delay], oracle; a ! after the name (static!:10ms) switches the
+hedge budget off for that strategy. adaptive's period sets the policy's cycle
+forecast (Config.Period): off never forecasts, detect (the default) finds each
+key's cycle, given takes the periodic scenario's period, and a duration (60s)
+gives one — at least two windows (--window). predictive is the policy with the
+scenario's feature label on each request (Config.Predictive; the predictable,
+replica-skew and size-scaled scenarios have one); :values attaches its numeric
+value instead, :labels+values both.`,
 		Example: `  tailcut lab
   tailcut lab --scenario demo --strategies none,static:130ms,adaptive
   tailcut lab --scenario fanout --fanout 50 --json
@@ -98,6 +103,7 @@ have one); :values attaches its numeric value instead, :labels+values both.`,
 	fl.BoolVar(&f.list, "list", false, "list the scenarios and exit")
 	fl.DurationVar(&f.rtt, "rtt", 0, "network round trip added to every simulated attempt (e.g. 1ms; --real has a real one)")
 	fl.DurationVar(&f.period, "period", 0, "period of a periodic scenario (diurnal, batch; default 2m, or 20s with --real); its default requests cover as many cycles")
+	fl.DurationVar(&f.window, "window", 0, "length of each of the adaptive policy's two latency windows (Config.Window; default 30s)")
 	fl.BoolVar(&f.real, "real", false, "run for real: HTTP over loopback through hedgehttp.Transport to an in-process server sleeping the sampled latencies (none, static, adaptive; default 3,000 requests at up to 200/s; diurnal and batch: 4 cycles of a 20 s period, queueing for real)")
 	cmd.AddCommand(newExperimentCmd(e))
 	return cmd
@@ -198,6 +204,10 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 		return cfg, usagef("--rtt must not be negative, got %v", f.rtt)
 	}
 	cfg.RTT = f.rtt
+	if f.window < 0 {
+		return cfg, usagef("--window must not be negative, got %v", f.window)
+	}
+	cfg.Policy.Window = f.window
 	switch f.cancel {
 	case "":
 	case "honour", "honor":
@@ -320,6 +330,9 @@ func describe(cfg lab.Config) string {
 	delay := fmt.Sprintf("adaptive delay at the p%g", cfg.Quantile*100)
 	if cfg.Quantile == 0 {
 		delay = "adaptive delay auto"
+	}
+	if w := cfg.Policy.Window; w > 0 {
+		delay += fmt.Sprintf(" (windows of %v)", w)
 	}
 	return fmt.Sprintf("%d requests, %s, fan-out %d, %d replicas × %d workers, %s; %s, max hedges %d, %s; seed %d",
 		cfg.Requests, load, cfg.Fanout, cfg.Replicas, cfg.Workers, cancel, delay, cfg.MaxHedges, b, cfg.Seed)

@@ -292,11 +292,24 @@ func TestLabPeriod(t *testing.T) {
 	if !strings.Contains(out, "20000 requests") || !strings.Contains(out, "phased:off/off/off/off/off/60ms") {
 		t.Errorf("diurnal at 10 s:\n%s", out)
 	}
+	// The policy's windows and its cycle forecast, from the command line.
+	code, out, errs = runCLI(t, "lab", "--scenario", "diurnal", "--period", "4s", "--window", "1s", "--requests", "4000",
+		"--strategies", "none,adaptive:period=off,adaptive:period=given")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "(windows of 1s)") || !strings.Contains(out, "adaptive:period=off ") || !strings.Contains(out, "adaptive:period=given ") {
+		t.Errorf("diurnal with 1 s windows:\n%s", out)
+	}
 	for _, args := range [][]string{
 		{"lab", "--scenario", "bhope", "--period", "10s"},
 		{"lab", "--scenario", "diurnal", "--period", "1ms"},
 		{"lab", "--scenario", "bhope", "--strategies", "phased:10ms/20ms"},
 		{"lab", "--strategies", "phased:10ms/soon"},
+		{"lab", "--strategies", "adaptive:period=soon"},
+		{"lab", "--scenario", "bhope", "--strategies", "adaptive:period=given"},
+		{"lab", "--scenario", "diurnal", "--period", "10s", "--window", "-1s"},
+		{"lab", "--scenario", "diurnal", "--period", "10s", "--window", "10s", "--strategies", "adaptive:period=given"},
 	} {
 		if code, _, errs := runCLI(t, args...); code == 0 || !strings.HasPrefix(errs, "tailcut: ") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
