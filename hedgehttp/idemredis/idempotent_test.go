@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,6 +344,11 @@ func TestRedisKilledMidRunNoKeyRunsTwice(t *testing.T) {
 	for range 2 * perGroup {
 		<-started // every b and c write runs, its key locked in Redis
 	}
+	held := lockTTLs(t, store)
+	leasesEnd := locksEnd(held, lease)
+	if len(held) == 0 {
+		t.Fatal("no lock held at the kill: the outage would test nothing")
+	}
 	srv.Kill()
 	close(gates['b'])
 	wgB.Wait()
@@ -357,10 +363,12 @@ func TestRedisKilledMidRunNoKeyRunsTwice(t *testing.T) {
 		}
 	}
 	// The outage outlasts every lease: Redis's clock ends them, whatever
-	// its restart finds in the append-only file. The sleep is the outage's
-	// length, not a wait for an event: with Redis down nothing can be
-	// polled, and with it up the running writes would renew their leases.
-	time.Sleep(5 * lease)
+	// its restart finds in the append-only file. Redis is down, so nothing
+	// can be polled, and restarted early it would let the running writes
+	// renew their leases: the outage lasts until the latest lease Redis
+	// held at the kill has ended (locksEnd).
+	outage := time.NewTimer(time.Until(leasesEnd))
+	<-outage.C
 	redistest.Start(t, srv.Port, args...)
 	poll("the client reaches the restarted redis-server", func() bool { return store.Client.Ping(t.Context()).Err() == nil })
 
@@ -401,4 +409,37 @@ func TestRedisKilledMidRunNoKeyRunsTwice(t *testing.T) {
 	if s := idem.Stats(); s.NotStored != 0 {
 		t.Errorf("NotStored = %d, want 0 (every response stored at last)", s.NotStored)
 	}
+}
+
+// lockTTLs returns the remaining time to live of every lock store holds
+// (a value tagged tagLock).
+func lockTTLs(t *testing.T, store *Store) []time.Duration {
+	t.Helper()
+	ctx := t.Context()
+	var ttls []time.Duration
+	iter := store.Client.Scan(ctx, 0, DefaultPrefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		v, err := store.Client.Get(ctx, k).Result()
+		if err != nil || len(v) == 0 || v[0] != tagLock {
+			continue // a record, or a key gone since the scan
+		}
+		ttl, err := store.Client.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttls = append(ttls, ttl)
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ttls
+}
+
+// locksEnd returns when locks of the given remaining times to live have
+// all ended by Redis's lease, one more renewal included: a write renews
+// its lease every lease/3, so one may renew between the reading of the
+// times and Redis's end.
+func locksEnd(ttls []time.Duration, lease time.Duration) time.Time {
+	return time.Now().Add(slices.Max(append(ttls, 0)) + lease)
 }
