@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/testdist"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -22,30 +24,9 @@ var generators = map[string]func(r *rand.Rand) time.Duration{
 	"uniform 1-100ms": func(r *rand.Rand) time.Duration {
 		return time.Duration(1e6 + r.Float64()*99e6)
 	},
-	"lognormal mean 5ms sd 2ms, 5% x10": func(r *rand.Rand) time.Duration {
-		// mu, sigma of the underlying normal for mean 5, sd 2 (ms)
-		s2 := math.Log(1 + 4.0/25)
-		mu := math.Log(5) - s2/2
-		ms := math.Exp(mu + math.Sqrt(s2)*r.NormFloat64())
-		if r.Float64() < 0.05 {
-			ms *= 10
-		}
-		return time.Duration(ms * 1e6)
-	},
-	"pareto alpha 1.5 min 1ms": func(r *rand.Rand) time.Duration {
-		return time.Duration(1e6 / math.Pow(1-r.Float64(), 1/1.5))
-	},
-	"trimodal 100/300/800ms": func(r *rand.Rand) time.Duration {
-		u := r.Float64()
-		switch {
-		case u < 0.90:
-			return time.Duration((80 + 40*r.Float64()) * 1e6)
-		case u < 0.95:
-			return time.Duration((280 + 40*r.Float64()) * 1e6)
-		default:
-			return time.Duration((750 + 100*r.Float64()) * 1e6)
-		}
-	},
+	"lognormal mean 5ms sd 2ms, 5% x10": testdist.Lognormal,
+	"pareto alpha 1.5 min 1ms":          testdist.Pareto,
+	"trimodal 100/300/800ms":            testdist.Demo,
 }
 
 // TestQuantileAccuracy checks the promised guarantee: every quantile a
