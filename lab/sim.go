@@ -77,6 +77,13 @@ type Config struct {
 	// tailcut.Policy. Its Budget is replaced by the lab's; a zero Quantile
 	// or MaxHedges takes the lab's.
 	Policy tailcut.Config
+	// WarmStart, if positive, starts the adaptive and predictive
+	// strategies' policy warm: its Policy.Warm (unless set) is a snapshot
+	// of WarmStart service times drawn for the run's first request, from
+	// a stream of their own, as a snapshot saved by an earlier run would
+	// be. Zero starts it cold: its first requests hedge at WarmupDelay.
+	// At most 1,000,000.
+	WarmStart int
 	// Seed makes the run reproducible: the same seed gives the same
 	// numbers.
 	Seed uint64
@@ -163,6 +170,8 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: rtt must not be negative, got %v", c.RTT)
 	case c.SeriesEvery < 0:
 		return c, fmt.Errorf("lab: SeriesEvery must not be negative, got %v", c.SeriesEvery)
+	case c.WarmStart < 0 || c.WarmStart > maxWarmStart:
+		return c, fmt.Errorf("lab: warm start must be in [0, %d] draws, got %d", maxWarmStart, c.WarmStart)
 	}
 	return c, nil
 }
@@ -187,6 +196,7 @@ const (
 	streamLock      = 0x6c6f636b73000000
 	streamGC        = 0x6763706861736573
 	streamCalibrate = 0x63616c6962726174
+	streamWarm      = 0x7761726d73746172
 )
 
 // splitmix64 is a fast, well-mixing hash of 64 bits.

@@ -2,10 +2,12 @@ package lab
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/latency"
 )
 
 // Kind is what a [Strategy] does with a slow attempt.
@@ -119,7 +121,27 @@ func (s Strategy) policyConfig(cfg Config) (tailcut.Config, error) {
 	case ForecastFixed:
 		pc.Period = s.Period
 	}
+	if cfg.WarmStart > 0 && pc.Warm == nil {
+		pc.Warm = warmSnapshot(cfg)
+	}
 	return pc, nil
+}
+
+// maxWarmStart bounds Config.WarmStart.
+const maxWarmStart = 1_000_000
+
+// warmSnapshot returns the snapshot of a warm start (Config.WarmStart):
+// that many service times drawn for the run's first request, from a
+// stream of their own.
+func warmSnapshot(cfg Config) *latency.Snapshot {
+	s, _ := latency.NewSnapshot(latency.DefaultRelativeAccuracy) // a valid accuracy
+	r := rand.New(rand.NewPCG(splitmix64(cfg.Seed^streamWarm), streamWarm))
+	call := Call{Requests: cfg.Requests}
+	for range cfg.WarmStart {
+		sv := cfg.Scenario.Draw(r, call)
+		s.Add(sv.Work + sv.Hold)
+	}
+	return s
 }
 
 // FeatureSet is the features the predictive strategy attaches to each

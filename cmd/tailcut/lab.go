@@ -45,6 +45,7 @@ type labFlags struct {
 	rtt         time.Duration
 	period      time.Duration
 	window      time.Duration
+	warm        int
 }
 
 func newLabCmd(e *env) *cobra.Command {
@@ -104,6 +105,7 @@ value instead, :labels+values both.`,
 	fl.DurationVar(&f.rtt, "rtt", 0, "network round trip added to every simulated attempt (e.g. 1ms; --real has a real one)")
 	fl.DurationVar(&f.period, "period", 0, "period of a periodic scenario (diurnal, batch; default 2m, or 20s with --real); its default requests cover as many cycles")
 	fl.DurationVar(&f.window, "window", 0, "length of each of the adaptive policy's two latency windows (Config.Window; default 30s)")
+	fl.IntVar(&f.warm, "warm", 0, "start the adaptive policy warm: Config.Warm holds N service times drawn from the scenario, as a snapshot saved by an earlier run would (default 0: cold, the first requests hedge at WarmupDelay)")
 	fl.BoolVar(&f.real, "real", false, "run for real: HTTP over loopback through hedgehttp.Transport to an in-process server sleeping the sampled latencies (none, static, adaptive; default 3,000 requests at up to 200/s; diurnal and batch: 4 cycles of a 20 s period, queueing for real)")
 	cmd.AddCommand(newExperimentCmd(e))
 	return cmd
@@ -208,6 +210,10 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 		return cfg, usagef("--window must not be negative, got %v", f.window)
 	}
 	cfg.Policy.Window = f.window
+	if f.warm < 0 || f.warm > 1_000_000 {
+		return cfg, usagef("--warm must be in [0, 1000000] draws, got %d", f.warm)
+	}
+	cfg.WarmStart = f.warm
 	switch f.cancel {
 	case "":
 	case "honour", "honor":
@@ -333,6 +339,9 @@ func describe(cfg lab.Config) string {
 	}
 	if w := cfg.Policy.Window; w > 0 {
 		delay += fmt.Sprintf(" (windows of %v)", w)
+	}
+	if cfg.WarmStart > 0 {
+		delay += fmt.Sprintf(", warm start of %d draws", cfg.WarmStart)
 	}
 	return fmt.Sprintf("%d requests, %s, fan-out %d, %d replicas × %d workers, %s; %s, max hedges %d, %s; seed %d",
 		cfg.Requests, load, cfg.Fanout, cfg.Replicas, cfg.Workers, cancel, delay, cfg.MaxHedges, b, cfg.Seed)

@@ -99,6 +99,7 @@ func TestLabBadInputExits2(t *testing.T) {
 		{"lab", "--requests", "ten"},
 		{"lab", "--quantile", "1.5"},
 		{"lab", "--max-hedges", "7"},
+		{"lab", "--warm", "-1"},
 		{"lab", "--rate", "10", "--concurrency", "5"},
 		{"lab", "--cancel", "maybe"},
 		{"lab", "--samples", "/nonexistent/file"},
