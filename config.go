@@ -120,7 +120,12 @@ type Config struct {
 
 	// Warm, if set, seeds every new key's estimator, so a fresh process
 	// hedges at a measured delay from its first request instead of at
-	// WarmupDelay (see latency.Estimator.Seed).
+	// WarmupDelay (see latency.Estimator.Seed). Without it, a service far
+	// slower than WarmupDelay sees every request of the first round hedged
+	// blind; those hedges spend the budget's floor reserve, and a windowed
+	// budget counts them for its whole TTL, while the first stragglers
+	// arrive (`tailcut lab --scenario demo --concurrency 20 --requests 3000
+	// --warm 2000` against the same without --warm; lab's TestWarmStart).
 	Warm *latency.Snapshot
 
 	// The fuses below switch off hedges only, never primaries. Each denial
