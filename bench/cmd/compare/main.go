@@ -35,6 +35,7 @@ import (
 	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/budget"
 	"github.com/tailcut/tailcut/hedgehttp"
+	"github.com/tailcut/tailcut/latency"
 
 	"github.com/tailcut/tailcut/bench/internal/loopback"
 )
@@ -45,6 +46,8 @@ var (
 	flagC         = flag.Int("c", 20, "concurrent workers (closed loop)")
 	flagScale     = flag.Float64("scale", 1, "scale every workload's number of requests")
 	flagSeed      = flag.Uint64("seed", 1, "seed of the service-time draws")
+	flagWarm      = flag.Bool("warm", false, "also run tailcut warm-started: Config.Warm holds 2,000 attempts drawn from the workload at its start, as a snapshot saved by an earlier run would")
+	flagBudgeted  = flag.Bool("budgeted", false, "also run each fixed delay under tailcut's default windowed budget (one hedge, the delay pinned by MinDelay = MaxDelay): what a budget costs a fixed delay")
 	flagBucket    = flag.Bool("bucket", false, "also run tailcut with the ratio bucket of a fixed burst of 10 (budget.NewRatio(0.1, 10, 1)) instead of the default windowed budget")
 )
 
@@ -102,6 +105,7 @@ var scenarios = []scenario{
 type strategy struct {
 	name, about string
 	fixed       bool // a fixed-delay hedge without budget
+	budgeted    bool // a fixed-delay hedge under tailcut's budget
 	peer        bool // another library
 	rt          func(base http.RoundTripper) http.RoundTripper
 }
@@ -146,6 +150,16 @@ func strategies(sc scenario) []strategy {
 				return hedgehttp.NewTransport(base, p)
 			}})
 	}
+	if *flagWarm {
+		out = append(out, strategy{name: "tailcut, warm start", about: "as tailcut, with Config.Warm: a snapshot of 2,000 attempts drawn from the workload at its start",
+			rt: func(base http.RoundTripper) http.RoundTripper {
+				p, err := tailcut.New(tailcut.Config{Warm: warmSnapshot(sc.draw)})
+				if err != nil {
+					log.Fatal(err)
+				}
+				return hedgehttp.NewTransport(base, p)
+			}})
+	}
 	for _, d := range sc.delays {
 		out = append(out, strategy{name: "fixed " + fmtMs(d), fixed: true, about: "one hedge after a fixed delay, no budget (hedgedhttp, upto 2)",
 			rt: func(base http.RoundTripper) http.RoundTripper {
@@ -156,7 +170,33 @@ func strategies(sc scenario) []strategy {
 				return rt
 			}})
 	}
+	if *flagBudgeted {
+		for _, d := range sc.delays {
+			out = append(out, strategy{name: "fixed " + fmtMs(d) + ", budget", budgeted: true, about: "one hedge after a fixed delay under tailcut's default budget (tailcut.Config{Quantile: 0.5, MinDelay: D, MaxDelay: D, MaxHedges: 1})",
+				rt: func(base http.RoundTripper) http.RoundTripper {
+					p, err := tailcut.New(tailcut.Config{Quantile: 0.5, MinDelay: d, MaxDelay: d, MaxHedges: 1})
+					if err != nil {
+						log.Fatal(err)
+					}
+					return hedgehttp.NewTransport(base, p)
+				}})
+		}
+	}
 	return out
+}
+
+// warmSnapshot returns a snapshot of 2,000 attempts drawn from the
+// workload at its start, from a stream of its own.
+func warmSnapshot(draw loopback.Draw) *latency.Snapshot {
+	s, err := latency.NewSnapshot(latency.DefaultRelativeAccuracy)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(54321, 0))
+	for range 2000 {
+		s.Add(draw(r, 0))
+	}
+	return s
 }
 
 func fmtMs(d time.Duration) string {
@@ -249,12 +289,22 @@ func run(sc scenario, seed uint64) {
 		fmt.Printf("| %s | %s | %s | %s | %s | %d |\n", st.name, statOf(f.p99).ms(), statOf(f.p999).ms(), statOf(f.extra).pct(), statOf(f.window).pct(), f.errors)
 	}
 	fmt.Println()
+	var fixed, budgeted string
 	for _, st := range sts {
-		if !st.fixed {
+		switch {
+		case st.fixed:
+			fixed = st.about
+		case st.budgeted:
+			budgeted = st.about
+		default:
 			fmt.Printf("- %s: %s\n", st.name, st.about)
 		}
 	}
-	fmt.Printf("- fixed D: %s\n\n", sts[len(sts)-1].about)
+	fmt.Printf("- fixed D: %s\n", fixed)
+	if budgeted != "" {
+		fmt.Printf("- fixed D, budget: %s\n", budgeted)
+	}
+	fmt.Println()
 	for _, line := range bars(sc.name, sts, figs) {
 		fmt.Println("- " + line)
 	}
