@@ -170,8 +170,8 @@ func (c Config) Resolve() (Config, error) {
 		return c, fmt.Errorf("lab: rtt must not be negative, got %v", c.RTT)
 	case c.SeriesEvery < 0:
 		return c, fmt.Errorf("lab: SeriesEvery must not be negative, got %v", c.SeriesEvery)
-	case c.WarmStart < 0 || c.WarmStart > maxWarmStart:
-		return c, fmt.Errorf("lab: warm start must be in [0, %d] draws, got %d", maxWarmStart, c.WarmStart)
+	case c.WarmStart < 0 || c.WarmStart > MaxWarmStart:
+		return c, fmt.Errorf("lab: warm start must be in [0, %d] draws, got %d", MaxWarmStart, c.WarmStart)
 	}
 	return c, nil
 }

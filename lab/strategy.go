@@ -121,14 +121,14 @@ func (s Strategy) policyConfig(cfg Config) (tailcut.Config, error) {
 	case ForecastFixed:
 		pc.Period = s.Period
 	}
-	if cfg.WarmStart > 0 && pc.Warm == nil {
+	if cfg.WarmStart > 0 && pc.Warm == nil && (s.Kind == Adaptive || s.Kind == Predictive) {
 		pc.Warm = warmSnapshot(cfg)
 	}
 	return pc, nil
 }
 
-// maxWarmStart bounds Config.WarmStart.
-const maxWarmStart = 1_000_000
+// MaxWarmStart bounds Config.WarmStart.
+const MaxWarmStart = 1_000_000
 
 // warmSnapshot returns the snapshot of a warm start (Config.WarmStart):
 // that many service times drawn for the run's first request, from a

@@ -59,10 +59,26 @@ func TestWarmStartSnapshot(t *testing.T) {
 // TestWarmStartRejected checks the bounds of Config.WarmStart.
 func TestWarmStartRejected(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{-1, maxWarmStart + 1} {
+	for _, n := range []int{-1, MaxWarmStart + 1} {
 		_, err := Run(Config{Scenario: mustLookup(t, "demo"), Requests: 100, WarmStart: n}, Strategy{Kind: Adaptive})
 		if err == nil || !strings.Contains(err.Error(), "warm start") {
 			t.Errorf("WarmStart %d: error %v, want one naming the warm start", n, err)
+		}
+	}
+}
+
+// TestWarmStartOnlyPolicies checks that Config.WarmStart seeds the
+// adaptive and predictive policies and leaves a static one's cold.
+func TestWarmStartOnlyPolicies(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Scenario: mustLookup(t, "demo"), Requests: 3000, WarmStart: 100}
+	for _, k := range []Kind{Adaptive, Predictive, Static} {
+		pc, err := Strategy{Kind: k}.policyConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := k != Static; (pc.Warm != nil) != want {
+			t.Errorf("%v: warm snapshot set %v, want %v", k, pc.Warm != nil, want)
 		}
 	}
 }

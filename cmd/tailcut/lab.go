@@ -210,8 +210,8 @@ func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
 		return cfg, usagef("--window must not be negative, got %v", f.window)
 	}
 	cfg.Policy.Window = f.window
-	if f.warm < 0 || f.warm > 1_000_000 {
-		return cfg, usagef("--warm must be in [0, 1000000] draws, got %d", f.warm)
+	if f.warm < 0 || f.warm > lab.MaxWarmStart {
+		return cfg, usagef("--warm must be in [0, %d] draws, got %d", lab.MaxWarmStart, f.warm)
 	}
 	cfg.WarmStart = f.warm
 	switch f.cancel {
