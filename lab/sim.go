@@ -82,7 +82,7 @@ type Config struct {
 	// of WarmStart service times drawn for the run's first request, from
 	// a stream of their own, as a snapshot saved by an earlier run would
 	// be. Zero starts it cold: its first requests hedge at WarmupDelay.
-	// At most 1,000,000.
+	// At most MaxWarmStart.
 	WarmStart int
 	// Seed makes the run reproducible: the same seed gives the same
 	// numbers.

@@ -105,7 +105,7 @@ value instead, :labels+values both.`,
 	fl.DurationVar(&f.rtt, "rtt", 0, "network round trip added to every simulated attempt (e.g. 1ms; --real has a real one)")
 	fl.DurationVar(&f.period, "period", 0, "period of a periodic scenario (diurnal, batch; default 2m, or 20s with --real); its default requests cover as many cycles")
 	fl.DurationVar(&f.window, "window", 0, "length of each of the adaptive policy's two latency windows (Config.Window; default 30s)")
-	fl.IntVar(&f.warm, "warm", 0, "start the adaptive policy warm: Config.Warm holds N service times drawn from the scenario, as a snapshot saved by an earlier run would (default 0: cold, the first requests hedge at WarmupDelay)")
+	fl.IntVar(&f.warm, "warm", 0, "start the adaptive and predictive policies warm: Config.Warm holds N service times drawn from the scenario, as a snapshot saved by an earlier run would (default 0: cold, the first requests hedge at WarmupDelay)")
 	fl.BoolVar(&f.real, "real", false, "run for real: HTTP over loopback through hedgehttp.Transport to an in-process server sleeping the sampled latencies (none, static, adaptive; default 3,000 requests at up to 200/s; diurnal and batch: 4 cycles of a 20 s period, queueing for real)")
 	cmd.AddCommand(newExperimentCmd(e))
 	return cmd
