@@ -682,6 +682,13 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 		_ = est.Seed(p.cfg.Warm) // a snapshot of another accuracy is ignored
 	}
 	ks = &keyState{key: key, est: est}
+	// Until the key's first computation (delayOf), which a Begin racing
+	// it does not wait for, its delay is the warm-up delay: never zero.
+	d := max(p.cfg.WarmupDelay, p.cfg.MinDelay)
+	if p.cfg.MaxDelay > 0 {
+		d = min(d, p.cfg.MaxDelay)
+	}
+	ks.cached.Store(int64(d))
 	ks.lastUsed.Store(now.UnixNano())
 	p.keys[key] = ks
 	p.last.Store(ks)

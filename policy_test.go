@@ -258,3 +258,31 @@ func TestObserveLearnsPrimariesOnly(t *testing.T) {
 		t.Errorf("learned %d latencies, want only the completed primary", snap.Count())
 	}
 }
+
+// TestNewKeyDelayNeverZero: a Begin that finds a new key's first
+// computation under way (another goroutine holds the key's lock) uses the
+// warm-up delay rather than wait; it is never zero, which an adapter
+// would take for "hedge at once".
+func TestNewKeyDelayNeverZero(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want time.Duration
+	}{
+		{"defaults", Config{}, DefaultWarmupDelay},
+		{"MaxDelay below WarmupDelay", Config{WarmupDelay: 30 * time.Millisecond, MaxDelay: 20 * time.Millisecond}, 20 * time.Millisecond},
+		{"MinDelay above WarmupDelay", Config{MinDelay: 15 * time.Millisecond}, 15 * time.Millisecond},
+	} {
+		p, err := New(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks := p.key("k", pt0)
+		ks.mu.Lock() // another Begin computing the key's first delay
+		r := p.Begin("k", pt0)
+		ks.mu.Unlock()
+		if r.Delay() != tc.want {
+			t.Errorf("%s: delay %v during the first computation, want %v", tc.name, r.Delay(), tc.want)
+		}
+	}
+}
