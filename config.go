@@ -81,8 +81,18 @@ type Config struct {
 	MinSamples int
 
 	// WarmupDelay is the delay used for a key until its windows hold
-	// MinSamples observations (and no Warm snapshot answers). Zero means
-	// 10 ms. A policy never hedges blind at delay zero.
+	// MinSamples observations (and no Warm snapshot answers). A policy
+	// never hedges blind at delay zero.
+	//
+	// Zero means a guess of 10 ms that the policy treats as one, so that
+	// a service far slower than 10 ms is not hedged on every request while
+	// its key learns: once the key has answers, however few, the warm-up
+	// delay is at least 1.5 × their median; and the first hedge of a
+	// request begun before the key's first answer is re-timed at each of
+	// its slots ([DenyEarly]) — to 1.5 × the request's age while no answer
+	// has come, to the key's delay once one has — so that it goes only
+	// once the request is slow by what the key has learned meanwhile. A
+	// WarmupDelay set explicitly is used as given, for every request.
 	WarmupDelay time.Duration
 
 	// MinDelay and MaxDelay clamp the delay. Zero means no bound. A
@@ -120,12 +130,14 @@ type Config struct {
 
 	// Warm, if set, seeds every new key's estimator, so a fresh process
 	// hedges at a measured delay from its first request instead of at
-	// WarmupDelay (see latency.Estimator.Seed). Without it, a service far
-	// slower than WarmupDelay sees every request of the first round hedged
-	// blind; those hedges spend the budget's floor reserve, and a windowed
-	// budget counts them for its whole TTL, while the first stragglers
-	// arrive (`tailcut lab --scenario demo --concurrency 20 --requests 3000
-	// --warm 2000` against the same without --warm; lab's TestWarmStart).
+	// WarmupDelay (see latency.Estimator.Seed). Without it, a key learns
+	// from its first answers, and the first requests' hedges go on little
+	// knowledge: on a service far slower than WarmupDelay, the schedule
+	// chosen from the first few dozen answers hedges some stragglers too
+	// late or not at all, and their share of a run of a few thousand
+	// requests shows in its p99 (`tailcut lab --scenario demo
+	// --concurrency 20 --requests 3000 --warm 2000` against the same
+	// without --warm; lab's TestWarmStart).
 	Warm *latency.Snapshot
 
 	// The fuses below switch off hedges only, never primaries. Each denial

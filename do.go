@@ -638,10 +638,10 @@ func (h *Hedger[T]) discard(v T) {
 
 // fire is the coordinator: the first hedge is due.
 func (st *state[T]) fire() {
-	if st.ctx.Err() == nil {
-		st.hedge(time.Now(), SentAfterDelay)
-	}
 	st.nextTick = 2
+	if st.ctx.Err() == nil && st.hedge(time.Now(), SentAfterDelay) == DenyEarly {
+		st.nextTick = 1 // re-timed: the first hedge at its new slot
+	}
 	st.arm()
 	st.finalV, st.finalErr = st.loop()
 	st.w.final <- struct{}{}
@@ -674,12 +674,18 @@ func (st *state[T]) launch(now time.Time, r SendReason) {
 	st.running++
 }
 
-// hedge asks the policy for the next attempt, sent for reason r, and
-// launches it if granted.
-func (st *state[T]) hedge(now time.Time, r SendReason) {
-	if st.launched < st.maxAttempts && st.p.Hedge(&st.req, now) == Send {
+// hedge asks the policy for the next attempt, sent for reason r, launches
+// it if granted, and returns the policy's decision (DenyMaxHedges when
+// every attempt has been launched).
+func (st *state[T]) hedge(now time.Time, r SendReason) Decision {
+	if st.launched >= st.maxAttempts {
+		return DenyMaxHedges
+	}
+	d := st.p.Hedge(&st.req, now)
+	if d == Send {
 		st.launch(now, r)
 	}
+	return d
 }
 
 // started tells the Observer that attempt i starts at now for reason r,
@@ -782,8 +788,11 @@ func (st *state[T]) loop() (T, error) {
 			if st.ctx.Err() != nil {
 				return st.stop(now)
 			}
-			st.hedge(now, SentAfterDelay)
-			st.nextTick++
+			if st.hedge(now, SentAfterDelay) == DenyEarly {
+				st.nextTick = 1 // re-timed: the first hedge at its new slot
+			} else {
+				st.nextTick++
+			}
 			st.arm()
 		case <-st.ctx.Done():
 			return st.stop(time.Now())

@@ -22,6 +22,10 @@ func newTestPolicy(t *testing.T, cfg Config) *Policy {
 	if cfg.MinSamples == 0 {
 		cfg.MinSamples = 1 << 30
 	}
+	if cfg.WarmupDelay == 0 {
+		// Set, so used as given: the tests' fixed delay.
+		cfg.WarmupDelay = DefaultWarmupDelay
+	}
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

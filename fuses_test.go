@@ -32,6 +32,10 @@ func fusePolicy(t *testing.T, cfg tailcut.Config) *tailcut.Policy {
 	if cfg.MinSamples == 0 {
 		cfg.MinSamples = 1 << 30
 	}
+	if cfg.WarmupDelay == 0 {
+		// Set, so used as given: the tests' fixed delay.
+		cfg.WarmupDelay = tailcut.DefaultWarmupDelay
+	}
 	if cfg.MaxHedges == 0 {
 		cfg.MaxHedges = 1 // the fuses' counts below are of one hedge per request
 	}
@@ -84,6 +88,7 @@ func TestDecisionNames(t *testing.T) {
 		tailcut.Send: "send", tailcut.DenyBudget: "budget", tailcut.DenyMaxHedges: "max_hedges",
 		tailcut.DenyPushback: "pushback", tailcut.DenyBreaker: "breaker", tailcut.DenyLoad: "load",
 		tailcut.DenySampling: "sampling", tailcut.DenyInflight: "inflight", tailcut.DryRun: "dry_run",
+		tailcut.DenyEarly: "early",
 	}
 	if len(want) != tailcut.NumDecisions {
 		t.Errorf("%d names tested, %d decisions", len(want), tailcut.NumDecisions)

@@ -41,6 +41,15 @@ const (
 	// set: it is counted (Counts.WouldHedge) and paid for in the budget,
 	// and not sent.
 	DryRun
+	// DenyEarly means the slot came too early and the request's schedule
+	// has moved: the request began before its key had any answer, with
+	// the default WarmupDelay as a guess, and what the key has learned
+	// since (or that no answer has come yet) puts its first hedge later.
+	// Ask again for the same hedge at the request's new HedgeAt(1), its
+	// new Delay, from its start; the hedges after it follow that schedule.
+	// A loop that handles it as any other denial loses that slot and
+	// nothing else. See Config.WarmupDelay.
+	DenyEarly
 
 	numDecisions
 )
@@ -59,11 +68,12 @@ var decisionNames = [...]string{
 	DenySampling:  "sampling",
 	DenyInflight:  "inflight",
 	DryRun:        "dry_run",
+	DenyEarly:     "early",
 }
 
 // String returns the decision's short name, used as a metric label
 // ("send", "budget", "max_hedges", "pushback", "breaker", "load",
-// "sampling", "inflight", "dry_run").
+// "sampling", "inflight", "dry_run", "early").
 func (d Decision) String() string {
 	if int(d) < len(decisionNames) {
 		return decisionNames[d]
@@ -153,6 +163,7 @@ type Policy struct {
 	evicted counters
 
 	auto   bool            // Quantile unset: the auto delay (auto.go)
+	guess  bool            // WarmupDelay unset: a guess (Config.WarmupDelay, warmupFloor)
 	cycles cycles          // the keys' cycle trackers (forecast.go)
 	sched  schedule.Params // the auto delay's settings, the budget's ratio and model among them (internal/schedule)
 
@@ -175,8 +186,8 @@ type counters struct {
 	requests atomic.Int64
 	wins     [MaxHedgesLimit + 1]atomic.Int64
 	hedges   atomic.Int64
-	failed   atomic.Int64 // requests whose every attempt failed
-	denied   [numDecisions]atomic.Int64
+	failed   atomic.Int64                   // requests whose every attempt failed
+	denied   [numDecisions - 1]atomic.Int64 // by Decision − 1: Send is never a denial
 
 	triggered    atomic.Int64 // requests that asked for a hedge at least once
 	would        atomic.Int64 // hedges that would have been sent (dry run)
@@ -233,6 +244,7 @@ type keyState struct {
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
 func New(cfg Config) (*Policy, error) {
+	guess := cfg.WarmupDelay == 0
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return nil, err
@@ -245,6 +257,7 @@ func New(cfg Config) (*Policy, error) {
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
 	p.auto = cfg.Quantile == 0
+	p.guess = guess
 	p.sched = schedule.ParamsFor(cfg.Budget)
 	p.sched.Target, p.sched.MaxHedges = cfg.Target, cfg.MaxHedges
 	p.sched.MinDelay, p.sched.MaxDelay = cfg.MinDelay, cfg.MaxDelay
@@ -270,10 +283,12 @@ type Request struct {
 	limit    int           // most hedges for this request
 	hedges   int           // hedges granted so far
 	id       uint64        // hash of the request ID (BeginID)
+	start    int64         // when it began, ns since the epoch; set only while blind
 	would    uint8         // hedges that would have been sent (dry run)
 	inflight uint8         // bit k set while granted hedge k is in flight
 	hasID    bool
 	asked    bool    // a hedge was asked for
+	blind    bool    // its key had no answer when it began, and its slots may be re-timed (warmup.go)
 	asks     uint8   // hedges asked for, granted or not (up to 255)
 	sampled  uint8   // 0 undecided, sampledIn, sampledOut
 	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
@@ -288,7 +303,8 @@ type Request struct {
 	x   [MaxValues]float32
 }
 
-// Delay is the hedge delay chosen for this request when it began.
+// Delay is the hedge delay chosen for this request when it began, or when
+// its first hedge was re-timed ([DenyEarly]).
 func (r *Request) Delay() time.Duration { return r.delay }
 
 // UseDelay tells the policy that the caller hedges r at d instead of at
@@ -298,6 +314,7 @@ func (r *Request) Delay() time.Duration { return r.delay }
 // decides is unchanged (Delay, HedgeAt and the auto delay's bookkeeping
 // stay the policy's). It costs one atomic store.
 func (r *Request) UseDelay(d time.Duration) {
+	r.blind = false // the caller's delay: never re-timed
 	if r.ks != nil {
 		r.ks.used.Store(1 + int64(max(d, 0)))
 	}
@@ -354,6 +371,9 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
+	if p.guess && !ks.warm.Load() && ks.est.Added() == 0 {
+		r.blind, r.start = true, n
+	}
 	if p.auto && ks.warm.Load() {
 		r.share = float32(ks.sched.Planned())
 	}
@@ -386,6 +406,10 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // budget comes last because asking it is paying.
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	ks := r.ks
+	if r.blind && p.retime(r, now) {
+		ks.denied[DenyEarly-1].Add(1)
+		return DenyEarly
+	}
 	if !r.asked {
 		r.asked = true
 		ks.triggered.Add(1)
@@ -440,7 +464,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		ks.would.Add(1)
 		return DryRun
 	default:
-		ks.denied[d].Add(1)
+		ks.denied[d-1].Add(1)
 		return d
 	}
 	r.hedges++
@@ -486,6 +510,9 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 		}
 	}
 	if o == Failed || o == Errored {
+		// The next attempt goes for the failure, at once: a slot of a
+		// request that failed is never re-timed.
+		r.blind = false
 		return
 	}
 	// Only the primary is a fair sample of the downstream's latency: a
@@ -620,6 +647,11 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	}
 	if !ok {
 		d = p.cfg.WarmupDelay
+		if p.guess {
+			if m, n := ks.est.Partial(0.5, now); n > 0 {
+				d = max(d, time.Duration(warmupFloor*float64(m)))
+			}
+		}
 	}
 	if d < p.cfg.MinDelay {
 		d = p.cfg.MinDelay
@@ -633,9 +665,14 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 		// Warming up: recompute as soon as the current window holds
 		// MinSamples, so that the learned delay replaces WarmupDelay at
 		// the MinSamples-th observation, not at the next multiple of
-		// recomputeEvery. (A rotation recomputes anyway.)
+		// recomputeEvery (a rotation recomputes anyway); and, when the
+		// warm-up delay is a guess, as often as the observations double
+		// before that, for warmupFloor.
 		cur, _ := ks.est.Counts(now)
 		every = int32(min(max(p.cfg.MinSamples-cur, 1), recomputeEvery))
+		if p.guess {
+			every = min(every, int32(max(cur, 1)))
+		}
 	case p.auto:
 		// As often as the observations double, up to every
 		// autoRecomputeEvery: a schedule made from few samples (after a

@@ -179,7 +179,7 @@ func TestEvictedKeyNotReused(t *testing.T) {
 
 func TestPushbackPausesHedgesOnly(t *testing.T) {
 	b, _ := budget.NewRatio(1, 100, -1)
-	p, _ := New(Config{Budget: b})
+	p, _ := New(Config{Budget: b, WarmupDelay: DefaultWarmupDelay})
 	p.Pushback("k", pt0.Add(time.Second))
 	r := p.Begin("k", pt0)
 	if d := p.Hedge(&r, pt0.Add(500*time.Millisecond)); d != DenyPushback {
@@ -225,7 +225,7 @@ func TestDeniedHedgeNotRetriedPastTheSchedule(t *testing.T) {
 		want    Decision
 	}{{1, true, DenyMaxHedges}, {1, false, Send}, {2, true, Send}} {
 		b, _ := budget.NewRatio(0.1, 1, -1)
-		p, _ := New(Config{Budget: b, MaxHedges: 2, Quantile: 0.9})
+		p, _ := New(Config{Budget: b, MaxHedges: 2, Quantile: 0.9, WarmupDelay: DefaultWarmupDelay})
 		if d := p.Hedge(new(p.Begin("k", pt0)), pt0); d != Send { // empties the bucket
 			t.Fatalf("first request: %v, want Send", d)
 		}

@@ -34,7 +34,9 @@ type Counts struct {
 	Abandoned int64
 	// Denied counts hedges not sent, by cause (indexed by Decision; the
 	// Send and DryRun entries are always zero). [Counts.DeniedBy] reads
-	// it by name: c.DeniedBy(DenyBudget).
+	// it by name: c.DeniedBy(DenyBudget). The DenyEarly entry counts
+	// slots moved later while a key warms up, which may come to a hedge
+	// after all.
 	Denied [numDecisions]int64
 	// Triggered counts requests that asked for a hedge at least once: still
 	// unanswered at their hedge delay, or failed. Granted or not, each
@@ -71,20 +73,22 @@ func (c Counts) HedgeWinRate() float64 {
 	return ratio(w, c.Hedges)
 }
 
-// Denials returns the total number of hedges denied, whatever the cause.
+// Denials returns the total number of hedges denied, whatever the cause:
+// every entry of Denied but DenyEarly's, which counts slots moved later,
+// not hedges refused.
 func (c Counts) Denials() int64 {
 	var n int64
 	for _, d := range c.Denied {
 		n += d
 	}
-	return n
+	return n - c.Denied[DenyEarly]
 }
 
 // DeniedBy returns the number of hedges denied for reason d ([DenyBudget],
 // [DenyMaxHedges], [DenyPushback], [DenyBreaker], [DenyLoad],
-// [DenySampling], [DenyInflight]; d.String() is its metric label). It is
-// zero for [Send], [DryRun] and any value out of range, so a loop over
-// every Decision below NumDecisions lists each denial once.
+// [DenySampling], [DenyInflight], [DenyEarly]; d.String() is its metric
+// label). It is zero for [Send], [DryRun] and any value out of range, so
+// a loop over every Decision below NumDecisions lists each denial once.
 func (c Counts) DeniedBy(d Decision) int64 {
 	if int(d) >= len(c.Denied) {
 		return 0
@@ -112,7 +116,8 @@ type KeyStats struct {
 	// request rather than chosen by the policy.
 	Pinned bool
 	// Warm reports whether the policy's delay comes from measured
-	// latencies (true) or is still the WarmupDelay (false).
+	// latencies (true) or is still the warm-up delay (false; see
+	// Config.WarmupDelay).
 	Warm bool
 
 	// Breaker is the state of the key's circuit breaker on hedges.
@@ -245,7 +250,7 @@ func (c *counters) load() Counts {
 	s.Failed = c.failed.Load()
 	s.Abandoned = c.abandoned.Load()
 	for i := range c.denied {
-		s.Denied[i] = c.denied[i].Load()
+		s.Denied[i+1] = c.denied[i].Load()
 	}
 	s.Triggered = c.triggered.Load()
 	s.WouldHedge = c.would.Load()

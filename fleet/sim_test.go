@@ -101,6 +101,13 @@ type simReq struct {
 
 const simKey = "backend"
 
+// warm reports whether p's delay for simKey is learned from measured
+// latencies, its own or the fleet's, rather than the warm-up delay.
+func warm(p *tailcut.Policy) bool {
+	ks := p.Stats().Keys
+	return len(ks) == 1 && ks[0].Warm
+}
+
 func simulate(t testing.TB, sc simConfig) simResult {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(sc.seed, 42))
@@ -161,10 +168,10 @@ func simulate(t testing.TB, sc simConfig) simResult {
 			}
 			push(&simEvent{at: now.Add(interarrival()), kind: evArrive, c: e.c})
 			req := &simReq{p: e.c.p, start: now, x1: sc.dist(rng), x2: -1}
-			req.r = req.p.Begin(simKey, now)
-			if req.r.Delay() == tailcut.DefaultWarmupDelay {
+			if !warm(req.p) {
 				cold++
 			}
+			req.r = req.p.Begin(simKey, now)
 			if sc.mode != "none" && req.x1 > req.r.Delay() {
 				push(&simEvent{at: now.Add(req.r.Delay()), kind: evHedge, req: req})
 			} else {
@@ -172,9 +179,17 @@ func simulate(t testing.TB, sc simConfig) simResult {
 			}
 		case evHedge:
 			req := e.req
-			if req.p.Hedge(&req.r, now) == tailcut.Send {
+			switch req.p.Hedge(&req.r, now) {
+			case tailcut.Send:
 				req.x2 = sc.dist(rng)
 				res.hedges++
+			case tailcut.DenyEarly:
+				// Re-timed (begun before the key's first answer): ask
+				// again at the request's new delay, if still out then.
+				if req.x1 > req.r.Delay() {
+					push(&simEvent{at: req.start.Add(req.r.Delay()), kind: evHedge, req: req})
+					continue
+				}
 			}
 			fin := req.x1
 			if req.x2 >= 0 {
@@ -222,10 +237,11 @@ func simulate(t testing.TB, sc simConfig) simResult {
 }
 
 // TestSimPooledVersusLocal is the lab-style demonstration: for fleets of
-// quiet clients, pooled estimates cost a fraction of the extra load of local
-// ones, which hedge at the warm-up delay while their windows are thin, and
-// still cut the tail. Run with -v for the table; TAILCUT_FLEET_SIM=full
-// runs every row (about a minute and a half).
+// quiet clients, pooled estimates take most requests off the warm-up path
+// that thin local windows leave them on, and still cut the tail; on their
+// own such clients stay within the budget, their warm-up delay held above
+// the median of their first answers. Run with -v for the table;
+// TAILCUT_FLEET_SIM=full runs every row (about a minute and a half).
 func TestSimPooledVersusLocal(t *testing.T) {
 	type row struct {
 		dist     string
@@ -275,18 +291,17 @@ func TestSimPooledVersusLocal(t *testing.T) {
 		}
 		local, pooled, none := res["local"], res["pooled"], res["none"]
 		name := fmt.Sprintf("%s, delay %s, %v req/s, restart %v", r.dist, delay, r.rate, r.restart)
-		// The claims, per row. Clients too quiet for a local estimate hedge
-		// at the warm-up delay; where that is far below the real tail (the
-		// trimodal distribution: 10 ms against a p95 of ~300 ms) they pay
-		// for it in extra load, and pooling brings that down to what a
-		// measured delay costs. Where the warm-up delay happens to sit near
-		// the p95 (the lognormal: ~10 ms) there is little to gain, and no
-		// claim.
-		if r.rate <= 0.5 && strings.HasPrefix(r.dist, "trimodal") && pooled.extraLoad() > local.extraLoad()/2 {
-			t.Errorf("%s: pooled extra load %.1f%% not under half of local %.1f%%", name, 100*pooled.extraLoad(), 100*local.extraLoad())
+		// The claims, per row. Clients too quiet for a local estimate
+		// spend most requests on the warm-up path; pooling ends that
+		// (below). Their warm-up delay is at least 1.5 × the median of the
+		// answers they have (Config.WarmupDelay), so on their own they
+		// stay within the budget too rather than hedge every request at
+		// the 10 ms guess.
+		if local.extraLoad() > 0.15 {
+			t.Errorf("%s: local extra load %.1f%%, want within the 10%% budget and its burst", name, 100*local.extraLoad())
 		}
-		if r.restart > 0 && pooled.coldShare >= local.coldShare/2 {
-			t.Errorf("%s: with restarts, %.1f%% of pooled requests began cold, not under half of local's %.1f%%", name, 100*pooled.coldShare, 100*local.coldShare)
+		if local.coldShare > 0.1 && pooled.coldShare >= local.coldShare/2 {
+			t.Errorf("%s: %.1f%% of pooled requests began cold, not under half of local's %.1f%%", name, 100*pooled.coldShare, 100*local.coldShare)
 		}
 		if pooled.extraLoad() > 0.15 {
 			t.Errorf("%s: pooled extra load %.1f%%, want within the 10%% budget and its burst", name, 100*pooled.extraLoad())

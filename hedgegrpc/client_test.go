@@ -220,6 +220,49 @@ func TestAdaptiveDelayFromPolicy(t *testing.T) {
 	})
 }
 
+// TestEarlySlotRetimed: with the policy's default WarmupDelay, a call
+// begun before its key's first answer is not hedged at the 10 ms guess;
+// its first hedge is re-timed (tailcut.DenyEarly), and goes at 1.5 × the
+// first answer another call brings, 100 ms.
+func TestEarlySlotRetimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPolicy(t, tailcut.Config{})
+		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "")))
+		fast := newFake(func(int) reply { return reply{after: 100 * time.Millisecond} })
+		slow := newFake(func(k int) reply {
+			if k == 0 {
+				return reply{after: time.Second}
+			}
+			return reply{after: 100 * time.Millisecond}
+		})
+		var wg sync.WaitGroup
+		wg.Go(func() { call(t.Context(), ic, fast) })
+		var out *testpb.SimpleResponse
+		var err error
+		var took time.Duration
+		wg.Go(func() { out, err, took = call(t.Context(), ic, slow) })
+		wg.Wait()
+		synctest.Wait()
+		if n := len(fast.records()); n != 1 {
+			t.Errorf("fast call: %d attempts, want 1 (no hedge before its answer)", n)
+		}
+		recs := slow.records()
+		if err != nil || out.Username != "attempt-1" || len(recs) != 2 {
+			t.Fatalf("slow call: %q, %v, %d attempts; want attempt-1, nil, 2", out.GetUsername(), err, len(recs))
+		}
+		// 1.5 × the sketch's median of 100 ms (1 % accurate, below 100
+		// here): at the re-timed slot itself, not at the next tick of
+		// the 10 ms delay the call began with.
+		at := recs[1].start
+		if at < 147*time.Millisecond || at >= 150*time.Millisecond || took != at+100*time.Millisecond {
+			t.Errorf("hedge at %v, call took %v; want 147–150ms, hedge + 100ms", at, took)
+		}
+		if c := p.Stats().Counts; c.DeniedBy(tailcut.DenyEarly) < 2 || c.Hedges != 1 {
+			t.Errorf("%d early slots, %d hedges; want several, 1", c.DeniedBy(tailcut.DenyEarly), c.Hedges)
+		}
+	})
+}
+
 func TestAttemptMetadata(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mustPolicy(t, tailcut.Config{MaxHedges: 2})

@@ -369,6 +369,14 @@ func (h *hcall) tryHedgeLocked(now time.Time, r tailcut.SendReason) {
 			}
 			continue // hedgingDelay "0s": send them all now
 		}
+		if d == tailcut.DenyEarly {
+			// Re-timed (a call begun before its key's first answer):
+			// the first hedge at the call's new delay from its start,
+			// and one delay apart after it.
+			h.delay = h.r.Delay()
+			h.armLocked(now, max(h.slots[0].start.Add(h.delay).Sub(now), 0))
+			return
+		}
 		if d == tailcut.DryRun {
 			h.would++
 		}

@@ -913,10 +913,17 @@ func (s *sim) onTimer(c int32, gen uint32, k int) {
 	}
 	switch s.st.Kind {
 	case Adaptive, Predictive:
-		if s.policy.Hedge(&cl.pr, s.vnow()) == tailcut.Send {
+		switch s.policy.Hedge(&cl.pr, s.vnow()) {
+		case tailcut.Send:
 			s.nHedges++
 			s.extra[index]++
 			s.launch(c, s.draw(c, index, leg, int(cl.n)))
+		case tailcut.DenyEarly:
+			// Re-timed (a request begun before its key's first
+			// answer): its first hedge at its new slot, its new delay,
+			// where it is counted as a trigger if still unanswered.
+			s.nTriggered--
+			k = 0
 		}
 		next = cl.start + int64(cl.pr.HedgeAt(k+1))
 	case Static:

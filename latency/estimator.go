@@ -395,3 +395,28 @@ func (e *Estimator) Merge(s *Snapshot, now time.Time) error {
 func seconds(v float64) time.Duration {
 	return time.Duration(v*1e9 + 0.5)
 }
+
+// Partial returns the q-quantile of every observation both windows hold at
+// now, merged unweighted, however few, and how many there are: what is
+// known of a key before MinSamples observations make Quantile answer. The
+// quantile is 0 when n is 0.
+func (e *Estimator) Partial(q float64, now time.Time) (d time.Duration, n int) {
+	if !(q >= 0 && q <= 1) {
+		return 0, 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rotate(now)
+	c, p := e.cur.GetCount(), e.prev.GetCount()
+	if c+p == 0 {
+		return 0, 0
+	}
+	w := e.newSketch()
+	_ = w.MergeWith(e.cur)
+	_ = w.MergeWith(e.prev)
+	v, err := w.GetValueAtQuantile(q)
+	if err != nil {
+		return 0, 0
+	}
+	return seconds(v), int(c + p)
+}

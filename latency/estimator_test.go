@@ -324,3 +324,36 @@ func testAddBoth(t *testing.T, shared bool) {
 		}
 	}
 }
+
+// TestPartial: Partial answers from the first observation on, over both
+// windows unweighted, and forgets what both windows dropped.
+func TestPartial(t *testing.T) {
+	e, _ := New(Config{MinSamples: 20, Window: time.Second})
+	if d, n := e.Partial(0.5, t0); d != 0 || n != 0 {
+		t.Fatalf("empty: %v, %d; want 0, 0", d, n)
+	}
+	e.Add(100*time.Millisecond, t0)
+	if d, n := e.Partial(0.5, t0); n != 1 || !near(d, 100*time.Millisecond) {
+		t.Fatalf("one observation: %v, %d; want ~100ms, 1", d, n)
+	}
+	// Two more in the next window: the median of all three, unweighted
+	// (the blend would weigh the current window 0.7).
+	t1 := t0.Add(time.Second)
+	e.Add(10*time.Millisecond, t1)
+	e.Add(20*time.Millisecond, t1)
+	if d, n := e.Partial(0.5, t1); n != 3 || !near(d, 20*time.Millisecond) {
+		t.Fatalf("three observations over two windows: %v, %d; want ~20ms, 3", d, n)
+	}
+	if _, ok := e.Quantile(0.5, t1); ok {
+		t.Fatal("Quantile answered below MinSamples")
+	}
+	for _, q := range []float64{-0.1, 1.1, math.NaN()} {
+		if d, n := e.Partial(q, t1); d != 0 || n != 0 {
+			t.Errorf("q %v: %v, %d; want 0, 0", q, d, n)
+		}
+	}
+	// Two windows later both are gone.
+	if d, n := e.Partial(0.5, t1.Add(2*time.Second)); d != 0 || n != 0 {
+		t.Errorf("after both windows rotated out: %v, %d; want 0, 0", d, n)
+	}
+}
