@@ -403,7 +403,10 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // (one token beyond the hedge's own and a tenth of the burst; see
 // BucketStats.Low),
 // pushback, breaker, sampling, load signal, in-flight cap, budget. The
-// budget comes last because asking it is paying.
+// budget comes last because asking it is paying. Before them all, the
+// first hedge of a request begun before its key's first answer may be
+// re-timed ([DenyEarly], Config.WarmupDelay): nothing is counted but the
+// slot moved.
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	ks := r.ks
 	if r.blind && p.retime(r, now) {
