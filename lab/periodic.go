@@ -175,7 +175,7 @@ func periodicScenarios() []*Scenario {
 			Name: "diurnal",
 			Summary: "a daily cycle compressed to a period (2 min; --period): open-loop arrivals at 200 req/s on average, 3× more at the peak than at the trough; " +
 				"lognormal mean 44 ms (sd 16 ms), 5 % ×5, on 3 replicas × 6 workers (88 % utilised at the peak, 29 % at the trough); 10 cycles",
-			Defaults: Defaults{Requests: 240000, Rate: 200, Fanout: 1, Replicas: 3, Workers: 6},
+			Defaults: Defaults{Requests: periodicRequests, Rate: 200, Fanout: 1, Replicas: 3, Workers: 6},
 			Cycle:    &Cycle{Period: PeriodicPeriod, PeakToTrough: 3},
 			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: drawPeriodic(r)} },
 			CDF:      plain(periodicCDF),
@@ -184,7 +184,7 @@ func periodicScenarios() []*Scenario {
 			Name: "batch",
 			Summary: "steady arrivals at 200 req/s (the diurnal service, 2 replicas × 9 workers, 59 % utilised); every period (2 min; --period) a batch job takes " +
 				"1, then 2, then 3 of each replica's 9 workers over 60 % of it (88 % utilised at its height) and frees them; 10 cycles",
-			Defaults: Defaults{Requests: 240000, Rate: 200, Fanout: 1, Replicas: 2, Workers: 9},
+			Defaults: Defaults{Requests: periodicRequests, Rate: 200, Fanout: 1, Replicas: 2, Workers: 9},
 			Batch:    &BatchLoad{Period: PeriodicPeriod, Window: PeriodicPeriod * 6 / 10, Workers: 3},
 			Draw:     func(r *rand.Rand, _ Call) Service { return Service{Work: drawPeriodic(r)} },
 			CDF:      plain(periodicCDF),

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -470,6 +471,13 @@ func expPeriodic(o Options) (*Outcome, error) {
 	} else {
 		verdict += "Knowing the phase is worth that much here; a forecasting policy is one more row (PeriodicRows) to see how much of it it takes."
 	}
+	// Both scenarios run ten cycles in their default number of requests.
+	requests := o.runRequests(periodicRequests)
+	cycles := strconv.FormatFloat(10*float64(requests)/periodicRequests, 'f', -1, 64)
+	cyclesWord := cycles
+	if cycles == "10" {
+		cyclesWord = "ten"
+	}
 	share := func(fc, lim stat) string {
 		if fc.n == 0 || lim.n == 0 || lim.mean >= 0 {
 			return "none"
@@ -478,20 +486,21 @@ func expPeriodic(o Options) (*Outcome, error) {
 	}
 	verdict += fmt.Sprintf(" The forecasting policy (the auto delay choosing from the cycle's distribution, Config.Period) needs %s extra load at adaptive's p99 on diurnal with the period detected, %s with it given "+
 		"(%s and %s of the way from adaptive to the phase limit; at adaptive's extra load %s and %s of the p99's way), and %s and %s on batch (%s and %s; %s and %s): "+
-		"a detected period is used only once detection has three cycles of history and the phases a cycle more, of the run's ten.",
+		"a detected period is used only once detection has three cycles of history and the phases a cycle more, of the run's %s.",
 		d.fcSaving[0].rel(), d.fcSaving[1].rel(), share(d.fcSaving[0], d.limSaving), share(d.fcSaving[1], d.limSaving), share(d.fcP99[0], d.limP99), share(d.fcP99[1], d.limP99),
-		b.fcSaving[0].rel(), b.fcSaving[1].rel(), share(b.fcSaving[0], b.limSaving), share(b.fcSaving[1], b.limSaving), share(b.fcP99[0], b.limP99), share(b.fcP99[1], b.limP99))
+		b.fcSaving[0].rel(), b.fcSaving[1].rel(), share(b.fcSaving[0], b.limSaving), share(b.fcSaving[1], b.limSaving), share(b.fcP99[0], b.limP99), share(b.fcP99[1], b.limP99),
+		cyclesWord)
 	return &Outcome{
 		Setup: fmt.Sprintf("diurnal: open-loop arrivals (non-homogeneous Poisson, by thinning) whose rate follows a cosine between 100 and 300 requests/s over a 2 min period; "+
 			"service lognormal mean 44 ms (sd 16 ms) with 5 %% of attempts 5× slower, on 3 replicas × 6 workers with FIFO queues: 29 %% utilised at the trough, 88 %% at the peak, latency rising only by queueing. "+
 			"batch: steady arrivals at 200 requests/s, the same service on 2 replicas × 9 workers; for 72 s of every 2 min a batch job takes 1, then 2, then 3 workers of each replica (a sawtooth of capacity, 59 %% → 88 %% utilised). "+
-			"10 cycles, 240,000 requests, %d seeds from %d; cancellation honoured, the default budget (10 %%, windowed) and two hedges for every strategy. "+
+			"%s cycles, %s requests, %d seeds from %d; cancellation honoured, the default budget (10 %%, windowed) and two hedges for every strategy. "+
 			"Rows: static delays %v ms, the adaptive policy's auto delay, the oracle at thresholds p90–p99, and the phase limit: "+
 			"the schedule of delays of the sweep (or none) for each of %d phases of the period with the least extra load at a p99, found offline on the sweep's own per-request latencies "+
 			"(a knapsack over the phases, a phase may mix two delays; solved exactly), and its schedule's own run (the phased strategy). "+
 			"Equal p99 and equal extra load are the adaptive run's; every row is read as the best mixture of its runs and of none (one phase), so that a sweep is judged between its points as the phase limit is. "+
 			"Figures are means over seeds, with the range.",
-			nSeeds, o.Seed, durationsMs(PeriodicStatics), PeriodicPhases),
+			cycles, grouped(requests), nSeeds, o.Seed, durationsMs(PeriodicStatics), PeriodicPhases),
 		Claim: "a model predicting hedge timing from the history of latencies cut extra traffic by 40 % at the same P99 under periodic load (the HedgingTransport article, §6.2).",
 		Published: Table{Title: "the HedgingTransport article, §6.2 (a deployment; no setup given)", Header: []string{"strategy", "extra traffic at the same P99"},
 			Rows: [][]string{{"LSTM predicting the hedge timing", "−40 %"}}},
@@ -699,3 +708,7 @@ func cmpF(a, b float64) int {
 	}
 	return 0
 }
+
+// periodicRequests is the diurnal and batch scenarios' default run: ten
+// cycles of their 2 min period at 200 requests/s.
+const periodicRequests = 240000
