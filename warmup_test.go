@@ -1,7 +1,6 @@
 package tailcut
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,17 +116,17 @@ func TestEarlySlotsNotRetimed(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		cfg  Config
-		prep func(p *Policy, r *Request)
+		prep func(t *testing.T, p *Policy, r *Request)
 		when time.Time
 	}{
 		{"explicit WarmupDelay", Config{WarmupDelay: DefaultWarmupDelay}, nil, at},
-		{"UseDelay", Config{}, func(_ *Policy, r *Request) { r.UseDelay(DefaultWarmupDelay) }, at},
-		{"after a failure", Config{}, func(p *Policy, r *Request) {
+		{"UseDelay", Config{}, func(_ *testing.T, _ *Policy, r *Request) { r.UseDelay(DefaultWarmupDelay) }, at},
+		{"after a failure", Config{}, func(_ *testing.T, p *Policy, r *Request) {
 			p.Observe(r, 0, time.Millisecond, Failed, pt0.Add(time.Millisecond))
 		}, pt0.Add(time.Millisecond)},
-		{"MaxDelay", Config{MaxDelay: 12 * time.Millisecond}, func(p *Policy, r *Request) {
+		{"MaxDelay", Config{MaxDelay: 12 * time.Millisecond}, func(t *testing.T, p *Policy, r *Request) {
 			if d := p.Hedge(r, at); d != DenyEarly || r.Delay() != 12*time.Millisecond {
-				panic(fmt.Sprintf("at 10ms: %v, delay %v; want early, 12ms", d, r.Delay()))
+				t.Fatalf("at 10ms: %v, delay %v; want %v, 12ms", d, r.Delay(), DenyEarly)
 			}
 		}, pt0.Add(12 * time.Millisecond)},
 	} {
@@ -139,7 +138,7 @@ func TestEarlySlotsNotRetimed(t *testing.T) {
 			}
 			r := p.Begin("k", pt0)
 			if tt.prep != nil {
-				tt.prep(p, &r)
+				tt.prep(t, p, &r)
 			}
 			if d := p.Hedge(&r, tt.when); d != Send {
 				t.Fatalf("hedge: %v, want %v", d, Send)
