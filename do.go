@@ -638,10 +638,11 @@ func (h *Hedger[T]) discard(v T) {
 
 // fire is the coordinator: the first hedge is due.
 func (st *state[T]) fire() {
-	st.nextTick = 2
-	if st.ctx.Err() == nil && st.hedge(time.Now(), SentAfterDelay) == DenyEarly {
-		st.nextTick = 1 // re-timed: the first hedge at its new slot
+	d := DenyMaxHedges
+	if st.ctx.Err() == nil {
+		d = st.hedge(time.Now(), SentAfterDelay)
 	}
+	st.after(1, d)
 	st.arm()
 	st.finalV, st.finalErr = st.loop()
 	st.w.final <- struct{}{}
@@ -686,6 +687,16 @@ func (st *state[T]) hedge(now time.Time, r SendReason) Decision {
 		st.launch(now, r)
 	}
 	return d
+}
+
+// after sets the slot to time next, once the policy answered d at slot
+// k: the one after it, or the first again when the request was re-timed
+// (DenyEarly: its first hedge at its new slot).
+func (st *state[T]) after(k int, d Decision) {
+	st.nextTick = k + 1
+	if d == DenyEarly {
+		st.nextTick = 1
+	}
 }
 
 // started tells the Observer that attempt i starts at now for reason r,
@@ -788,11 +799,7 @@ func (st *state[T]) loop() (T, error) {
 			if st.ctx.Err() != nil {
 				return st.stop(now)
 			}
-			if st.hedge(now, SentAfterDelay) == DenyEarly {
-				st.nextTick = 1 // re-timed: the first hedge at its new slot
-			} else {
-				st.nextTick++
-			}
+			st.after(st.nextTick, st.hedge(now, SentAfterDelay))
 			st.arm()
 		case <-st.ctx.Done():
 			return st.stop(time.Now())

@@ -411,9 +411,8 @@ func (e *Estimator) Partial(q float64, now time.Time) (d time.Duration, n int) {
 	if c+p == 0 {
 		return 0, 0
 	}
-	w := e.newSketch()
-	_ = w.MergeWith(e.cur)
-	_ = w.MergeWith(e.prev)
+	w := e.cur.Copy()
+	_ = w.MergeWith(e.prev) // same mapping: cannot fail
 	v, err := w.GetValueAtQuantile(q)
 	if err != nil {
 		return 0, 0
