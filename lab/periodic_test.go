@@ -348,7 +348,7 @@ func TestPeriodicExperimentShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	var steps int
-	out, err := x.Run(Options{Scale: 0.05, Seeds: 1, Progress: func(string) { steps++ }})
+	out, err := x.Run(Options{Scale: 0.05 / 3, Seeds: 1, Progress: func(string) { steps++ }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ writes one self-contained report with every table and chart.`,
 	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report to `FILE`")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed")
 	fl.IntVar(&f.seeds, "seeds", 0, "predictive and periodic only: run `N` seeds from --seed on instead of 5 (periodic: the figures' mean and range over them; predictive: and report how many meet the target and the mean's 90 % interval over the seeds)")
-	fl.IntVar(&f.requests, "requests", 0, "predictive and periodic only: simulate `N` requests a run instead of 200,000 (periodic: 240,000, ten cycles; 50,000 is bhope's run; the per-seed figures get noisier)")
+	fl.IntVar(&f.requests, "requests", 0, "predictive and periodic only: simulate `N` requests a run instead of 200,000 (periodic: 720,000, thirty cycles; 50,000 is bhope's run; the per-seed figures get noisier)")
 	fl.BoolVar(&f.real, "real", false, "lock, predictive and periodic only: also run for real against an in-process Go HTTP server over loopback (lock: A, B and C with a real sync.Mutex, reading contention from the mutex profile; predictive: adaptive and predictive on predictable, adaptive and predictive:values on size-scaled; periodic: none and adaptive on diurnal, none on batch, with a 20 s period; beside the simulation)")
 	return cmd
 }
