@@ -2,7 +2,8 @@
 // libraries and a sweep of fixed hedge delays, on four workloads over
 // loopback, and prints one markdown table per workload with the median and
 // the spread of each strategy's p99, p99.9 and extra load over interleaved
-// repetitions, and checks of its bars (bench/README.md).
+// repetitions (on drift, also the p99 of each half of the run: before
+// and after the shift), and checks of its bars (bench/README.md).
 //
 // Every workload has its own loopback server, whose handler draws each
 // attempt's service time and stops when the attempt is cancelled; every
@@ -205,7 +206,8 @@ func fmtMs(d time.Duration) string {
 
 // figures are one strategy's results over the repetitions.
 type figures struct {
-	p99, p999, extra, window []float64 // ms, ms, share, share
+	p99, p999, extra, window []float64    // ms, ms, share, share
+	half                     [2][]float64 // p99 of each half of the run, ms
 	errors                   int64
 }
 
@@ -277,6 +279,9 @@ func run(sc scenario, seed uint64) {
 			f.p999 = append(f.p999, msOf(r.Quantile(99.9)))
 			f.extra = append(f.extra, r.ExtraLoad())
 			f.window = append(f.window, r.MaxWindowExtra(5))
+			for h := range f.half {
+				f.half[h] = append(f.half[h], msOf(r.HalfQuantile(h, 99)))
+			}
 			f.errors += r.Errors
 		}
 		fmt.Fprintf(os.Stderr, "%s: repetition %d/%d done\n", sc.name, rep+1, *flagReps)
@@ -289,6 +294,17 @@ func run(sc scenario, seed uint64) {
 		fmt.Printf("| %s | %s | %s | %s | %s | %d |\n", st.name, statOf(f.p99).ms(), statOf(f.p999).ms(), statOf(f.extra).pct(), statOf(f.window).pct(), f.errors)
 	}
 	fmt.Println()
+	if sc.name == "drift" {
+		// The whole run's p99 is about the slower half's p98: read each
+		// half on its own too.
+		fmt.Println("| strategy | p99 ms, first half | p99 ms, second half | extra load |")
+		fmt.Println("|---|---|---|---|")
+		for i, st := range sts {
+			f := figs[i]
+			fmt.Printf("| %s | %s | %s | %s |\n", st.name, statOf(f.half[0]).ms(), statOf(f.half[1]).ms(), statOf(f.extra).pct())
+		}
+		fmt.Println()
+	}
 	var fixed, budgeted string
 	for _, st := range sts {
 		switch {
@@ -309,6 +325,19 @@ func run(sc scenario, seed uint64) {
 		fmt.Println("- " + line)
 	}
 	fmt.Println()
+}
+
+// halves says on which halves of the run tailcut's p99 is the lower.
+func halves(first, second bool) string {
+	switch {
+	case first && second:
+		return "tailcut lower on both"
+	case first:
+		return "tailcut lower on the first only"
+	case second:
+		return "tailcut lower on the second only"
+	}
+	return "tailcut lower on neither"
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -368,6 +397,13 @@ func bars(name string, sts []strategy, figs []figures) []string {
 		}
 		if len(out) == 0 {
 			out = append(out, fmt.Sprintf("bar (drift): no fixed delay at ≤ tailcut's %.1f %% extra load", 100*tx))
+		}
+		a, b := statOf(figs[0].half[0]).med, statOf(figs[0].half[1]).med
+		for i, st := range sts {
+			if st.fixed && statOf(figs[i].extra).med <= tx {
+				fa, fb := statOf(figs[i].half[0]).med, statOf(figs[i].half[1]).med
+				out = append(out, fmt.Sprintf("by half (drift): tailcut p99 %.1f and %.1f against %s's %.1f and %.1f: %s", a, b, st.name, fa, fb, halves(a <= fa, b <= fb)))
+			}
 		}
 	case "outage":
 		w := statOf(figs[0].window)

@@ -95,7 +95,11 @@ type Counts struct {
 
 // Result is one run's figures, at the client and at the server.
 type Result struct {
-	Hist      *hdrhistogram.Histogram // request latencies, µs
+	Hist *hdrhistogram.Histogram // request latencies, µs
+	// Halves are the latencies of the requests started in the first and
+	// the second half of the run, by the order they started in (the
+	// server's progress, which a Draw reads, counts them alike).
+	Halves    [2]*hdrhistogram.Histogram
 	Requests  int64
 	Errors    int64
 	Took      time.Duration
@@ -106,6 +110,12 @@ type Result struct {
 // Quantile returns the latency at percentile p (0–100).
 func (r *Result) Quantile(p float64) time.Duration {
 	return time.Duration(r.Hist.ValueAtQuantile(p)) * time.Microsecond
+}
+
+// HalfQuantile returns the latency at percentile p (0–100) of the
+// requests of half h (0: the first half of the run, 1: the second).
+func (r *Result) HalfQuantile(h int, p float64) time.Duration {
+	return time.Duration(r.Halves[h].ValueAtQuantile(p)) * time.Microsecond
 }
 
 // ExtraLoad is the attempts the server saw per request, minus one.
@@ -148,7 +158,8 @@ func Run(s *Server, client *http.Client, n, workers int) *Result {
 	for i := range s.perSec {
 		s.perSec[i].Store(0)
 	}
-	res := &Result{Hist: hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)}
+	newHist := func() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3) }
+	res := &Result{Hist: newHist(), Halves: [2]*hdrhistogram.Histogram{newHist(), newHist()}}
 	var perSec [maxSeconds]atomic.Int64
 	var histMu sync.Mutex
 	var errs atomic.Int64
@@ -157,7 +168,15 @@ func Run(s *Server, client *http.Client, n, workers int) *Result {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for started.Add(1) <= int64(n) {
+			for {
+				idx := started.Add(1)
+				if idx > int64(n) {
+					break
+				}
+				half := 0
+				if 2*idx >= int64(n) { // the server reads progress ≥ 0.5 for all its attempts
+					half = 1
+				}
 				t0 := time.Now()
 				if sec := t0.Sub(start) / time.Second; sec < maxSeconds {
 					perSec[sec].Add(1)
@@ -175,6 +194,7 @@ func Run(s *Server, client *http.Client, n, workers int) *Result {
 				}
 				histMu.Lock()
 				res.Hist.RecordValue(int64(d / time.Microsecond))
+				res.Halves[half].RecordValue(int64(d / time.Microsecond))
 				histMu.Unlock()
 			}
 		})
