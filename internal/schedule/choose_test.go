@@ -94,6 +94,44 @@ func TestAutoKeepsItsRegime(t *testing.T) {
 	}
 }
 
+// TestKeepRegimeTie: a choice of another regime that would put exactly as
+// many requests above the level served as the incumbent (here none: the
+// level lies past every latency, as a tail censored at the hedges'
+// answers makes it seem) leaves the incumbent in force; one that would
+// put fewer replaces it.
+func TestKeepRegimeTie(t *testing.T) {
+	b, _ := budget.NewWindowed(0, 0, 0)
+	p := params(b, 1)
+	dist := learn(t, trimodal(0.10), 20_000)
+	inc := p.Choose(dist, p.Target)
+	if inc.Delay >= 200*time.Millisecond {
+		t.Fatalf("incumbent's delay %v, want the gap above the main mode (the test's premise)", inc.Delay)
+	}
+	later, rate := p.oneHedge(dist, 400*time.Millisecond, p.Target, inc.Unhedged, inc.Cap)
+	if rate > inc.Cap {
+		t.Fatalf("400ms triggers %.3f, over the cap %.3f", rate, inc.Cap)
+	}
+	inc.level = 10 * time.Second // past every latency: both put none above it
+	if a, b := slowerThan(dist, later, inc.level), slowerThan(dist, inc, inc.level); a != b {
+		t.Fatalf("above the level: %v and %v, want a tie (the test's premise)", a, b)
+	}
+	if got := p.keepRegime(dist, later, &inc); got.Delay != inc.Delay {
+		t.Errorf("tie: delay %v, want the incumbent's %v", got.Delay, inc.Delay)
+	}
+	// A level within the first slow mode: the later schedule leaves that
+	// mode's requests above it, the incumbent hedges them below it.
+	inc.level = 290 * time.Millisecond
+	if got := p.keepRegime(dist, later, &inc); got.Delay != inc.Delay {
+		t.Errorf("later schedule worse at %v: delay %v, want the incumbent's %v", inc.level, got.Delay, inc.Delay)
+	}
+	// Swapped: the later schedule in force, the gap's choice serves the
+	// level better and replaces it.
+	later.level = 290 * time.Millisecond
+	if got := p.keepRegime(dist, inc, &later); got.Delay != inc.Delay {
+		t.Errorf("gap better at %v: delay %v, want the gap's %v", later.level, got.Delay, inc.Delay)
+	}
+}
+
 // TestServedTargetKeepsTheDeepTail: a served target deeper than the
 // Target (ServedTarget) is not bought with the deep tail: the schedule
 // chooseServed returns predicts a deep percentile at most autoServedDeep

@@ -24,10 +24,18 @@ import (
 // the requests, on average — a stochastic-approximation quantile, each
 // recomputation moving it by at most a tenth, autoLevelStep of the way),
 // and a choice autoRegimeApart or more from the incumbent's delay (another
-// regime) replaces it only if it would put no more requests above that
+// regime) replaces it only if it would put fewer requests above that
 // level than the incumbent would now, or cut the deep tail by more than a
-// quarter. Choices between close delays, and the first after a shift
-// (shift.go), are not held back.
+// quarter. A tie keeps the incumbent: switching would gain nothing the
+// prediction sees and pay the mixture. Ties are what a cold key's tail
+// makes: once every straggler is hedged and its hedge answers first, a
+// primary is known only to be slower than that answer, the tail seems to
+// end there, and a schedule that waits past it predicts the p99 the
+// hedging one does: on demo such a schedule waits 250–400 ms, past the
+// first slow mode, where the gap's schedule hedges at 121 ms
+// (TestKeepRegimeTie; `tailcut lab experiment delay`). Choices between
+// close delays, and the first after a shift (shift.go), are not held
+// back.
 
 // autoRegimeApart is how far apart, as a ratio, two first-hedge delays
 // are for their schedules to be of different regimes (keepRegime).
@@ -54,7 +62,7 @@ func (p *Params) keepRegime(dist latency.Distribution, ch Choice, inc *Choice) C
 		if kept, rate := p.oneHedge(dist, inc.Delay, ch.Target, ch.Unhedged, ch.Cap); rate <= ch.Cap {
 			deep := deepOf(ch.Target)
 			kept, keptDeep := p.withLater(dist, kept, rate, deep)
-			if slowerThan(dist, ch, level) > slowerThan(dist, kept, level) &&
+			if slowerThan(dist, ch, level) >= slowerThan(dist, kept, level) &&
 				scheduleQuantile(dist, ch, deep) > keptDeep-keptDeep/4 {
 				ch = kept
 			}

@@ -40,7 +40,7 @@
 // hedge taken as granted.
 //
 // A choice does not leave the regime in force for another (a first
-// hedge at least autoRegimeApart away) while that would put more requests
+// hedge at least autoRegimeApart away) unless that would put fewer requests
 // above the percentile level served so far: the percentile of traffic
 // served by two complementary schedules in turn is worse than either's
 // (keepRegime).
