@@ -389,22 +389,22 @@ func bars(name string, sts []strategy, figs []figures) []string {
 			out = append(out, fmt.Sprintf("bar (bhope): tailcut p99.9 %.1f ≤ 0.7 × %s's %.1f = %.1f: %s", t999, sts[i].name, p, 0.7*p, met(t999 <= 0.7*p)))
 		}
 	case "drift":
+		// Each fixed delay at no more extra load, over the whole run (the
+		// bar) and on each half of it (printed after the bars).
+		a, b := statOf(figs[0].half[0]).med, statOf(figs[0].half[1]).med
+		var byHalf []string
 		for i, st := range sts {
 			if st.fixed && statOf(figs[i].extra).med <= tx {
 				p := statOf(figs[i].p99).med
 				out = append(out, fmt.Sprintf("bar (drift): tailcut p99 %.1f ≤ %s's %.1f (at %.1f %% ≤ tailcut's %.1f %%): %s", t99, st.name, p, 100*statOf(figs[i].extra).med, 100*tx, met(t99 <= p)))
+				fa, fb := statOf(figs[i].half[0]).med, statOf(figs[i].half[1]).med
+				byHalf = append(byHalf, fmt.Sprintf("by half (drift): tailcut p99 %.1f and %.1f against %s's %.1f and %.1f: %s", a, b, st.name, fa, fb, halves(a <= fa, b <= fb)))
 			}
 		}
 		if len(out) == 0 {
 			out = append(out, fmt.Sprintf("bar (drift): no fixed delay at ≤ tailcut's %.1f %% extra load", 100*tx))
 		}
-		a, b := statOf(figs[0].half[0]).med, statOf(figs[0].half[1]).med
-		for i, st := range sts {
-			if st.fixed && statOf(figs[i].extra).med <= tx {
-				fa, fb := statOf(figs[i].half[0]).med, statOf(figs[i].half[1]).med
-				out = append(out, fmt.Sprintf("by half (drift): tailcut p99 %.1f and %.1f against %s's %.1f and %.1f: %s", a, b, st.name, fa, fb, halves(a <= fa, b <= fb)))
-			}
-		}
+		out = append(out, byHalf...)
 	case "outage":
 		w := statOf(figs[0].window)
 		out = append(out, fmt.Sprintf("bar (outage): tailcut extra load %.1f %% over the run, worst 5 s window %.1f %% (highest of the repetitions), ≤ %.0f %% + 1 pt: %s",

@@ -95,7 +95,7 @@ type Counts struct {
 
 // Result is one run's figures, at the client and at the server.
 type Result struct {
-	Hist *hdrhistogram.Histogram // request latencies, µs
+	Hist *hdrhistogram.Histogram // request latencies, µs: the Halves merged
 	// Halves are the latencies of the requests started in the first and
 	// the second half of the run, by the order they started in (the
 	// server's progress, which a Draw reads, counts them alike).
@@ -159,7 +159,7 @@ func Run(s *Server, client *http.Client, n, workers int) *Result {
 		s.perSec[i].Store(0)
 	}
 	newHist := func() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3) }
-	res := &Result{Hist: newHist(), Halves: [2]*hdrhistogram.Histogram{newHist(), newHist()}}
+	res := &Result{Halves: [2]*hdrhistogram.Histogram{newHist(), newHist()}}
 	var perSec [maxSeconds]atomic.Int64
 	var histMu sync.Mutex
 	var errs atomic.Int64
@@ -193,7 +193,6 @@ func Run(s *Server, client *http.Client, n, workers int) *Result {
 					continue
 				}
 				histMu.Lock()
-				res.Hist.RecordValue(int64(d / time.Microsecond))
 				res.Halves[half].RecordValue(int64(d / time.Microsecond))
 				histMu.Unlock()
 			}
@@ -201,6 +200,10 @@ func Run(s *Server, client *http.Client, n, workers int) *Result {
 	}
 	wg.Wait()
 	res.Took = time.Since(start)
+	res.Hist = newHist()
+	for _, h := range res.Halves {
+		res.Hist.Merge(h)
+	}
 	res.Requests = int64(n)
 	res.Errors = errs.Load()
 	// The last, partial second is left out of the per-second counts.
