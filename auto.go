@@ -40,7 +40,10 @@ type AutoChoice struct {
 	// Target is the percentile predicted: the Config's (0.99 for the
 	// p99), or for a while after the latency shifted up a deeper one, at
 	// most the p97 for the p99, while the faster requests served before
-	// the shift still count in the percentile the key serves.
+	// the shift still count in the percentile the key serves; and while
+	// the key's windows hold too few observations to resolve it (fewer
+	// than 200 for the p99), the highest percentile with two of them
+	// beyond it, no lower than the p97 (the p97.5 of 80 observations).
 	Target float64
 	// Unhedged and Hedged are the predicted Target percentiles of the
 	// request latency without and with hedging on this schedule.
@@ -113,8 +116,9 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 		kc = p.observeCycle(ks, now)
 	}
 	dist, ok := ks.est.DistributionWith(&sc, now)
+	resolved := dist.Count()
 	if ok && kc != nil {
-		dist = forecastDist(kc, &sc, dist)
+		dist, resolved = forecastDist(kc, &sc, dist)
 	}
 	if !ok {
 		if f := ks.fleet.Load(); f != nil && f.Count() >= max(p.cfg.MinSamples, 1) {
@@ -124,7 +128,7 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	ch := ks.sched.Recompute(&p.sched, dist, now)
+	ch := ks.sched.Recompute(&p.sched, dist, resolved, now)
 	ks.gap.Store(int64(ch.Gap))
 	ks.limit.Store(int32(ch.Hedges))
 	ks.reserve.Store(math.Float64bits(ch.Reserve))

@@ -64,8 +64,9 @@ type Config struct {
 	// It is a percentile of the traffic the key serves: for a while after
 	// its latency shifts up, the faster requests served before still count,
 	// and the auto delay aims at a deeper percentile of the new traffic (at
-	// most the p97 for the p99; see AutoChoice.Target).
-	// Ignored when Quantile is set.
+	// most the p97 for the p99; see AutoChoice.Target). A key's first
+	// choices, from fewer observations than resolve the Target, aim at
+	// the percentile they resolve. Ignored when Quantile is set.
 	Target float64
 
 	// Multiplier scales the quantile: delay = Multiplier × quantile.

@@ -258,16 +258,25 @@ func (kc *keyCycle) notePeriod() {
 
 // forecastDist returns the distribution the auto delay chooses from,
 // given the live one: the cycle's distribution mixed with it when kc's
-// tracker knows it, live itself when not. The key's mu is held; the
-// result's storage is sc's.
-func forecastDist(kc *keyCycle, sc *latency.Scratch, live latency.Distribution) latency.Distribution {
+// tracker knows it, live itself when not; and how many observations its
+// tail rests on (schedule.State.Recompute's resolved): the live count, or
+// for the mixture the effective size of a sample weighted
+// 1 − forecastWeight and forecastWeight, 1/(w²/n + (1 − w)²/m), which a
+// window just restarted after a shift does not make small. The key's mu
+// is held; the result's storage is sc's.
+func forecastDist(kc *keyCycle, sc *latency.Scratch, live latency.Distribution) (latency.Distribution, float64) {
+	n := live.Count()
 	if !kc.cycOK {
-		return live
+		return live, n
 	}
 	// The live count stays the basis (the recomputation cadence and the
 	// shift test count the key's own observations); the shape is the
 	// mixture's.
-	return latency.MixWith(sc, live, kc.cyc, 1-forecastWeight)
+	if m := kc.cyc.Count(); n > 0 && m > 0 {
+		wl, wc := 1-forecastWeight, forecastWeight
+		n = 1 / (wl*wl/n + wc*wc/m)
+	}
+	return latency.MixWith(sc, live, kc.cyc, 1-forecastWeight), n
 }
 
 // periodOf returns the cycle ks's tracker has in use, 0 for none.

@@ -13,7 +13,7 @@ import (
 type Choice struct {
 	Delay, Gap time.Duration // the first hedge's delay; the time from one hedge to the next
 	Hedges     int           // hedges a request may send (1 when later ones did not pay)
-	Target     float64       // the percentile predicted (deeper than the Params' after a shift: ServedTarget)
+	Target     float64       // the percentile predicted (deeper than the Params' after a shift, ServedTarget, or on few observations, resolved)
 	Unhedged   time.Duration // the predicted Target percentile without hedging
 	Hedged     time.Duration // and with hedging on this schedule
 	HedgeRate  float64       // the share of requests predicted to send a hedge

@@ -94,11 +94,12 @@ func TestAutoKeepsItsRegime(t *testing.T) {
 	}
 }
 
-// TestKeepRegimeTie: a choice of another regime that would put exactly as
-// many requests above the level served as the incumbent (here none: the
-// level lies past every latency, as a tail censored at the hedges'
-// answers makes it seem) leaves the incumbent in force; one that would
-// put fewer replaces it.
+// TestKeepRegimeTie: a choice of another regime that would put as many
+// requests above the level served as the incumbent, exactly (here none:
+// the level lies past every latency, as a tail censored at the hedges'
+// answers makes it seem) or up to rounding (a level below both schedules'
+// hedged answers), leaves the incumbent in force; one that would put
+// fewer replaces it.
 func TestKeepRegimeTie(t *testing.T) {
 	b, _ := budget.NewWindowed(0, 0, 0)
 	p := params(b, 1)
@@ -117,6 +118,21 @@ func TestKeepRegimeTie(t *testing.T) {
 	}
 	if got := p.keepRegime(dist, later, &inc); got.Delay != inc.Delay {
 		t.Errorf("tie: delay %v, want the incumbent's %v", got.Delay, inc.Delay)
+	}
+	// A level below both schedules' hedged answers: each puts the
+	// primaries slower than it above it, the later one with a factor of
+	// its grant that rounds below 1 (g + 1 − g), and keeps no regime.
+	g := 0.9
+	for ; g+1-g >= 1; g += 0.001 {
+	}
+	rounded := later
+	rounded.Grant = g
+	inc.level = 150 * time.Millisecond
+	if a, b := slowerThan(dist, rounded, inc.level), slowerThan(dist, inc, inc.level); a >= b || a < b*(1-1e-12) {
+		t.Fatalf("above the level: %v and %v, want a tie up to rounding (the test's premise)", a, b)
+	}
+	if got := p.keepRegime(dist, rounded, &inc); got.Delay != inc.Delay {
+		t.Errorf("tie up to rounding: delay %v, want the incumbent's %v", got.Delay, inc.Delay)
 	}
 	// A level within the first slow mode: the later schedule leaves that
 	// mode's requests above it, the incumbent hedges them below it.

@@ -33,9 +33,20 @@ import (
 // end there, and a schedule that waits past it predicts the p99 the
 // hedging one does: on demo such a schedule waits 250–400 ms, past the
 // first slow mode, where the gap's schedule hedges at 121 ms
-// (TestKeepRegimeTie; `tailcut lab experiment delay`). Choices between
+// (TestKeepRegimeTie; `tailcut lab experiment delay`). So are the shares
+// above a level that has not yet climbed to the hedged requests' answers
+// (it starts at a cold key's first prediction and moves by a tenth at
+// most): both schedules put every request slower than it above it, equal
+// up to rounding (autoTieRounding). Choices between
 // close delays, and the first after a shift (shift.go), are not held
 // back.
+
+// autoTieRounding is the relative difference within which two shares of
+// requests above the level are a tie (keepRegime). Below the first hedge's
+// answers of both schedules each share is that of the primaries slower than
+// the level, P(X > level) times a factor that is 1, computed in another
+// order for each; their rounding must not decide between regimes.
+const autoTieRounding = 1e-9
 
 // autoRegimeApart is how far apart, as a ratio, two first-hedge delays
 // are for their schedules to be of different regimes (keepRegime).
@@ -62,7 +73,7 @@ func (p *Params) keepRegime(dist latency.Distribution, ch Choice, inc *Choice) C
 		if kept, rate := p.oneHedge(dist, inc.Delay, ch.Target, ch.Unhedged, ch.Cap); rate <= ch.Cap {
 			deep := deepOf(ch.Target)
 			kept, keptDeep := p.withLater(dist, kept, rate, deep)
-			if slowerThan(dist, ch, level) >= slowerThan(dist, kept, level) &&
+			if slowerThan(dist, ch, level) >= slowerThan(dist, kept, level)*(1-autoTieRounding) &&
 				scheduleQuantile(dist, ch, deep) > keptDeep-keptDeep/4 {
 				ch = kept
 			}

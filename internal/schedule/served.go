@@ -76,6 +76,37 @@ func (s *State) ServedTarget(p *Params, dist latency.Distribution, now time.Time
 	return max(1-(1-t)*(sv.n+n)/n, 1-ServedDepth*(1-t))
 }
 
+// A percentile the observations resolve. A key's first recomputations
+// are made from a few dozen observations, and the p99 of eighty of them
+// is the second longest: every candidate schedule's prediction lands on
+// the last few observations. Those are often censored, primaries cut short
+// by their hedges' answers, so the tail seems to end there: a schedule
+// that hedges none of them predicts no worse a p99 than one that hedges
+// them, which pays for denials as soon as the few slow answers hold more
+// than the budget's ratio, and the first wins. On the trimodal demo such
+// a choice waits past the first slow mode for a second or more, where
+// every slow request is the p99 (`tailcut lab --scenario demo
+// --concurrency 20 --requests 3000`, TestColdKeyHedgesTheGap). So until
+// the key holds autoResolve ÷ (1 − Target) observations (200 for the p99)
+// the auto delay aims at the percentile with autoResolve of them beyond
+// it, 1 − autoResolve/n, the p97.5 of 80; no lower than ServedDepth ×
+// (1 − Target) below 1 (the p97 for the p99), the bound of a served
+// target, which chooseServed then applies to it.
+
+// autoResolve is how many observations the percentile the auto delay
+// aims at must have beyond it (resolved).
+const autoResolve = 2
+
+// resolved returns target, the percentile the auto delay would aim at,
+// or, when n observations do not resolve it, the highest percentile they
+// do (see A percentile the observations resolve).
+func (p *Params) resolved(target, n float64) float64 {
+	if n <= 0 || n*(1-target) >= autoResolve {
+		return target
+	}
+	return min(target, max(1-autoResolve/n, 1-ServedDepth*(1-p.Target)))
+}
+
 // ServedBefore returns how many observations the key's windows held at
 // its last shift, those that count in the percentile it serves for two
 // windows after it (0 when the key has not shifted, or had no choice

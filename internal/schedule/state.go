@@ -87,14 +87,17 @@ func (s *State) Shift(p *Params, est *latency.Estimator, now time.Time) {
 
 // Recompute chooses the key's schedule on dist at now, the distribution
 // of its blended windows, and keeps it as the incumbent for the next
-// choice, with what the shift test reads of it. The caller holds the
-// key's lock and puts the choice in force.
-func (s *State) Recompute(p *Params, dist latency.Distribution, now time.Time) Choice {
+// choice, with what the shift test reads of it; resolved is how many
+// observations dist's tail rests on (its Count, or more for a mixture
+// with a larger sample), which sets the percentile they resolve. The
+// caller holds the key's lock and puts the choice in force.
+func (s *State) Recompute(p *Params, dist latency.Distribution, resolved float64, now time.Time) Choice {
 	var inc *Choice
 	if c := s.last; c != nil && c.epoch == s.shifts.Load() {
 		inc = c
 	}
-	ch := p.keepRegime(dist, p.chooseServed(dist, s.ServedTarget(p, dist, now)), inc)
+	target := p.resolved(s.ServedTarget(p, dist, now), resolved)
+	ch := p.keepRegime(dist, p.chooseServed(dist, target), inc)
 	ch.epoch = s.shifts.Load()
 	ch.NoRetry = ch.Hedges == 1 && dist.HedgeWins(2*ch.Delay) < 0.75*dist.HedgeWins(ch.Delay)
 	basis := min(dist.Count(), math.MaxInt32)
