@@ -123,6 +123,7 @@ func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
 	if !ok {
 		if f := ks.fleet.Load(); f != nil && f.Count() >= max(p.cfg.MinSamples, 1) {
 			dist, ok = f.Distribution()
+			resolved = dist.Count()
 		}
 	}
 	if !ok {

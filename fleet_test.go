@@ -44,3 +44,30 @@ func TestSetFleetUsedWhileLocalIsThin(t *testing.T) {
 		t.Errorf("Keys() = %v", keys)
 	}
 }
+
+// TestFleetResolvesTheTarget: a key with no local observations chooses
+// its auto schedule from the fleet's estimate, and aims at the percentile
+// the fleet's observations resolve: 100 of them hold two beyond the p98,
+// not the p99 (AutoChoice.Target).
+func TestFleetResolvesTheTarget(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet, _ := latency.NewSnapshot(0)
+	for i := range 100 {
+		fleet.Add(time.Duration(i+1) * time.Millisecond)
+	}
+	p.SetFleet("k", fleet, t0)
+	if d := p.Delay("k", t0); d <= 0 {
+		t.Fatalf("delay %v with a fleet estimate", d)
+	}
+	st := p.Stats()
+	if len(st.Keys) != 1 || st.Keys[0].Auto == nil {
+		t.Fatalf("stats %+v: want the key's auto choice", st.Keys)
+	}
+	if got := st.Keys[0].Auto.Target; got < 0.98-1e-12 || got > 0.98+1e-12 {
+		t.Errorf("target %v, want 0.98 (two of the fleet's 100 observations beyond it)", got)
+	}
+}
