@@ -269,13 +269,13 @@ func forecastDist(kc *keyCycle, sc *latency.Scratch, live latency.Distribution) 
 	if !kc.cycOK {
 		return live, n
 	}
-	// The live count stays the basis (the recomputation cadence and the
-	// shift test count the key's own observations); the shape is the
-	// mixture's.
 	if m := kc.cyc.Count(); n > 0 && m > 0 {
 		wl, wc := 1-forecastWeight, forecastWeight
 		n = 1 / (wl*wl/n + wc*wc/m)
 	}
+	// The mixture's count stays the live one (the recomputation cadence
+	// and the shift test count the key's own observations); its shape is
+	// the mixture's.
 	return latency.MixWith(sc, live, kc.cyc, 1-forecastWeight), n
 }
 

@@ -123,7 +123,7 @@ func TestKeepRegimeTie(t *testing.T) {
 	// primaries slower than it above it, the later one with a factor of
 	// its grant that rounds below 1 (g + 1 − g), and keeps no regime.
 	g := 0.9
-	for ; g+1-g >= 1; g += 0.001 {
+	for ; g < 1 && g+1-g >= 1; g += 0.001 {
 	}
 	rounded := later
 	rounded.Grant = g
@@ -164,7 +164,7 @@ func TestServedTargetKeepsTheDeepTail(t *testing.T) {
 		p := params(b, hedges)
 		for name, gen := range autoDists {
 			dist := learn(t, gen, 20_000)
-			target := 1 - ServedDepth*(1-p.Target)
+			target := p.lowestTarget()
 			deep := deepOf(target)
 			base := p.Choose(dist, p.Target)
 			limit := time.Duration((1 + autoServedDeep) * float64(scheduleQuantile(dist, base, deep)))

@@ -73,8 +73,12 @@ func (s *State) ServedTarget(p *Params, dist latency.Distribution, now time.Time
 	if sv.n*(1-t) < autoServedMin || n <= 0 || !now.Before(sv.until) || sv.level > dist.Quantile(1-p.Ratio) {
 		return t
 	}
-	return max(1-(1-t)*(sv.n+n)/n, 1-ServedDepth*(1-t))
+	return max(1-(1-t)*(sv.n+n)/n, p.lowestTarget())
 }
+
+// lowestTarget is the lowest percentile the auto delay aims at, ServedDepth
+// × (1 − Target) below 1: the p97 for the p99.
+func (p *Params) lowestTarget() float64 { return 1 - ServedDepth*(1-p.Target) }
 
 // A percentile the observations resolve. A key's first recomputations
 // are made from a few dozen observations, and the p99 of eighty of them
@@ -101,10 +105,10 @@ const autoResolve = 2
 // or, when n observations do not resolve it, the highest percentile they
 // do (see A percentile the observations resolve).
 func (p *Params) resolved(target, n float64) float64 {
-	if n <= 0 || n*(1-target) >= autoResolve {
+	if n <= 0 {
 		return target
 	}
-	return min(target, max(1-autoResolve/n, 1-ServedDepth*(1-p.Target)))
+	return min(target, max(1-autoResolve/n, p.lowestTarget()))
 }
 
 // ServedBefore returns how many observations the key's windows held at
