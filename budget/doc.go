@@ -1,7 +1,7 @@
 // Package budget caps the extra load that hedged requests add.
 //
 // A [Budget] is told about every primary request ([Budget.Deposit]) and asked
-// before every hedge ([Budget.Withdraw]). Two kinds are provided:
+// before every hedge ([Budget.Withdraw]). Three kinds are provided:
 //
 //   - [Windowed], the default: the ratio of traffic with a burst that
 //     follows it, after Finagle's RetryBudget: deposits live for a TTL (10
