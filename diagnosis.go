@@ -93,7 +93,7 @@ func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
 		dg.mu.Unlock()
 		return // another goroutine rolled it
 	}
-	req, trig, sent := ks.requests.Load(), ks.triggered.Load(), ks.hedges.Load()+ks.would.Load()
+	req, trig, sent := ks.requests.Load(), ks.triggered.Load(), ks.hedges.Load()+ks.denied[DryRun-1].Load()
 	var warn bool
 	var w windowFigures
 	if end != 0 {

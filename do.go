@@ -165,6 +165,7 @@ type requestOptions struct {
 	noHedge bool
 	delay   time.Duration // > 0: overrides the policy's delay
 	feat    *Features     // WithFeatures (features.go)
+	chained bool          // WithChainStop (chain.go)
 }
 
 // WithoutHedging returns a context under which [Do] sends the primary only.
@@ -478,6 +479,11 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 		st.req.UseDelay(opts.delay) // the key's stats report the delay in use
 	}
 	st.maxAttempts = 1 + st.req.MaxHedges()
+	if opts.chained {
+		// One slot, for the policy to count the hedge it denies.
+		st.req.StopChain()
+		st.maxAttempts = min(st.maxAttempts, 2)
+	}
 	if opts.noHedge {
 		st.maxAttempts = 1
 	}

@@ -50,6 +50,11 @@ const (
 	// A loop that handles it as any other denial loses that slot and
 	// nothing else. See Config.WarmupDelay.
 	DenyEarly
+	// DenyChained means the request was made while serving a request that
+	// arrived as a hedge ([WithChainStop], [Request.StopChain]): a hedge
+	// of a hedge would multiply the attempts at every hop of a chain of
+	// hedging services. The caller asks for no further hedge of it.
+	DenyChained
 
 	numDecisions
 )
@@ -69,11 +74,12 @@ var decisionNames = [...]string{
 	DenyInflight:  "inflight",
 	DryRun:        "dry_run",
 	DenyEarly:     "early",
+	DenyChained:   "chained",
 }
 
 // String returns the decision's short name, used as a metric label
 // ("send", "budget", "max_hedges", "pushback", "breaker", "load",
-// "sampling", "inflight", "dry_run", "early").
+// "sampling", "inflight", "dry_run", "early", "chained").
 func (d Decision) String() string {
 	if int(d) < len(decisionNames) {
 		return decisionNames[d]
@@ -186,11 +192,12 @@ type counters struct {
 	requests atomic.Int64
 	wins     [MaxHedgesLimit + 1]atomic.Int64
 	hedges   atomic.Int64
-	failed   atomic.Int64                   // requests whose every attempt failed
-	denied   [numDecisions - 1]atomic.Int64 // by Decision − 1: Send is never a denial
+	failed   atomic.Int64 // requests whose every attempt failed
+	// denied counts by Decision − 1 (Send is never a denial); DryRun's
+	// slot counts the hedges a dry run would have sent (Counts.WouldHedge).
+	denied [numDecisions - 1]atomic.Int64
 
 	triggered    atomic.Int64 // requests that asked for a hedge at least once
-	would        atomic.Int64 // hedges that would have been sent (dry run)
 	breakerTrips atomic.Int64 // times the breaker opened
 	abandoned    atomic.Int64 // requests whose caller gave up before an answer (Abandon)
 }
@@ -289,6 +296,7 @@ type Request struct {
 	hasID    bool
 	asked    bool    // a hedge was asked for
 	blind    bool    // its key had no answer when it began, and its slots may be re-timed (warmup.go)
+	chained  bool    // made while serving a hedge: its hedges are denied (chain.go)
 	asks     uint8   // hedges asked for, granted or not (up to 255)
 	sampled  uint8   // 0 undecided, sampledIn, sampledOut
 	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
@@ -406,7 +414,8 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // budget comes last because asking it is paying. Before them all, the
 // first hedge of a request begun before its key's first answer may be
 // re-timed ([DenyEarly], Config.WarmupDelay): nothing is counted but the
-// slot moved.
+// slot moved. A request marked with [Request.StopChain] is denied before
+// any fuse is asked ([DenyChained]).
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	ks := r.ks
 	if r.blind && p.retime(r, now) {
@@ -421,6 +430,8 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	n := now.UnixNano()
 	d := Send
 	switch {
+	case r.chained:
+		d = DenyChained
 	case r.hedges+int(r.would) >= r.limit:
 		d = DenyMaxHedges
 	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges && (r.pred && (r.low || int(r.asks) > r.limit+1) || ks.noRetry()):
@@ -464,7 +475,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	case Send:
 	case DryRun:
 		r.would++
-		ks.would.Add(1)
+		ks.denied[DryRun-1].Add(1)
 		return DryRun
 	default:
 		ks.denied[d-1].Add(1)

@@ -235,7 +235,6 @@ func (c *counters) add(o *counters) {
 		c.denied[i].Add(o.denied[i].Load())
 	}
 	c.triggered.Add(o.triggered.Load())
-	c.would.Add(o.would.Load())
 	c.breakerTrips.Add(o.breakerTrips.Load())
 }
 
@@ -253,7 +252,7 @@ func (c *counters) load() Counts {
 		s.Denied[i+1] = c.denied[i].Load()
 	}
 	s.Triggered = c.triggered.Load()
-	s.WouldHedge = c.would.Load()
+	s.WouldHedge, s.Denied[DryRun] = s.Denied[DryRun], 0
 	s.BreakerTrips = c.breakerTrips.Load()
 	return s
 }

@@ -114,14 +114,20 @@ func DefaultFeatures(fullMethod string, req any) tailcut.Features {
 // begin begins a call to method at start under c's policy, with its
 // features when the policy is predictive.
 func (c *client) begin(ctx context.Context, key, method string, req any, start time.Time) tailcut.Request {
+	var r tailcut.Request
 	if c.features == nil {
-		return c.p.Begin(key, start)
+		r = c.p.Begin(key, start)
+	} else {
+		f := c.features(method, req)
+		if g, ok := tailcut.FeaturesFrom(ctx); ok {
+			f = f.Join(g)
+		}
+		r = c.p.BeginWith(key, &f, start)
 	}
-	f := c.features(method, req)
-	if g, ok := tailcut.FeaturesFrom(ctx); ok {
-		f = f.Join(g)
+	if tailcut.ChainStopped(ctx) {
+		r.StopChain() // made while serving a hedge: tailcut.WithChainStop
 	}
-	return c.p.BeginWith(key, &f, start)
+	return r
 }
 
 // WithKey sets how a call's policy key is derived from its full method

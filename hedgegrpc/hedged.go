@@ -380,7 +380,7 @@ func (h *hcall) tryHedgeLocked(now time.Time, r tailcut.SendReason) {
 		if d == tailcut.DryRun {
 			h.would++
 		}
-		if d == tailcut.DenyMaxHedges {
+		if d == tailcut.DenyMaxHedges || d == tailcut.DenyChained {
 			h.stopped = true
 		}
 		break // denied (or a dry run): try again at the next slot

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tailcut/tailcut"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -29,7 +30,9 @@ const DefaultPushback = time.Second
 // running, so shedding a hedge costs its caller nothing but the hedge. A
 // retry from gRPC's own retry policy also carries
 // grpc-previous-rpc-attempts and is treated as a hedge: it too is extra
-// load, and it too is shed first.
+// load, and it too is shed first. A hedge's handler runs under a context
+// marked with tailcut.WithChainStop, so that the calls it makes are sent
+// once, not hedged again (see NoChainStop).
 //
 // The zero Server counts and sheds nothing. Set the fields before the first
 // call and do not change them afterwards; a Server is safe for concurrent
@@ -57,6 +60,13 @@ type Server struct {
 	// a negative value asks A6 clients not to send further hedges of that
 	// call at all.
 	Pushback time.Duration
+
+	// NoChainStop leaves the context of a hedge unmarked, so that the
+	// calls its handler makes are hedged again. By default a hedge's
+	// context carries tailcut.WithChainStop: its handler's calls through
+	// a hedgegrpc client (or hedgehttp's Transport, or tailcut.Do) go
+	// once, their hedges counted as denied (tailcut.DenyChained).
+	NoChainStop bool
 
 	inFlight                          atomic.Int64
 	primaries, hedges                 atomic.Int64
@@ -123,7 +133,7 @@ func (s *Server) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo
 	if err := s.admit(ctx, hedge); err != nil {
 		return nil, err
 	}
-	resp, err := handler(ctx, req)
+	resp, err := handler(s.chainStop(ctx, hedge), req)
 	s.countCanceled(ctx, hedge)
 	return resp, err
 }
@@ -135,10 +145,30 @@ func (s *Server) interceptStream(srv any, ss grpc.ServerStream, _ *grpc.StreamSe
 	if err := s.admit(ctx, hedge); err != nil {
 		return err
 	}
+	if c := s.chainStop(ctx, hedge); c != ctx {
+		ss = &chainStream{ServerStream: ss, ctx: c}
+	}
 	err := handler(srv, ss)
 	s.countCanceled(ctx, hedge)
 	return err
 }
+
+// chainStop returns the context a call's handler runs under: a hedge's
+// marked with tailcut.WithChainStop, unless NoChainStop is set.
+func (s *Server) chainStop(ctx context.Context, hedge bool) context.Context {
+	if !hedge || s.NoChainStop {
+		return ctx
+	}
+	return tailcut.WithChainStop(ctx)
+}
+
+// chainStream is a server stream whose handler runs under ctx.
+type chainStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *chainStream) Context() context.Context { return s.ctx }
 
 // admit counts a call in flight (the caller takes it out when the call
 // ends), and returns the error that sheds it, or nil and counts it

@@ -53,7 +53,9 @@
 //
 // On the server side, [Handler] is the matching middleware: it reads the
 // Hedge-Attempt header, puts the attempt index in the request context
-// ([AttemptFromContext]), counts primaries and hedges apart, and when the
+// ([AttemptFromContext]), marks a hedge's context so that the calls its
+// handler makes are sent once, not hedged again (chain stop; opt out with
+// HandlerOptions.NoChainStop), counts primaries and hedges apart, and when the
 // server is busy refuses hedges first, with 429 and Retry-After — which a
 // Transport honours as pushback — and primaries only past a hard limit.
 // Handlers must watch the request context: a cancelled loser frees the

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/tailcut/tailcut"
 )
 
 // DefaultRetryAfter is the pause a [Handler] asks of the clients whose
@@ -60,11 +62,22 @@ type HandlerOptions struct {
 	// tailcut client (and most retrying clients) then sends its next
 	// attempt at once, to another replica. Must be 429 or 503 when set.
 	ShedStatus int
+
+	// NoChainStop leaves the context of a hedge unmarked, so that the
+	// calls its handler makes downstream are hedged again. By default a
+	// hedge's context carries tailcut.WithChainStop: the handler's calls
+	// through a [Transport] (or tailcut.Do, or a hedgegrpc client) go
+	// once, and their hedges are counted as denied (tailcut.DenyChained),
+	// so that in a chain of hedging services the hedges of one hop are
+	// not hedged again at the next.
+	NoChainStop bool
 }
 
 // Handler is the server side of hedging: middleware that tells hedges from
 // primaries by their Hedge-Attempt header, counts both, puts the attempt
-// index in the request's context ([AttemptFromContext]), and under
+// index in the request's context ([AttemptFromContext]), marks a hedge's
+// context so that the calls it makes are not hedged again (chain stop:
+// tailcut.WithChainStop, HandlerOptions.NoChainStop), and under
 // overload sheds hedges before it ever sheds a primary.
 //
 // A request is a hedge when it carries "Hedge-Attempt: k" with k ≥ 1
@@ -192,6 +205,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ctx := context.WithValue(r.Context(), handlerCtxKey{}, k)
+	if kind == 1 && !h.opts.NoChainStop {
+		ctx = tailcut.WithChainStop(ctx)
+	}
 	c.inflight.Add(1)
 	start := time.Now()
 	h.next.ServeHTTP(w, r.WithContext(ctx))

@@ -79,7 +79,7 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 		requests:      d("requests_total", "Requests begun (primaries sent).", k),
 		attempts:      d("attempts_total", "Attempts sent: primaries plus hedges.", k),
 		hedges:        d("hedges_total", "Hedges sent.", k),
-		denied:        d("hedges_denied_total", "Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight; early: a slot moved later while the key warms up).", k, "reason"),
+		denied:        d("hedges_denied_total", "Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight; chained: the call was made while serving a hedge; early: a slot moved later while the key warms up).", k, "reason"),
 		wins:          d("hedge_wins_total", "Requests answered by a hedge rather than the primary.", k),
 		failed:        d("requests_failed_total", "Requests whose every attempt failed.", k),
 		abandoned:     d("requests_abandoned_total", "Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures.", k),

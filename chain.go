@@ -1,0 +1,41 @@
+package tailcut
+
+import "context"
+
+// WithChainStop returns a context under which [Do] (and the adapters:
+// hedgehttp's Transport, hedgegrpc's client interceptors) sends the
+// primary only, and the hedge it would have sent at its slot is denied
+// with [DenyChained] and counted so (Counts.DeniedBy(DenyChained)).
+//
+// It is the mark of a request that arrived as a hedge. In a chain of
+// services that all hedge, a hedge of the first hop whose handler hedges
+// its own calls again sends, at the last of n hops, up to (1+m)ⁿ
+// attempts for one request, m hedges per hop; with the mark, the calls a
+// hedge makes go once, and each hop's hedges are spent once. The server
+// middleware puts it there: hedgehttp.Handler and hedgegrpc.Server mark
+// the context of every request whose attempt index (Hedge-Attempt,
+// hedge-attempt) is 1 or more, unless told not to. Per-request overrides
+// ([WithDelay], [WithFeatures]) set on top of it keep it.
+func WithChainStop(ctx context.Context) context.Context {
+	o, _ := ctx.Value(ctxKey{}).(requestOptions)
+	if o.chained {
+		return ctx
+	}
+	o.chained = true
+	return context.WithValue(ctx, ctxKey{}, o)
+}
+
+// ChainStopped reports whether ctx carries the mark of [WithChainStop],
+// for adapters that drive the [Policy] themselves: they call
+// [Request.StopChain] on the requests they begin under it.
+func ChainStopped(ctx context.Context) bool {
+	o, _ := ctx.Value(ctxKey{}).(requestOptions)
+	return o.chained
+}
+
+// StopChain marks r as made while serving a request that arrived as a
+// hedge: [Policy.Hedge] denies its hedges, and retries after a failure,
+// with [DenyChained], before any other fuse is asked and without
+// touching the budget. The caller should not ask again for a request so
+// denied. [Do] calls it for a context marked by [WithChainStop].
+func (r *Request) StopChain() { r.chained = true }
