@@ -15,6 +15,9 @@
 //   - [TokenBucket]: the classic bucket of capacity C refilled at r tokens
 //     per second (on golang.org/x/time/rate), sized with [BucketSize].
 //
+// [Capped] caps any of them at a number of hedges per second, as Loki's
+// hedging max_per_second does.
+//
 // Extra load stays within the ratio plus the burst, even in a total outage,
 // when every primary is slow. Under fan-out, size a Ratio's burst to several
 // × fan-out × ratio: the legs of one request deposit together, and a burst

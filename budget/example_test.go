@@ -55,3 +55,28 @@ func ExampleWindowed() {
 	fmt.Println("hedges at once:", hedges)
 	// Output: hedges at once: 110
 }
+
+// Loki's max_per_second: 5 on the default budget. In an outage where every
+// request wants a hedge, 1,000 requests a second earn 100 hedges a second,
+// and the cap lets through its burst of 5 at once, then 5 a second.
+func ExampleCapped() {
+	w, err := budget.NewWindowed(0, 0, 0)
+	if err != nil {
+		panic(err)
+	}
+	b, err := budget.NewCapped(w, 5, 5)
+	if err != nil {
+		panic(err)
+	}
+	now := time.Unix(0, 0)
+	hedges := 0
+	for i := range 3000 { // three seconds
+		t := now.Add(time.Duration(i) * time.Millisecond)
+		b.Deposit(t)
+		if b.Withdraw(t) {
+			hedges++
+		}
+	}
+	fmt.Println("requests: 3000, hedges:", hedges)
+	// Output: requests: 3000, hedges: 19
+}

@@ -48,7 +48,8 @@
 //     request fails with it.
 //
 // [PolicyOf] returns a client's policy, for its Stats or a metrics
-// collector. Share one policy between transports that call the same
+// collector. Package hedgehttp/hedgedhttp puts a Transport behind the API
+// of github.com/cristalhq/hedgedhttp, for programs that switch from it. Share one policy between transports that call the same
 // downstream.
 //
 // On the server side, [Handler] is the matching middleware: it reads the
