@@ -53,7 +53,7 @@
 //     transport error, sends the next attempt at once (budget permitting)
 //     and wins only if every attempt fails so; hedgedhttp returns the first
 //     response of any status. When every attempt fails the caller gets the
-//     primary's response or error, not errors.Join of them all.
+//     primary's response or error, not a [MultiError] of them all.
 //   - Each attempt carries a Hedge-Attempt header (0 for the first), which
 //     [IsHedgedRequest] reads; the losers are cancelled and their bodies
 //     drained and closed, so their connections go back to the pool. A

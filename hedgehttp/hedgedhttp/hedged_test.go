@@ -28,7 +28,7 @@
 // is 5 (tailcut's limit of four hedges), the durations are scaled and the
 // assertions on elapsed time dropped (tests here assert counts, never
 // speed), a request whose every attempt fails returns the first attempt's
-// error, not errors.Join, and a loser cancelled while it runs counts as
+// error, not a MultiError, and a loser cancelled while it runs counts as
 // cancelled, not failed.
 
 package hedgedhttp_test

@@ -1,6 +1,7 @@
 package hedgedhttp_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -149,5 +150,24 @@ func TestAdaptiveConfig(t *testing.T) {
 		if _, err := hedgedhttp.New(bad); err == nil {
 			t.Errorf("New(%+v): no error", bad)
 		}
+	}
+}
+
+// MultiError formats as hedgedhttp's does, and unwraps to its errors.
+func TestMultiError(t *testing.T) {
+	first, second := io.EOF, io.ErrUnexpectedEOF
+	e := &hedgedhttp.MultiError{Errors: []error{first, second}}
+	if want := "2 errors occurred:\n\t* EOF\n\t* unexpected EOF\n\n"; e.Error() != want {
+		t.Errorf("Error() = %q, want %q", e.Error(), want)
+	}
+	if one := (&hedgedhttp.MultiError{Errors: []error{first}}).Error(); one != "1 error occurred:\n\t* EOF\n\n" {
+		t.Errorf("one error: %q", one)
+	}
+	if !errors.Is(e, second) || e.ErrorOrNil() == nil || (&hedgedhttp.MultiError{}).ErrorOrNil() != nil {
+		t.Error("Unwrap or ErrorOrNil")
+	}
+	e.ErrorFormatFn = func(es []error) string { return "custom" }
+	if e.Error() != "custom" {
+		t.Errorf("ErrorFormatFn ignored: %q", e.Error())
 	}
 }
