@@ -18,12 +18,19 @@ import "context"
 // ([WithDelay], [WithFeatures]) set on top of it keep it.
 func WithChainStop(ctx context.Context) context.Context {
 	o, _ := ctx.Value(ctxKey{}).(requestOptions)
-	if o.chained {
+	switch {
+	case o.chained:
 		return ctx
+	case o == requestOptions{}:
+		return context.WithValue(ctx, ctxKey{}, chainOnly) // boxed once
 	}
 	o.chained = true
 	return context.WithValue(ctx, ctxKey{}, o)
 }
+
+// chainOnly is the options of a context marked by WithChainStop alone,
+// boxed once: a server marks every hedge it serves.
+var chainOnly any = requestOptions{chained: true}
 
 // ChainStopped reports whether ctx carries the mark of [WithChainStop],
 // for adapters that drive the [Policy] themselves: they call

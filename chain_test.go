@@ -35,6 +35,10 @@ func TestDoChainStop(t *testing.T) {
 			if !ChainStopped(ctx) || ChainStopped(t.Context()) || !ChainStopped(WithDelay(ctx, time.Millisecond)) {
 				t.Fatal("ChainStopped does not report the mark, or WithDelay drops it")
 			}
+			both := WithChainStop(WithDelay(t.Context(), 5*time.Millisecond))
+			if _, d := Overrides(both); d != 5*time.Millisecond || !ChainStopped(both) || WithChainStop(both) != both {
+				t.Fatal("WithChainStop drops an earlier WithDelay, or marks a marked context again")
+			}
 			if got, err := h.Do(ctx, "k", slow); got != 0 || err != nil || calls.Load() != 1 {
 				t.Fatalf("inline %v, chained: winner %d (%v) after %d calls, want the primary alone", inline, got, err, calls.Load())
 			}

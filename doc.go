@@ -61,7 +61,8 @@
 // returned), Keep (keep the winner's context alive, e.g. until a response
 // body is closed) and InlinePrimary (run the primary on the caller's
 // goroutine, for calls that return promptly when cancelled).
-// [WithoutHedging] and [WithDelay] override one request.
+// [WithoutHedging] and [WithDelay] override one request; [WithChainStop]
+// marks the calls made while serving a hedge, which are then sent once.
 //
 // # When to hedge: the auto delay
 //
