@@ -29,6 +29,13 @@ const (
 	// a request is not slow by chance.
 	MaxHedgesLimit = 4
 
+	// MinWindow is the shortest Window accepted. The auto delay recomputes
+	// a key's schedule at every rotation of its windows, which walks its
+	// sketches; a shorter window would pay that on nearly every request,
+	// and would hold too few answers to resolve a p99 at any but the
+	// highest request rates.
+	MinWindow = 100 * time.Millisecond
+
 	// Breaker defaults (DESIGN.md, Defaults): hedging is off while at least
 	// 10 % of at least 20 attempts over the last 10 s failed.
 	DefaultBreakerThreshold   = 0.10
@@ -49,15 +56,19 @@ type Config struct {
 	// Zero means auto: the policy predicts, from the measured
 	// distribution, the Target percentile that each candidate schedule
 	// would give — the budget's denials at each trigger rate modelled —
-	// and uses the best. With a budget that states its ratio and burst
-	// (the default budget.Ratio), first-hedge trigger rates up to 1.5 ×
-	// the ratio compete and the prediction decides; with one that does
-	// not (a token bucket), the first hedge's trigger rate stays within
-	// 0.8 × an assumed ratio of 5 %. A fixed quantile that hedges
+	// and uses the best. With a budget whose grants can be modelled (the
+	// default budget.Windowed, or a budget.Ratio), first-hedge trigger
+	// rates up to 1.5 × the ratio compete and the prediction decides; with
+	// one that cannot (a token bucket), the first hedge's trigger rate
+	// stays within 0.8 × an assumed ratio of 5 %. A fixed quantile that hedges
 	// about as often as the budget allows is a trap: the denials then fall
 	// at random, and a denied straggler is the p99. The auto delay also
 	// notices a shift of the latency and relearns from the new latencies
 	// alone ([KeyStats].Shifts).
+	//
+	// Target and Period are settings of the auto delay: [New] rejects a
+	// Target set with a Quantile, and a pinned Quantile never forecasts a
+	// cycle, whatever Period says.
 	Quantile float64
 
 	// Target is the percentile the auto delay minimises. Zero means 0.99.
@@ -66,7 +77,8 @@ type Config struct {
 	// and the auto delay aims at a deeper percentile of the new traffic (at
 	// most the p97 for the p99; see AutoChoice.Target). A key's first
 	// choices, from fewer observations than resolve the Target, aim at
-	// the percentile they resolve. Ignored when Quantile is set.
+	// the percentile they resolve. Must be in (0, 1), and left zero when
+	// Quantile is set (New rejects the pair: the quantile decides alone).
 	Target float64
 
 	// Multiplier scales the quantile: delay = Multiplier × quantile.
@@ -74,7 +86,7 @@ type Config struct {
 	Multiplier float64
 
 	// Window is the length of each of the two rotating latency windows.
-	// Zero means 30 s.
+	// Zero means 30 s; at least MinWindow (100 ms).
 	Window time.Duration
 
 	// MinSamples is how many observations a window needs before its
@@ -102,11 +114,13 @@ type Config struct {
 
 	// MaxHedges is the most hedges one request may send. Zero means 2;
 	// at most 4. The second and later hedges go only while the budget
-	// holds more than half its burst, so that they rarely take the tokens
-	// the first hedges of other requests need; with the auto delay they
-	// are also planned to cost at most half a point of the budget's ratio
-	// between them, and the reserve may be a quarter of the burst where
-	// they carry the deep tail (AutoChoice.Reserve). They cut the p99.9 —
+	// holds more than a reserve — half of what one second of traffic
+	// earns with the default budget.Windowed (its Burst), half the fixed
+	// burst of a budget.Ratio — so that they rarely take the tokens the
+	// first hedges of other requests need; with the auto delay they are
+	// also planned to cost at most half a point of the budget's ratio
+	// between them, and the reserve may be a quarter where they carry the
+	// deep tail (AutoChoice.Reserve). They cut the p99.9 —
 	// a request whose primary and first hedge both straggle — at little
 	// cost, because few requests need them: on the bhope workload
 	// MaxHedges 2 takes the p99.9 from 45–50 ms to 24–26 ms for about 0.3
@@ -115,11 +129,14 @@ type Config struct {
 
 	// Budget caps the extra load. Nil means budget.NewWindowed(0.1, 10s,
 	// 1): each primary deposits a tenth of a token that lives for 10 s, so
-	// hedges stay within 10 % of the primaries over any 10 s, and a burst
-	// of stragglers may spend at once what the 10 s before saved (at 200
-	// requests a second, up to 200 hedges), with a floor of one hedge per
-	// second for quiet clients. budget.NewRatio(0.1, 10, 1) is the bucket
-	// of a fixed burst of 10. One Budget serves all keys of the policy.
+	// hedges stay within 10 % of the primaries over any 10 s, and a
+	// cluster of stragglers may spend at once all that the 10 s before
+	// saved (the budget's capacity: at 200 requests a second, up to 200
+	// hedges), with a floor of one hedge per second for quiet clients.
+	// budget.NewRatio(0.1, 10, 1) is a bucket whose capacity, its burst,
+	// is fixed at 10 hedges. (MaxHedges' reserve is counted in a
+	// budget.Windowed's Burst, what one second earns.) One Budget serves
+	// all keys of the policy.
 	Budget budget.Budget
 
 	// MaxKeys bounds the number of keys the policy tracks; past it the key
@@ -194,7 +211,7 @@ type Config struct {
 
 	// FeatureBuckets is the most feature buckets (label sequences) a key
 	// keeps with Predictive; past it the least recently used is forgotten.
-	// Zero means 16. Each bucket holds at most about 9 KiB of sketch (18
+	// Zero means 16; at most 256. Each bucket holds at most about 9 KiB of sketch (18
 	// KiB for a bucket of Features.Where, whose hedges are learned apart),
 	// so a key holds at most FeatureBuckets × 18 KiB (288 KiB at 16; 144
 	// KiB without Where) besides its own 32 KiB.
@@ -263,6 +280,7 @@ type BreakerConfig struct {
 
 // normalize fills defaults and validates; errors name the field.
 func (c Config) normalize() (Config, error) {
+	targetSet := c.Target != 0
 	if c.Target == 0 {
 		c.Target = DefaultTarget
 	}
@@ -312,12 +330,14 @@ func (c Config) normalize() (Config, error) {
 	switch {
 	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
 		return c, fmt.Errorf("tailcut: Quantile must be in (0, 1), got %v", c.Quantile)
+	case c.Quantile != 0 && targetSet:
+		return c, fmt.Errorf("tailcut: Target (%v) is the auto delay's aim and has no effect with Quantile (%v) set: set one of them", c.Target, c.Quantile)
 	case !(c.Target > 0 && c.Target < 1):
 		return c, fmt.Errorf("tailcut: Target must be in (0, 1), got %v", c.Target)
 	case !(c.Multiplier > 0) || math.IsInf(c.Multiplier, 0):
 		return c, fmt.Errorf("tailcut: Multiplier must be positive and finite, got %v", c.Multiplier)
-	case c.Window < 0:
-		return c, fmt.Errorf("tailcut: Window must not be negative, got %v", c.Window)
+	case c.Window < MinWindow:
+		return c, fmt.Errorf("tailcut: Window must be zero (30s) or at least %v, got %v", MinWindow, c.Window)
 	case c.MinSamples < 0:
 		return c, fmt.Errorf("tailcut: MinSamples must not be negative, got %d", c.MinSamples)
 	case c.WarmupDelay < 0:
@@ -329,7 +349,7 @@ func (c Config) normalize() (Config, error) {
 	case c.MaxDelay > 0 && c.MinDelay > c.MaxDelay:
 		return c, fmt.Errorf("tailcut: MinDelay %v exceeds MaxDelay %v", c.MinDelay, c.MaxDelay)
 	case c.MaxHedges < 0 || c.MaxHedges > MaxHedgesLimit:
-		return c, fmt.Errorf("tailcut: MaxHedges must be in [1, %d], got %d", MaxHedgesLimit, c.MaxHedges)
+		return c, fmt.Errorf("tailcut: MaxHedges must be in [0, %d] (0 means %d), got %d", MaxHedgesLimit, DefaultMaxHedges, c.MaxHedges)
 	case c.MaxKeys < 0:
 		return c, fmt.Errorf("tailcut: MaxKeys must not be negative, got %d", c.MaxKeys)
 	case !(c.SampleRate > 0 && c.SampleRate <= 1):
@@ -337,7 +357,7 @@ func (c Config) normalize() (Config, error) {
 	case c.MaxInflightHedges < 0:
 		return c, fmt.Errorf("tailcut: MaxInflightHedges must not be negative, got %d", c.MaxInflightHedges)
 	case c.FeatureBuckets < 0 || c.FeatureBuckets > maxFeatureBuckets:
-		return c, fmt.Errorf("tailcut: FeatureBuckets must be in [1, %d], got %d", maxFeatureBuckets, c.FeatureBuckets)
+		return c, fmt.Errorf("tailcut: FeatureBuckets must be in [0, %d] (0 means %d), got %d", maxFeatureBuckets, DefaultFeatureBuckets, c.FeatureBuckets)
 	case c.DiagnosisWindow < 0:
 		return c, fmt.Errorf("tailcut: DiagnosisWindow must not be negative, got %v", c.DiagnosisWindow)
 	case c.Period > 0 && c.Period < 2*c.Window:

@@ -50,8 +50,12 @@ type Hedger[T any] struct {
 	// [Default].
 	Policy *Policy
 
-	// Classify sorts an attempt's result. Nil means: a nil error is
-	// Success, any other error is Retryable. Whatever Classify says, an
+	// Classify sorts an attempt's result. Nil means [ErrorClass]: a nil
+	// error is Success, a network error, a context's error or an error
+	// marked [Transient] is Retryable, and any other error (a cache miss,
+	// a row not found, one marked [Final]) is Fatal, an answer. With nil
+	// Classify, the error returned to the caller is without the mark of
+	// Final or Transient. Whatever Classify says, an
 	// attempt that fails with context.Canceled while the caller's context is
 	// alive is Retryable: it was cancelled by something other than the
 	// caller, and must never reach the caller as the answer. A result that
@@ -70,7 +74,10 @@ type Hedger[T any] struct {
 	// answers before the hedge delay): Do then costs about half as much.
 	// The price: when a hedge wins, Do returns only once the cancelled
 	// primary has returned. Set it only for calls that return promptly
-	// when their context is cancelled, as net/http's and grpc-go's do.
+	// when their context is cancelled, as net/http's and grpc-go's do;
+	// not for go-redis, which looks at the context only before it writes
+	// a command: a primary stuck behind a slow command would hold Do
+	// until that command ends, the stall the hedge was sent around.
 	InlinePrimary bool
 
 	// Keep, if set, keeps the winning attempt's context alive after Do
@@ -87,11 +94,39 @@ type Hedger[T any] struct {
 }
 
 // Do runs call as a hedged request to key under policy p (nil means
-// [Default]): the primary attempt first, then hedge k at k × the policy's
-// delay while every earlier attempt is still outstanding and the policy
-// grants it, and the next attempt at once when one fails with an error. The
-// first success wins; every other attempt's context is cancelled. If every
-// attempt fails, Do returns the primary's error.
+// [Default]): the primary attempt first, then hedge k at the time the
+// key's schedule sets for it ([Request.HedgeAt]: the key's delay for the
+// first hedge, and under the auto delay each later one a gap after the
+// one before, [AutoChoice].Gap; at k × the delay with a pinned Quantile or
+// [WithDelay]), while every earlier attempt is still outstanding and the
+// policy grants it. The first answer wins; every other attempt's context
+// is cancelled.
+//
+// What is an answer ([ErrorClass]): a nil error, and every error that is
+// not a failure to reach the downstream — a cache miss (redis.Nil),
+// sql.ErrNoRows, a "not found" — ends the request at once with that
+// result, and counts as an answer for the policy. A network error (one
+// that implements net.Error: refused, reset, timed out), io.EOF, a
+// context's error and an error marked with [Transient] are failures: the
+// next attempt goes at once if the policy grants it, and the circuit
+// breaker counts them. If every attempt fails, Do returns the primary's
+// error. Mark an answer that would look like a failure with [Final]; for
+// other rules, use a [Hedger] with Classify.
+//
+// The key names what the policy learns a latency distribution for: one
+// downstream and operation whose answers take alike ("redis:GET",
+// "users-db:by-id", one per replica set), never the item asked for (a
+// Redis key, a row ID). Each key needs MinSamples answers before its delay
+// is learned rather than the warm-up delay, and the policy keeps MaxKeys
+// keys: a key per item leaves most keys cold and evicts them before they
+// learn. To fan out over many items under one key, use [GatherOver]; to
+// send each attempt to another replica, [DoReplicas].
+//
+// Cancelling a loser saves the downstream's work only if the client
+// abandons a request once its context ends. A client that looks at its
+// context only before it writes the request (go-redis; many database
+// drivers) lets a loser's command run to its end: the server then serves
+// every hedge sent, and the budget's extra load is its extra load too.
 //
 // A cancelled or expired ctx ends every attempt, and Do returns ctx.Err():
 // once ctx is done, Do returns no attempt's result, not even one that
@@ -516,6 +551,7 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 		return st.gaveUp(v, err, end, cancel)
 	}
 	class := h.classify(ctx, v, err)
+	err = h.unmark(err)
 	p.Observe(&st.req, 0, end.Sub(start), outcomeOf(class), end)
 	if h.Observer != nil {
 		st.ended(0, outcomeOf(class), end, class != Retryable, err)
@@ -541,7 +577,7 @@ func (st *state[T]) gaveUp(v T, err error, end time.Time, cancel context.CancelF
 	h, p, ctx := st.h, st.p, st.ctx // recycle clears them
 	p.Observe(&st.req, 0, end.Sub(st.start), h.lateOutcome(ctx, v, err), end)
 	if h.Observer != nil {
-		st.ended(0, h.lateOutcome(ctx, v, err), end, false, err)
+		st.ended(0, h.lateOutcome(ctx, v, err), end, false, h.unmark(err))
 	}
 	endLate(p, &st.req, CallerGone(ctx), end)
 	st.recycle(true) // nothing else ever saw st
@@ -760,13 +796,15 @@ func (st *state[T]) loop() (T, error) {
 				o := h.lateOutcome(st.ctx, r.v, r.err)
 				p.Observe(&st.req, i, r.end.Sub(a.start), o, r.end)
 				if h.Observer != nil {
-					st.ended(i, o, r.end, false, r.err)
+					st.ended(i, o, r.end, false, h.unmark(r.err))
 				}
 				h.discard(r.v)
 				a.cancel()
 				return st.stop(time.Now())
 			}
 			class := h.classify(st.ctx, r.v, r.err)
+			r.err = h.unmark(r.err)
+			st.results[i].err = r.err
 			p.Observe(&st.req, i, r.end.Sub(a.start), outcomeOf(class), r.end)
 			if h.Observer != nil {
 				st.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
@@ -850,10 +888,16 @@ func (h *Hedger[T]) classify(ctx context.Context, v T, err error) Class {
 	if h.Classify != nil {
 		return h.Classify(v, err)
 	}
-	if err == nil {
-		return Success
+	return ErrorClass(err)
+}
+
+// unmark is err as the caller gets it: without the mark of Final or
+// Transient, unless Classify (which may read the marks) is the Hedger's own.
+func (h *Hedger[T]) unmark(err error) error {
+	if h.Classify != nil || err == nil {
+		return err
 	}
-	return Retryable
+	return unmark(err)
 }
 
 // settle ends the call with attempt win's value v: discards the results

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -133,7 +135,7 @@ func TestDoRetryableErrorLaunchesNextAtOnce(t *testing.T) {
 		p := newTestPolicy(t, Config{})
 		var calls atomic.Int32
 		t0 := time.Now()
-		errBoom := errors.New("boom")
+		errBoom := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED} // a network error: no answer
 		got, err := Do(t.Context(), p, "k", func(ctx context.Context, a Attempt) (string, error) {
 			calls.Add(1)
 			if a.Index == 0 {
@@ -158,9 +160,9 @@ func TestDoAllFailReturnsPrimaryError(t *testing.T) {
 		errs := []error{errors.New("primary"), errors.New("hedge1"), errors.New("hedge2")}
 		_, err := Do(t.Context(), p, "k", func(ctx context.Context, a Attempt) (int, error) {
 			time.Sleep(time.Duration(3-a.Index) * time.Millisecond) // the primary fails last
-			return 0, errs[a.Index]
+			return 0, Transient(errs[a.Index])
 		})
-		if err != errs[0] {
+		if err != errs[0] { // unmarked
 			t.Fatalf("err = %v, want the primary's", err)
 		}
 		if s := p.Stats(); s.Failed != 1 || s.Attempts != 3 {

@@ -213,7 +213,7 @@ type downstream struct {
 	inflightHedges, maxHedge atomic.Int64
 }
 
-var errDown = errors.New("downstream: 503")
+var errDown = tailcut.Transient(errors.New("downstream: 503"))
 
 func (f *downstream) call(ctx context.Context, a tailcut.Attempt) (int, error) {
 	n := f.calls.Add(1)

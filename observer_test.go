@@ -45,7 +45,7 @@ func (r *recorder) String() string {
 // latency, winner, with the context it gave the attempt), each attempt's
 // end before Do returns, and the attempt runs under the Observer's context.
 func TestObserverSeesEveryAttempt(t *testing.T) {
-	errRefused := errors.New("refused")
+	errRefused := Transient(errors.New("refused"))
 	cases := []struct {
 		name   string
 		inline bool

@@ -608,9 +608,15 @@ func (p *Policy) Pushback(key string, until time.Time) {
 	}
 }
 
-// Delay returns the hedge delay in force for key at now: Multiplier × the
-// blended Quantile of its recent latency, clamped to [MinDelay, MaxDelay], or
-// WarmupDelay while too few samples are known.
+// Delay returns the first hedge's delay in force for key at now, clamped
+// to [MinDelay, MaxDelay]. With the default auto delay it is the delay of
+// the schedule chosen from the key's distribution ([AutoChoice].Delay);
+// with Config.Quantile set, Multiplier × that quantile of the key's recent
+// latency. While neither of the key's windows holds MinSamples latencies,
+// it is the warm-up delay (Config.WarmupDelay): when that is left at its
+// default, 10 ms, or 1.5 × the median of the answers so far if that is
+// more (after five answers of 50 ms, about 75 ms); when set, as given.
+// Later hedges follow at [Request.HedgeAt].
 func (p *Policy) Delay(key string, now time.Time) time.Duration {
 	return p.delayOf(p.key(key, now), now)
 }

@@ -65,13 +65,7 @@ func (c Counts) HedgeRate() float64 { return ratio(c.Hedges, c.Requests) }
 func (c Counts) ExtraLoad() float64 { return ratio(c.Attempts-c.Requests, c.Requests) }
 
 // HedgeWinRate is the fraction of hedges that won their request.
-func (c Counts) HedgeWinRate() float64 {
-	var w int64
-	for _, n := range c.Wins[1:] {
-		w += n
-	}
-	return ratio(w, c.Hedges)
-}
+func (c Counts) HedgeWinRate() float64 { return ratio(c.hedgeWins(), c.Hedges) }
 
 // Denials returns the total number of hedges denied, whatever the cause:
 // every entry of Denied but DenyEarly's, which counts slots moved later,
@@ -128,13 +122,18 @@ type KeyStats struct {
 	Diagnosis         Diagnosis
 	WindowTriggerRate float64
 
-	// P99 is the measured p99 of one attempt's latency, and PredictedP99
-	// the p99 that requests hedged at Delay are predicted to reach (see
-	// [Policy.Predict]; the grant rate is this key's share of hedges
-	// granted so far). Both are computed only in a dry run (Config.DryRun),
-	// where the measured distribution is not yet shaped by hedging, and
-	// are zero otherwise or while fewer than MinSamples latencies are
-	// known.
+	// P99 is the measured p99 of one attempt's latency: the p99 the key's
+	// requests would have without hedging. PredictedP99 is the p99 that
+	// requests hedged on the key's schedule are predicted to reach, at
+	// the share of hedges granted so far (see [Policy.Predict], whose
+	// Unhedged and Hedged they are). Both are read from the key's windows
+	// as of its last request, and are zero while neither window holds
+	// MinSamples latencies. In a dry run (Config.DryRun) every primary
+	// runs to its end, and P99 is measured directly; with hedges sent, a
+	// primary cancelled because a hedge won is known only to be longer
+	// than its cancellation, and its share of the tail is estimated from
+	// the primaries that ran that long (Kaplan–Meier): sound while
+	// attempts are independent.
 	P99, PredictedP99 time.Duration
 
 	// Auto is the schedule the auto delay chose at its last recomputation
@@ -156,18 +155,17 @@ type KeyStats struct {
 // are the sum of the keys listed and of the keys evicted before (requests
 // still in flight on a key when it was evicted may be missing from them).
 //
-// Stats reads no clock: time-dependent figures (the breaker state, the dry
-// run's prediction) are taken as of each key's last request.
+// Stats reads no clock: time-dependent figures (the breaker state, the
+// p99 and its prediction) are taken as of each key's last request. It walks
+// every key's sketches for the p99s (see [Policy.Predict]): meant for
+// reports, metrics and debugging, not for the request path.
 func (p *Policy) Stats() Stats {
 	var s Stats
 	s.InflightHedges = p.inflight.Load()
 	p.mu.RLock()
 	s.Counts = p.evicted.load()
 	s.Keys = make([]KeyStats, 0, len(p.keys))
-	var states []*keyState
-	if p.cfg.DryRun {
-		states = make([]*keyState, 0, len(p.keys))
-	}
+	states := make([]*keyState, 0, len(p.keys))
 	for _, ks := range p.keys {
 		last := ks.lastUsed.Load()
 		delay, used := time.Duration(ks.cached.Load()), ks.used.Load()
@@ -187,9 +185,7 @@ func (p *Policy) Stats() Stats {
 			Shifts:            ks.sched.Shifts(),
 			Period:            p.periodOf(ks),
 		})
-		if states != nil {
-			states = append(states, ks)
-		}
+		states = append(states, ks)
 		s.Counts.add(&s.Keys[len(s.Keys)-1].Counts)
 	}
 	p.mu.RUnlock()
