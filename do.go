@@ -91,6 +91,10 @@ type Hedger[T any] struct {
 	// Observer, if set, is told when each attempt starts and ends, with
 	// the request's context; see [AttemptObserver]. Nil costs nothing.
 	Observer AttemptObserver
+
+	// maxAttempts, if positive, caps the attempts of a call below the
+	// policy's 1 + MaxHedges (DoReplicas: one per backend).
+	maxAttempts int
 }
 
 // Do runs call as a hedged request to key under policy p (nil means
@@ -518,6 +522,9 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 		// One slot, for the policy to count the hedge it denies.
 		st.req.StopChain()
 		st.maxAttempts = min(st.maxAttempts, 2)
+	}
+	if h.maxAttempts > 0 {
+		st.maxAttempts = min(st.maxAttempts, h.maxAttempts)
 	}
 	if opts.noHedge {
 		st.maxAttempts = 1

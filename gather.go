@@ -29,6 +29,11 @@ type Gathered[T any] struct {
 // [Do] on its own key, and returns every leg's result in order. The first
 // leg to fail cancels the others, and Gather returns its error. call receives
 // the leg's index and the attempt.
+//
+// The keys are the policy's keys, each with a latency distribution of its
+// own (see [Do]): one per shard or per backend, not per item asked for.
+// To fan out over items that share one key — 8 Redis keys on one server,
+// the rows of a batch — use [GatherOver].
 func Gather[T any](ctx context.Context, p *Policy, keys []string, call func(ctx context.Context, leg int, a Attempt) (T, error)) ([]T, error) {
 	h := Hedger[T]{Policy: p}
 	g, err := h.Gather(ctx, keys, call, GatherOptions{})
@@ -164,4 +169,23 @@ func (f *fanOut[T]) stop() {
 			return
 		}
 	}
+}
+
+// GatherOver runs one leg per request in reqs concurrently, each a hedged
+// call through [Do] under the one policy key (a Redis GET, a lookup by
+// ID: the operation, never the item), and returns every leg's result in
+// order: call receives the leg's request and the attempt. The first leg to
+// end with an error cancels the others, and GatherOver returns that error,
+// even one that is an answer such as a cache miss: return a miss as a
+// value (a found flag) when the other legs' answers are still wanted. For
+// a good-enough fan-out, use [Hedger.Gather] with the key repeated once
+// per leg.
+func GatherOver[Q, T any](ctx context.Context, p *Policy, key string, reqs []Q, call func(ctx context.Context, req Q, a Attempt) (T, error)) ([]T, error) {
+	keys := make([]string, len(reqs))
+	for i := range keys {
+		keys[i] = key
+	}
+	return Gather(ctx, p, keys, func(ctx context.Context, leg int, a Attempt) (T, error) {
+		return call(ctx, reqs[leg], a)
+	})
 }

@@ -57,7 +57,7 @@ func TestObserverSeesEveryAttempt(t *testing.T) {
 			time.Sleep(4 * time.Millisecond)
 			return 1, nil
 		}, `start 0 primary caller=caller
-end 0 primary 0 won=true 4ms ctx=attempt0 err=<nil>`},
+end 0 primary completed won=true 4ms ctx=attempt0 err=<nil>`},
 		{"hedge wins, inline primary", true, 0, func(ctx context.Context, a Attempt) (int, error) {
 			if a.Index == 0 {
 				<-ctx.Done()
@@ -67,8 +67,8 @@ end 0 primary 0 won=true 4ms ctx=attempt0 err=<nil>`},
 			return 2, nil
 		}, `start 0 primary caller=caller
 start 1 delay caller=caller
-end 1 delay 0 won=true 3ms ctx=attempt1 err=<nil>
-end 0 primary 2 won=false 13ms ctx=attempt0 err=context canceled`},
+end 1 delay completed won=true 3ms ctx=attempt1 err=<nil>
+end 0 primary canceled won=false 13ms ctx=attempt0 err=context canceled`},
 		{"hedge wins, primary on its goroutine", false, 0, func(ctx context.Context, a Attempt) (int, error) {
 			if a.Index == 0 {
 				<-ctx.Done()
@@ -78,8 +78,8 @@ end 0 primary 2 won=false 13ms ctx=attempt0 err=context canceled`},
 			return 2, nil
 		}, `start 0 primary caller=caller
 start 1 delay caller=caller
-end 1 delay 0 won=true 3ms ctx=attempt1 err=<nil>
-end 0 primary 2 won=false 13ms ctx=attempt0 err=context canceled`},
+end 1 delay completed won=true 3ms ctx=attempt1 err=<nil>
+end 0 primary canceled won=false 13ms ctx=attempt0 err=context canceled`},
 		{"primary fails, next at once", true, 0, func(ctx context.Context, a Attempt) (int, error) {
 			time.Sleep(2 * time.Millisecond)
 			if a.Index == 0 {
@@ -87,16 +87,16 @@ end 0 primary 2 won=false 13ms ctx=attempt0 err=context canceled`},
 			}
 			return 2, nil
 		}, `start 0 primary caller=caller
-end 0 primary 1 won=false 2ms ctx=attempt0 err=refused
+end 0 primary failed won=false 2ms ctx=attempt0 err=refused
 start 1 error caller=caller
-end 1 error 0 won=true 2ms ctx=attempt1 err=<nil>`},
+end 1 error completed won=true 2ms ctx=attempt1 err=<nil>`},
 		{"caller gives up", true, 15 * time.Millisecond, func(ctx context.Context, a Attempt) (int, error) {
 			<-ctx.Done()
 			return 0, ctx.Err()
 		}, `start 0 primary caller=caller
 start 1 delay caller=caller
-end 0 primary 4 won=false 15ms ctx=attempt0 err=context canceled
-end 1 delay 4 won=false 5ms ctx=attempt1 err=context canceled`},
+end 0 primary abandoned won=false 15ms ctx=attempt0 err=context canceled
+end 1 delay abandoned won=false 5ms ctx=attempt1 err=context canceled`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -234,7 +234,8 @@ func (c *Counts) hedgeWins() int64 {
 }
 
 // String summarises the key in one line: its counts, its delay and where
-// it comes from, its p99 and what hedging is predicted to make of it, its
+// it comes from, its p99 and what hedging is predicted to make of it (when
+// lower), its
 // breaker and its diagnosis, e.g. `"db": delay 12ms (auto), p99 45ms →
 // 14ms predicted; breaker closed, diagnosis healthy; 1000 requests, …`.
 func (k KeyStats) String() string {
@@ -247,7 +248,7 @@ func (k *KeyStats) write(b *strings.Builder) {
 	fmt.Fprintf(b, "%q: delay %v (%s)", k.Key, short(k.Delay), k.DelaySource())
 	if k.P99 > 0 {
 		fmt.Fprintf(b, ", p99 %v", short(k.P99))
-		if k.PredictedP99 > 0 {
+		if k.PredictedP99 > 0 && k.PredictedP99 < k.P99 {
 			fmt.Fprintf(b, " → %v predicted", short(k.PredictedP99))
 		}
 	}

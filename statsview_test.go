@@ -114,7 +114,7 @@ func TestStatsString(t *testing.T) {
 	text := s.String()
 	for _, want := range []string{
 		fmt.Sprintf("tailcut: 200 requests, %d hedges (", s.Hedges),
-		fmt.Sprintf("\n  \"db\": delay %v (quantile), p99 %v → ", k.Delay.Round(100*time.Microsecond), k.P99.Round(100*time.Microsecond)),
+		fmt.Sprintf("\n  \"db\": delay %v (quantile), p99 %v; breaker closed", k.Delay.Round(100*time.Microsecond), k.P99.Round(100*time.Microsecond)),
 		"breaker closed",
 	} {
 		if !strings.Contains(text, want) {

@@ -23,7 +23,12 @@
 // ([WithObserver]: package hedgeotel records them on the caller's span).
 // Per request,
 // [WithoutHedging] and [WithDelay] override the policy through the request's
-// context.
+// context. [New] is NewTransport that returns a bad option's error, naming
+// the option, instead of a transport that fails every request with it
+// ([Transport.Err]).
+//
+// [tailcut.Handler] serves the policy's figures (PolicyOf(client)) as JSON
+// or text, for an admin endpoint such as /debug/tailcut.
 //
 // The rules a Transport keeps:
 //

@@ -62,6 +62,22 @@ func ExampleNewTransport_options() {
 	// Output: hedgehttp: WithEndpoints: endpoint "10.0.0.9" is not an absolute http or https URL
 }
 
+// New returns a bad option's error at construction, where NewTransport
+// would return a transport that fails every request with it.
+func ExampleNew() {
+	tr, err := hedgehttp.New(nil, nil, hedgehttp.WithKey(hedgehttp.RouteKey))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: tr}
+	_ = client
+
+	_, err = hedgehttp.New(nil, nil, hedgehttp.WithEndpoints("10.0.0.9"))
+	fmt.Println(err)
+	// Output: hedgehttp: WithEndpoints: endpoint "10.0.0.9" is not an absolute http or https URL
+}
+
 // Per-request overrides ride in the request's context.
 func ExampleWithoutHedging() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))

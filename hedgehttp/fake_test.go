@@ -310,9 +310,15 @@ func TestInvalidOptions(t *testing.T) {
 		if _, err := tr.RoundTrip(req); err != tr.Err() {
 			t.Errorf("RoundTrip err = %v, want %v", err, tr.Err())
 		}
+		if tr, err := New(&fakeRT{}, nil, tt.opt); tr != nil || err == nil || err.Error() != NewTransport(&fakeRT{}, nil, tt.opt).Err().Error() {
+			t.Errorf("New = %v, %v; want no transport and the option's error", tr, err)
+		}
 	}
 	if err := NewTransport(nil, nil, WithEndpoints("http://a:1", "https://b/p"), WithMethods("PUT")).Err(); err != nil {
 		t.Errorf("valid options: %v", err)
+	}
+	if tr, err := New(nil, nil, WithEndpoints("http://a:1", "https://b/p"), WithMethods("PUT")); tr == nil || err != nil {
+		t.Errorf("New with valid options = %v, %v", tr, err)
 	}
 }
 

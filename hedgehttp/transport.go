@@ -107,7 +107,8 @@ var _ http.RoundTripper = (*Transport)(nil)
 // does nothing slow itself.
 //
 // An invalid option does not panic: [Transport.Err] reports it, and every
-// request sent through the transport fails with that error.
+// request sent through the transport fails with that error. [New] returns
+// it instead, for a program that checks its configuration at start.
 func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Transport {
 	if base == nil {
 		base = http.DefaultTransport
@@ -148,6 +149,17 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 		Observer:      cfg.observer,
 	}
 	return t
+}
+
+// New is [NewTransport] that returns the error of the first invalid
+// option (naming the option) instead of a Transport that fails every
+// request with it.
+func New(base http.RoundTripper, p *tailcut.Policy, opts ...Option) (*Transport, error) {
+	t := NewTransport(base, p, opts...)
+	if err := t.Err(); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // returnsWhenCancelled reports whether base is known to return from
