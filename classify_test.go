@@ -91,6 +91,7 @@ func TestCacheMissesKeepHedgingOn(t *testing.T) {
 					t.Fatal(err)
 				}
 				half, end, wrong := cacheWorkload(t, p, tt.miss, errMiss)
+				t.Logf("%d requests, %d hedges (%d in the second half), %d failed, breaker trips %d", end.Requests, end.Hedges, end.Hedges-half.Hedges, end.Failed, end.BreakerTrips)
 				if wrong != 0 {
 					t.Errorf("%d requests returned another error than the miss itself", wrong)
 				}

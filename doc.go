@@ -9,6 +9,41 @@
 // much extra load hedges may add is capped by a budget (package budget),
 // even in an outage; only requests that are safe to repeat are hedged.
 //
+// # Using Do
+//
+// Wrap any call that is safe to repeat — a cache or database read, an RPC
+// of a client other than net/http's or grpc-go's (their adapters are
+// hedgehttp and hedgegrpc):
+//
+//	v, err := tailcut.Do(ctx, p, "redis:GET", func(ctx context.Context, a tailcut.Attempt) (string, error) {
+//		return rdb.Get(ctx, key).Result()
+//	})
+//
+// What counts as a failure ([ErrorClass]): a network error (net.Error),
+// io.EOF, a context's error, or an error marked [Transient]. Such an
+// attempt sends the next one at once and counts for the circuit breaker.
+// Every other error is an answer — redis.Nil, sql.ErrNoRows, a "not found"
+// — returned at once as the client returned it (err == redis.Nil holds),
+// and a sample of the downstream's latency; [Final] marks an answer that
+// would look like a failure. A [Hedger] with Classify sets other rules.
+//
+// How to choose keys: a key is what the policy learns a latency
+// distribution for — one downstream and operation ("redis:GET",
+// "users-db:by-id"), never the item asked for. Each key needs MinSamples
+// (20) answers before its delay is learned, and at most MaxKeys (1,024)
+// are kept: a key per item stays cold and is evicted before it learns.
+// [GatherOver] fans out over items under one key; [DoReplicas] sends each
+// attempt to another replica, the primary to the faster by recent
+// latency, with at most one hedge fewer than replicas.
+//
+// What to watch: fmt.Println(p.Stats()) prints a summary, a line per key;
+// [Handler] serves it as JSON for /debug/tailcut. Counts.Failed and the
+// breaker ("breaker open") say the downstream fails; the extra load says
+// what hedging costs; the diagnosis ("masking") says requests are slow by
+// cause, not by chance. Cancelling a loser saves the server's work only
+// if the client abandons a request sent: go-redis looks at the context
+// only before it writes, so every hedge sent is served in full.
+//
 // # Layers and packages
 //
 // The package has two layers:
@@ -43,20 +78,22 @@
 // # Do
 //
 // [Do] sends the primary; if it has not answered by the key's hedge delay it
-// sends a hedge, if the policy grants it; the first success wins and every
-// other attempt is cancelled. An attempt that fails with an error launches
-// the next one at once. If every attempt fails, Do returns the primary's
+// sends a hedge, if the policy grants it; the first answer wins and every
+// other attempt is cancelled. An attempt that fails without an answer (see
+// Using Do) launches the next one at once. If every attempt fails, Do returns the primary's
 // result and error. If the caller's context ends, Do returns ctx.Err() —
 // always, even when an attempt answered meanwhile (that result goes to
 // [Hedger.Discard]) — and the request counts in Counts.Abandoned, never as
 // failed nor as an error for the breaker: a caller giving up says nothing
 // about the downstream. Do returns as soon as it has a winner, so a hedge
 // launched just before may still start after it returns: the attempt
-// function must not read what the caller changes after Do returns.
+// function must not read what the caller changes after Do returns. Hedge
+// k goes at [Request.HedgeAt](k): the key's delay for the first, and under
+// the auto delay each later one [AutoChoice].Gap after the one before.
 //
 // [Gather] fans out one hedged leg per key and returns the results in
-// order; [Hedger.Gather] with [GatherOptions] Need or Wait returns a
-// good-enough fan-out. [Hedger] carries the hooks adapters need: Classify
+// order, [GatherOver] one leg per item under one key; [Hedger.Gather] with
+// [GatherOptions] Need or Wait returns a good-enough fan-out. [Hedger] carries the hooks adapters need: Classify
 // (success, fatal, retryable, server error), Discard (close what a loser
 // returned), Keep (keep the winner's context alive, e.g. until a response
 // body is closed) and InlinePrimary (run the primary on the caller's

@@ -26,7 +26,7 @@ func ExampleHedger() {
 	ctx, span := tp.Tracer("example").Start(context.Background(), "GET /profile")
 	v, err := h.Do(ctx, "profiles", func(ctx context.Context, a tailcut.Attempt) (string, error) {
 		if a.Index == 0 {
-			return "", errors.New("connection refused") // the next attempt goes at once
+			return "", tailcut.Transient(errors.New("connection refused")) // no answer: the next attempt goes at once
 		}
 		return "profile", nil
 	})

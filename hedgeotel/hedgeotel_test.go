@@ -127,7 +127,7 @@ func TestChildSpansPerAttempt(t *testing.T) {
 		tracer := tp.Tracer("test")
 		h := hedgeotel.Hedger[int]{Hedger: tailcut.Hedger[int]{Policy: newPolicy(t)}, Tracer: tracer}
 
-		errRefused := errors.New("connection refused")
+		errRefused := tailcut.Transient(errors.New("connection refused"))
 		ctx, parent := tracer.Start(context.Background(), "call")
 		v, err := h.Do(ctx, "db", func(ctx context.Context, a tailcut.Attempt) (int, error) {
 			// The transport's own span nests under the attempt's.
@@ -338,7 +338,7 @@ func name(metric string, kvs []attribute.KeyValue) string {
 func TestNoSpanPassThrough(t *testing.T) {
 	var discarded int
 	h := hedgeotel.Hedger[int]{Hedger: tailcut.Hedger[int]{Policy: newPolicy(t), Discard: func(int) { discarded++ }}}
-	errBad := errors.New("bad")
+	errBad := tailcut.Transient(errors.New("bad"))
 	v, err := h.Do(context.Background(), "k", func(ctx context.Context, a tailcut.Attempt) (int, error) {
 		if a.Index == 0 {
 			return -1, errBad

@@ -44,7 +44,8 @@ type MetricsOptions struct {
 //	tailcut.key); tailcut.hedge.delay (s), tailcut.extra_load,
 //	tailcut.hedge.trigger_window, tailcut.diagnosis (by tailcut.status),
 //	tailcut.breaker.state (by tailcut.state), tailcut.attempt.p99 and
-//	tailcut.predicted.p99 (s, dry run only) (gauges, per key);
+//	tailcut.predicted.p99 (s, once the key has MinSamples latencies)
+//	(gauges, per key);
 //	tailcut.hedges.inflight (up-down counter) and tailcut.keys.
 //
 // No name is both an instrument and the namespace of others:
@@ -84,8 +85,8 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 	m.window = gauge("hedge.trigger_window", "Share of requests that asked for a hedge over the last diagnosis window.", "1")
 	m.diagnosis = gauge("diagnosis", "1 for the key's current diagnosis (tailcut.status: healthy, grey_zone, masking, unknown).", "1")
 	m.breaker = gauge("breaker.state", "1 for the current state of the key's breaker on hedges (tailcut.state).", "1")
-	m.p99 = gauge("attempt.p99", "Measured p99 of one attempt's latency (dry run only).", "s")
-	m.predicted = gauge("predicted.p99", "p99 that hedging is predicted to reach (dry run only).", "s")
+	m.p99 = gauge("attempt.p99", "Measured p99 of one attempt's latency: the p99 without hedging (once the key has MinSamples latencies).", "s")
+	m.predicted = gauge("predicted.p99", "p99 that hedging on the key's schedule is predicted to reach (once the key has MinSamples latencies).", "s")
 	inflight, err := meter.Int64ObservableUpDownCounter(pre+"hedges.inflight", metric.WithDescription("Hedges in flight now."), metric.WithUnit("{hedge}"))
 	errs = append(errs, err)
 	m.inflight = inflight

@@ -91,8 +91,8 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 		windowTrigger: d("hedge_trigger_window_ratio", "Share of requests that asked for a hedge over the last ended diagnosis window.", k),
 		diagnosis:     d("diagnosis", "Verdict on the last diagnosis window (1 for the current status): healthy < 15 % trigger rate, grey_zone 15-50 %, masking > 50 % (hedging hides a server-side cause).", k, "status"),
 		breaker:       d("breaker_state", "Circuit breaker on hedges (1 for the current state).", k, "state"),
-		p99:           d("attempt_p99_seconds", "Measured p99 of one attempt's latency (dry run only).", k),
-		predicted:     d("predicted_p99_seconds", "p99 that hedging is predicted to reach (dry run only).", k),
+		p99:           d("attempt_p99_seconds", "Measured p99 of one attempt's latency: the p99 without hedging (once the key has MinSamples latencies).", k),
+		predicted:     d("predicted_p99_seconds", "p99 that hedging on the key's schedule is predicted to reach (once the key has MinSamples latencies).", k),
 		inflight:      d("hedges_inflight", "Hedges in flight now (capped by MaxInflightHedges)."),
 		keys:          d("keys", "Keys the policy tracks."),
 	}

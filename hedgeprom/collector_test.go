@@ -128,8 +128,11 @@ tailcut_hedges_inflight 0
 	if got["tailcut_hedges_denied_total/budget"] == 0 {
 		t.Error("no budget denial exported")
 	}
-	if _, ok := got["tailcut_predicted_p99_seconds"]; ok {
-		t.Error("predicted p99 exported outside a dry run")
+	if g, ok := got["tailcut_attempt_p99_seconds"]; !ok || g != s.Keys[0].P99.Seconds() || g <= 0 {
+		t.Errorf("attempt p99 %v (present %v) outside a dry run, want %v", g, ok, s.Keys[0].P99)
+	}
+	if g, ok := got["tailcut_predicted_p99_seconds"]; !ok || g != s.Keys[0].PredictedP99.Seconds() || g <= 0 {
+		t.Errorf("predicted p99 %v (present %v) outside a dry run, want %v", g, ok, s.Keys[0].PredictedP99)
 	}
 }
 
@@ -173,7 +176,7 @@ func TestCollectorDryRunPrediction(t *testing.T) {
 		t.Fatalf("dry run produced no prediction: %+v", k)
 	}
 	want := fmt.Sprintf(`
-# HELP tailcut_predicted_p99_seconds p99 that hedging is predicted to reach (dry run only).
+# HELP tailcut_predicted_p99_seconds p99 that hedging on the key's schedule is predicted to reach (once the key has MinSamples latencies).
 # TYPE tailcut_predicted_p99_seconds gauge
 tailcut_predicted_p99_seconds{key="k"} %v
 # HELP tailcut_dry_run_hedges_total Hedges that would have been sent in a dry run.

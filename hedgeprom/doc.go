@@ -16,8 +16,9 @@
 // that gave up; not failures), tailcut_dry_run_hedges_total,
 // tailcut_breaker_trips_total, tailcut_breaker_state{state},
 // tailcut_hedge_delay_seconds, tailcut_extra_load_ratio,
-// tailcut_hedge_trigger_window_ratio, tailcut_diagnosis{status}, and in a
-// dry run tailcut_attempt_p99_seconds and tailcut_predicted_p99_seconds;
+// tailcut_hedge_trigger_window_ratio, tailcut_diagnosis{status}, and once
+// a key has MinSamples latencies tailcut_attempt_p99_seconds and
+// tailcut_predicted_p99_seconds (tailcut.KeyStats.P99, PredictedP99);
 // per policy, tailcut_hedges_inflight and tailcut_keys; and the histogram
 // tailcut_attempt_duration_seconds{key,attempt,outcome} (attempt primary or
 // hedge; native and classic buckets). Per-key series are bounded: the first
