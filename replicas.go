@@ -78,7 +78,8 @@ func (rs *Replicas[T]) Stats() []ReplicaStats {
 // as a penalty, an attempt cancelled because another won (or the caller
 // gave up) as a lower bound. Results are classified as by Do. The key is
 // the policy's, as for Do: one per operation on the set ("redis:GET"),
-// never per item asked for.
+// never per item asked for. A fan-out whose legs go to the replicas runs
+// DoReplicas once per leg, each on a goroutine of its own.
 func DoReplicas[T, R any](ctx context.Context, p *Policy, key string, rs *Replicas[T], call func(ctx context.Context, backend T, a Attempt) (R, error)) (R, error) {
 	h := Hedger[R]{Policy: p, maxAttempts: len(rs.backends)}
 	c := &replicaCall[T, R]{rs: rs, call: call}

@@ -114,8 +114,9 @@ func (a AutoChoice) MarshalJSON() ([]byte, error) {
 }
 
 // String describes the schedule in one line: when the hedges go and the
-// percentile predicted without and with them, e.g. "hedges at 12ms, +8ms
-// (2 at most); p99 45ms unhedged, 14ms hedged; 4.1 % of requests hedged".
+// percentile predicted without and with them, e.g. "hedge at 12ms, then
+// every 8ms (2 at most); p99 45ms unhedged, 14ms hedged; 4.1 % of
+// requests hedged".
 func (a AutoChoice) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "hedge at %v", short(a.Delay))

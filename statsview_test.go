@@ -168,3 +168,20 @@ func TestHandler(t *testing.T) {
 		t.Errorf("text:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+func TestAutoChoiceText(t *testing.T) {
+	a := tailcut.AutoChoice{Delay: 12 * time.Millisecond, Gap: 8 * time.Millisecond, Hedges: 2, Target: 0.99,
+		Unhedged: 45 * time.Millisecond, Hedged: 14 * time.Millisecond, HedgeRate: 0.041, Grant: 1, LaterGrant: 0.9, Reserve: 0.5, Cap: 0.15}
+	const want = "hedge at 12ms, then every 8ms (2 at most); p99 45ms unhedged, 14ms hedged; 4.1 % of requests hedged"
+	if got := a.String(); got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wantJSON = `{"delay_ms":12,"gap_ms":8,"hedges":2,"target":0.99,"unhedged_ms":45,"hedged_ms":14,"hedge_rate":0.041,"grant":1,"later_grant":0.9,"reserve":0.5,"trigger_cap":0.15,"description":"` + want + `"}`
+	if string(b) != wantJSON {
+		t.Errorf("JSON %s\nwant %s", b, wantJSON)
+	}
+}
