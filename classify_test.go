@@ -177,3 +177,26 @@ func TestErrorClass(t *testing.T) {
 		t.Errorf("Final(errMiss) = %v: does not wrap it", err)
 	}
 }
+
+// TestMarksRemoved: the caller gets the error its call returned, without
+// the mark of Final or Transient, on every path: the primary inline or on
+// its goroutine, the answer final or every attempt failed.
+func TestMarksRemoved(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		for _, mark := range []func(error) error{tailcut.Final, tailcut.Transient} {
+			p, err := tailcut.New(tailcut.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := tailcut.Hedger[int]{Policy: p, InlinePrimary: inline}
+			for _, ctx := range []context.Context{context.Background(), tailcut.WithoutHedging(context.Background())} {
+				_, err := h.Do(ctx, "k", func(ctx context.Context, a tailcut.Attempt) (int, error) {
+					return 0, mark(errMiss)
+				})
+				if err != errMiss {
+					t.Errorf("inline %v, %v: err %#v, want errMiss itself", inline, mark(errMiss).Error(), err)
+				}
+			}
+		}
+	}
+}
