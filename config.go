@@ -60,11 +60,11 @@ type Config struct {
 	// default budget.Windowed, or a budget.Ratio), first-hedge trigger
 	// rates up to 1.5 × the ratio compete and the prediction decides; with
 	// one that cannot (a token bucket), the first hedge's trigger rate
-	// stays within 0.8 × an assumed ratio of 5 %. A fixed quantile that hedges
-	// about as often as the budget allows is a trap: the denials then fall
-	// at random, and a denied straggler is the p99. The auto delay also
-	// notices a shift of the latency and relearns from the new latencies
-	// alone ([KeyStats].Shifts).
+	// stays within 0.8 × an assumed ratio of 5 %. A fixed quantile that
+	// hedges about as often as the budget allows is a trap: the denials
+	// then fall at random, and a denied straggler is the p99. The auto
+	// delay also notices a shift of the latency and relearns from the new
+	// latencies alone ([KeyStats].Shifts).
 	//
 	// Target and Period are settings of the auto delay: [New] rejects a
 	// Target set with a Quantile, and a pinned Quantile never forecasts a
