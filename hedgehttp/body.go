@@ -19,6 +19,9 @@ type body struct {
 	release       func()
 	cancelTimeout context.CancelFunc
 	released      atomic.Bool
+	// failed marks the body of a failed attempt's response (judge), which
+	// discard closes unread.
+	failed bool
 }
 
 func (b *body) Read(p []byte) (int, error) {

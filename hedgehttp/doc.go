@@ -43,8 +43,10 @@
 //     response body it may reuse its request, even if a losing hedge is
 //     still running.
 //   - Connection errors and 502/503/504 send the next attempt at once,
-//     budget permitting; if every attempt fails the caller gets the
-//     primary's response or error, and a final 5xx counts for the breaker.
+//     budget permitting, on the status line alone (a failed attempt's
+//     body is never waited for); if every attempt fails the caller gets
+//     the primary's response, its body unread, or error, and a final 5xx
+//     counts for the breaker.
 //   - A winning hedge never waits for the primary: the primary runs on the
 //     caller's goroutine only over a base that returns when cancelled.
 //   - A 429 or 503 with Retry-After (seconds or an HTTP date, capped at

@@ -27,7 +27,8 @@ const AttemptHeader = "Hedge-Attempt"
 // and, when the primary has not answered by the policy's delay for the
 // request's key and the policy grants it, a hedge; the first final answer
 // wins and the other attempts are cancelled, their bodies drained (at most
-// [DrainLimit] bytes) and closed.
+// [DrainLimit] bytes) and closed; a failed attempt's body (see below) is
+// closed unread.
 //
 // Which requests are hedged: GET, HEAD and OPTIONS requests, requests with
 // an Idempotency-Key (or X-Idempotency-Key) header, and requests with a
@@ -52,7 +53,11 @@ const AttemptHeader = "Hedge-Attempt"
 // Connection errors and 502, 503 and 504 responses are not final: the next
 // attempt goes at once if the policy grants it, and if every attempt fails
 // that way the caller gets the primary's response or error. Other
-// responses are final. A 429 or 503 with Retry-After pauses hedging for the
+// responses are final. A response is judged on its status line alone: a
+// failed attempt's body is not read (nor its first byte awaited under
+// [WithFirstByte]) before the next attempt goes, and the response kept for
+// the caller reaches it with its body unread, however slow or endless that
+// body is; the attempt's context lives on until the caller closes it. A 429 or 503 with Retry-After pauses hedging for the
 // key for that long ([tailcut.Policy.Pushback]); primaries are not
 // affected.
 //
@@ -307,25 +312,21 @@ func (rt *roundTrip) hedge(ctx context.Context, key string) (*http.Response, err
 	return t.h.Do(ctx, key, rt.call)
 }
 
-// settle takes the responses set aside by attempts that failed with a
-// 502/503/504, and returns the caller's answer: the Hedger's, or, when
-// every attempt failed that way, the primary's (or the first) response.
-// Attempts that finish from now on discard their own.
+// settle marks the request answered (hedges that start from now on give
+// up, see hedgeRequest) and returns the caller's answer. When every attempt
+// failed with a 502/503/504 (see judge), the Hedger returns the failed
+// response it kept, the primary's (or the first), with its statusError: the
+// caller gets that response, as it would have without hedging, its body
+// unread and its attempt's context alive until the body is closed (keep).
 func (rt *roundTrip) settle(resp *http.Response, err error) (*http.Response, error) {
 	rt.mu.Lock()
 	rt.done = true
-	failed := rt.failed
 	rt.mu.Unlock()
-	if se := asStatusError(err); se != nil && failed[se.attempt] != nil {
-		// Every attempt failed: the caller gets the primary's (or the
-		// first) response, as it would have without hedging.
-		resp, err = failed[se.attempt], nil
-		failed[se.attempt] = nil
-	}
-	for _, r := range failed {
-		if r != nil {
-			r.Body.Close() // in memory, see setAside
+	if resp != nil && asStatusError(err) != nil {
+		if b, ok := resp.Body.(*body); ok {
+			b.failed = false // the caller's now: discard never sees it
 		}
+		err = nil
 	}
 	return resp, err
 }
@@ -408,10 +409,9 @@ type roundTrip struct {
 	buffered bool
 	header0  http.Header // the primary's header
 
-	mu     sync.Mutex
-	used   uint64 // endpoints used by the attempts so far (bit set)
-	done   bool   // RoundTrip has collected failed; later attempts clean up after themselves
-	failed [tailcut.MaxHedgesLimit + 1]*http.Response
+	mu   sync.Mutex
+	used uint64 // endpoints used by the attempts so far (bit set)
+	done bool   // RoundTrip has its answer: hedges not yet started give up
 
 	// The primary's shallow copy of req and the wrapper of its response
 	// body live here, so that the no-hedge path allocates neither on its
@@ -513,7 +513,8 @@ func (rt *roundTrip) useEndpoint(r *http.Request, now time.Time) *endpoint {
 
 // send sends attempt k's request r through the base transport and wraps
 // the response's body (see wrapBody), reading its first byte under
-// WithFirstByte.
+// WithFirstByte unless the status line says the attempt failed: that
+// decision waits for no byte of the body.
 func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Response, error) {
 	t := rt.t
 	resp, err := t.base.RoundTrip(r)
@@ -532,7 +533,7 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Re
 			b = new(body)
 		}
 		wrapBody(resp, b)
-		if t.cfg.firstByte {
+		if t.cfg.firstByte && !failedStatus(resp.StatusCode, k) {
 			if err = peekFirstByte(resp); err != nil {
 				resp = nil
 			}
@@ -542,14 +543,20 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Re
 }
 
 // judge sorts attempt a's response, sent at start and received at now
-// (both zero when the clock was not read): a 502/503/504, or a hedge's
-// 429, is set aside as a failed attempt; any other response is the
-// attempt's answer. A 429 or 503 with Retry-After pauses hedging for the
-// key.
+// (both zero when the clock was not read), on its status line: a
+// 502/503/504, or a hedge's 429, is a failed attempt, returned with a
+// statusError that tells the Hedger to move on to the next attempt; any
+// other response is the attempt's answer. A 429 or 503 with Retry-After
+// pauses hedging for the key.
+//
+// A failed response goes to the Hedger with its body unread: the Hedger
+// keeps the primary's (or the first) failed result, its attempt's context
+// alive, in case every attempt fails (settle), and hands any other to
+// discard, which closes it without reading (its body may never end).
 func (rt *roundTrip) judge(resp *http.Response, a tailcut.Attempt, start, now time.Time) (*http.Response, error) {
 	t := rt.t
-	switch code := resp.StatusCode; code {
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	code := resp.StatusCode
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 		if v := resp.Header.Get("Retry-After"); v != "" {
 			if now.IsZero() {
 				now = time.Now()
@@ -558,15 +565,12 @@ func (rt *roundTrip) judge(resp *http.Response, a tailcut.Attempt, start, now ti
 				t.policy.Pushback(a.Key, now.Add(d))
 			}
 		}
-		if code == http.StatusTooManyRequests && a.Index == 0 {
-			break // the primary's 429 is the server's answer
+	}
+	if failedStatus(code, a.Index) {
+		if b, ok := resp.Body.(*body); ok {
+			b.failed = true
 		}
-		// A hedge refused with 429 (a server shedding hedges first, as
-		// hedgehttp.Handler does) is a failed attempt, not the answer: the
-		// primary is still running.
-		fallthrough
-	case http.StatusBadGateway, http.StatusGatewayTimeout:
-		return nil, rt.setAside(resp, a.Index)
+		return resp, &statusError{attempt: a.Index, status: resp.Status}
 	}
 	if t.tos != nil {
 		t.tos.observe(a.Key, now.Sub(start), now)
@@ -626,34 +630,23 @@ func (rt *roundTrip) newBody() (io.ReadCloser, func() (io.ReadCloser, error)) {
 	return b, get
 }
 
-// setAside keeps a 502/503/504 response in case every attempt fails, in
-// which case the caller gets it, and returns the error that tells the
-// Hedger to move on to the next attempt. The body is read into memory first
-// (up to DefaultBufferLimit): the attempt's context is cancelled as soon as
-// the Hedger sees the error, which would cut the body off.
-func (rt *roundTrip) setAside(resp *http.Response, attempt int) error {
-	buf, whole, err := readUpTo(resp.Body, DefaultBufferLimit)
-	if whole && err == nil {
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(buf))
-	} else {
-		// Too large to keep: the caller would get the part read and then
-		// the cancellation error.
-		resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), c: resp.Body}
+// failedStatus reports whether a response with status code to attempt k is
+// a failed attempt rather than an answer: a 502, 503 or 504, or a hedge's
+// 429 (a server shedding hedges first, as hedgehttp.Handler does, refuses
+// the hedge while the primary still runs; the primary's 429 is the
+// server's answer).
+func failedStatus(code, k int) bool {
+	switch code {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	case http.StatusTooManyRequests:
+		return k > 0
 	}
-	rt.mu.Lock()
-	if rt.done {
-		rt.mu.Unlock()
-		resp.Body.Close()
-	} else {
-		rt.failed[attempt] = resp
-		rt.mu.Unlock()
-	}
-	return &statusError{attempt: attempt, status: resp.Status}
+	return false
 }
 
-// statusError marks an attempt answered with a 502, 503 or 504; the
-// response itself is in roundTrip.failed.
+// statusError marks an attempt answered with a 502, 503 or 504 (or a
+// hedge's 429); the Hedger receives the response along with it.
 type statusError struct {
 	attempt int
 	status  string
@@ -781,8 +774,15 @@ func permanent(err error) bool {
 }
 
 // discard drains (at most DrainLimit bytes) and closes a response that lost.
+// A failed attempt's response (judge) is closed unread: its body may be
+// slow or endless, and the Hedger discards on the goroutine that decides
+// the call.
 func discard(resp *http.Response) {
 	if resp == nil || resp.Body == nil {
+		return
+	}
+	if b, ok := resp.Body.(*body); ok && b.failed {
+		resp.Body.Close()
 		return
 	}
 	io.CopyN(io.Discard, resp.Body, DrainLimit)
