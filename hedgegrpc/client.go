@@ -215,7 +215,8 @@ func identity(s string) string { return s }
 // proto.Merge) only if it wins, after the cancelled original has returned:
 // concurrent attempts never share a message. Attempts carry the metadata
 // "hedge-attempt: k" and, on hedges, "grpc-previous-rpc-attempts: k" (gRFC
-// A6). Under the [BalancerName] load-balancing policy each hedge goes to a
+// A6), replacing any value of either key in the caller's outgoing metadata;
+// calls passed through carry neither. Under the [BalancerName] load-balancing policy each hedge goes to a
 // backend no other attempt of the call went to; under grpc-go's default,
 // pick_first, every attempt goes to the one backend it is connected to.
 // The caller's grpc.Header, grpc.Trailer and grpc.Peer options receive
@@ -326,7 +327,7 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	pl, opts, ok := c.callPlan(method, opts)
 	msg, isProto := reply.(proto.Message)
 	if !ok || !isProto {
-		return invoker(ctx, method, req, reply, cc, opts...)
+		return invoker(attemptContext(ctx, -1), method, req, reply, cc, opts...)
 	}
 	th := c.throttleOf(cc)
 	if err := ctx.Err(); err != nil {
@@ -431,7 +432,7 @@ func (c *client) once(ctx context.Context, method string, req any, reply proto.M
 	o = append(o, grpc.Trailer(&trailer)) // grpc fills every Trailer option: the caller's too
 	start := time.Now()
 	r := c.begin(ctx, key, method, req, start)
-	err := invoker(metadata.AppendToOutgoingContext(ctx, AttemptKey, "0"), method, req, reply, cc, o...)
+	err := invoker(attemptContext(ctx, 0), method, req, reply, cc, o...)
 	end := time.Now()
 	pb, hasPB := pushback(trailer)
 	if hasPB && pb >= 0 {
@@ -552,6 +553,30 @@ type slot struct {
 	running bool
 	reason  tailcut.SendReason // why it was sent, for the observer
 	octx    context.Context    // the context the observer returned; nil without one
+}
+
+// attemptContext returns ctx with the outgoing metadata of attempt k:
+// "hedge-attempt: k" and, on a hedge (k ≥ 1), "grpc-previous-rpc-attempts:
+// k"; for k < 0 (a call the interceptor passes through) neither. Values of
+// either key already in ctx's outgoing metadata are dropped, not appended
+// to: a server that propagates its incoming metadata forwards its own
+// call's attempt, which says nothing about this call, and a server reads
+// the first value (AttemptFromContext). The check costs no allocation; only
+// a context carrying such values is copied.
+func attemptContext(ctx context.Context, k int) context.Context {
+	if len(metadata.ValueFromOutgoingContext(ctx, AttemptKey)) > 0 || len(metadata.ValueFromOutgoingContext(ctx, PreviousAttemptsKey)) > 0 {
+		md, _ := metadata.FromOutgoingContext(ctx) // a copy, keys in lower case
+		delete(md, AttemptKey)
+		delete(md, PreviousAttemptsKey)
+		ctx = metadata.NewOutgoingContext(ctx, md)
+	}
+	switch {
+	case k == 0:
+		return metadata.AppendToOutgoingContext(ctx, AttemptKey, attemptValues[0])
+	case k > 0:
+		return metadata.AppendToOutgoingContext(ctx, AttemptKey, attemptValues[k], PreviousAttemptsKey, attemptValues[k])
+	}
+	return ctx
 }
 
 // attemptValues are the metadata values for attempt k, allocated once.

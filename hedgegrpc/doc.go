@@ -29,7 +29,9 @@
 //     name the field (methodConfig[1].hedgingPolicy.maxAttempts: …).
 //
 // Attempts carry hedge-attempt: k and, on hedges,
-// grpc-previous-rpc-attempts: k. A trailer grpc-retry-pushback-ms: n pauses
+// grpc-previous-rpc-attempts: k, in place of any value of either key in the
+// caller's outgoing metadata (a server forwarding the metadata of the call
+// it serves forwards that call's attempt). A trailer grpc-retry-pushback-ms: n pauses
 // hedging of that method for n ms; a negative or malformed value stops
 // hedging for that call. Each attempt decodes into its own message; only
 // the winner's reaches the caller's reply. Per call, [WithoutHedging] and

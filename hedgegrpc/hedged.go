@@ -157,11 +157,7 @@ func (h *hcall) beginLocked(req any, now time.Time) {
 func (h *hcall) launchLocked(now time.Time, r tailcut.SendReason) context.Context {
 	k := h.launched
 	actx, cancel := context.WithCancel(h.startedLocked(k, r, now))
-	if k == 0 {
-		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[0])
-	} else {
-		actx = metadata.AppendToOutgoingContext(actx, AttemptKey, attemptValues[k], PreviousAttemptsKey, attemptValues[k])
-	}
+	actx = attemptContext(actx, k)
 	actx = withPick(actx, &h.picks, k, h.stream != nil) // BalancerName sends it elsewhere than the others
 	h.slots[k].cancel, h.slots[k].start, h.slots[k].running = cancel, now, true
 	h.launched++

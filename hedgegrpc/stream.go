@@ -77,7 +77,7 @@ func (c *client) streamIntercept(ctx context.Context, desc *grpc.StreamDesc, cc 
 	}
 	pl, opts, ok := c.callPlan(method, opts)
 	if !ok {
-		return streamer(withStream(ctx), desc, cc, method, opts...) // BalancerName learns nothing from it
+		return streamer(withStream(attemptContext(ctx, -1)), desc, cc, method, opts...) // BalancerName learns nothing from it
 	}
 	th := c.throttleOf(cc)
 	if err := ctx.Err(); err != nil {
