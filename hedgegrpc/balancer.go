@@ -97,7 +97,7 @@ func (lbBuilder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingCon
 }
 
 func (lbBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
-	b := &hedgeLB{ClientConn: cc, replicas: resolver.NewEndpointMap[*p2c.Replica]()}
+	b := &hedgeLB{ClientConn: cc, replicas: resolver.NewEndpointMap[*p2c.Replica](), slot: slotOf(opts.Target.String())}
 	b.child = endpointsharding.NewBalancer(b, opts, balancer.Get(pickfirst.Name).Build, endpointsharding.Options{})
 	return b
 }
@@ -108,6 +108,9 @@ func (lbBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balan
 type hedgeLB struct {
 	balancer.ClientConn
 	child balancer.Balancer
+	// slot is where the hedging part of the service config the resolver
+	// delivered is published for the interceptors (resolved.go).
+	slot *targetSlot
 
 	mu sync.Mutex
 	// replicas is what is known of each endpoint's latency. It outlives
@@ -117,6 +120,7 @@ type hedgeLB struct {
 }
 
 func (b *hedgeLB) UpdateClientConnState(s balancer.ClientConnState) error {
+	b.slot.set(b, fromResolver(s.ResolverState.ServiceConfig), false)
 	b.mu.Lock()
 	kept := resolver.NewEndpointMap[*p2c.Replica]()
 	for _, e := range s.ResolverState.Endpoints {
@@ -145,7 +149,10 @@ func (b *hedgeLB) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
 
 func (b *hedgeLB) ExitIdle() { b.child.ExitIdle() }
 
-func (b *hedgeLB) Close() { b.child.Close() }
+func (b *hedgeLB) Close() {
+	b.slot.set(b, nil, true)
+	b.child.Close()
+}
 
 // UpdateState receives the children's aggregate state from endpointsharding
 // and gives grpc-go a picker over the ready children; with none ready,

@@ -193,10 +193,10 @@ func serviceConfig(policy string, maxAttempts int, delay string) string {
 		"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}], "hedgingPolicy": {` + hp + `}}]}`
 }
 
-// warm makes calls (numbered −1, not counted by where) until need
-// backends have answered one: the balancer then has that many endpoints
-// ready.
-func (f *fleet) warm(tb testing.TB, c testpb.TestServiceClient, need int) {
+// warm makes calls (numbered −1, not counted by where), with opts, until
+// need backends have answered one: the balancer then has that many
+// endpoints ready.
+func (f *fleet) warm(tb testing.TB, c testpb.TestServiceClient, need int, opts ...grpc.CallOption) {
 	tb.Helper()
 	for range 1000 {
 		ready := 0
@@ -209,7 +209,7 @@ func (f *fleet) warm(tb testing.TB, c testpb.TestServiceClient, need int) {
 			f.forget()
 			return
 		}
-		if _, err := c.UnaryCall(tb.Context(), &testpb.SimpleRequest{ResponseSize: -1}); err != nil {
+		if _, err := c.UnaryCall(tb.Context(), &testpb.SimpleRequest{ResponseSize: -1}, opts...); err != nil {
 			tb.Fatalf("warm-up call: %v", err)
 		}
 	}

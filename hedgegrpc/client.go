@@ -2,7 +2,10 @@ package hedgegrpc
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tailcut/tailcut"
@@ -76,8 +79,25 @@ func WithFirstMessage() Option {
 // config's retryThrottling (if any) applies per server name. Calls to other
 // methods pass through untouched. Without this option every unary method
 // the interceptor sees is hedged under the tailcut.Policy alone.
+//
+// sc is the default, as grpc.WithDefaultServiceConfig is grpc-go's: for a
+// call through a ClientConn balanced by [BalancerName] whose resolver (DNS,
+// xDS, a manual resolver) delivered a service config, that config applies
+// instead, hedgingPolicy and retryThrottling included, without this option.
+// grpc-go does not hand a default config to balancers, so one given to
+// grpc.WithDefaultServiceConfig must be given here too: [DialOptions]
+// builds both from one string.
 func WithServiceConfig(sc *ServiceConfig) Option {
 	return func(c *client) { c.sc = sc }
+}
+
+// WithLogger sets the logger of the warnings an interceptor logs, once
+// each: hedges that can only reach their original's backend (no
+// [BalancerName] balancer, or a single backend ready), a hedgingPolicy's
+// maxAttempts capped by the policy's MaxHedges, a resolver's service config
+// that cannot be used. The default is slog.Default(); a nil l keeps it.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *client) { c.log = l }
 }
 
 // WithNonFatalCodes sets the status codes after which the next attempt is
@@ -177,6 +197,14 @@ type client struct {
 	bufferLimit int                     // WithBufferLimit
 	firstMsg    bool                    // WithFirstMessage
 	observer    tailcut.AttemptObserver // WithObserver; nil: none
+	log         *slog.Logger            // WithLogger; nil: slog.Default()
+
+	// slots caches the target slot of each ClientConn seen (up to
+	// ccCacheLimit of them, nslots counting), where the resolver's service
+	// config is found (see serviceConfig).
+	slots  sync.Map // *grpc.ClientConn → *targetSlot
+	nslots atomic.Int64
+	warned warnings
 	// err is the first invalid option's error: every call fails with it.
 	err error
 }
@@ -201,8 +229,11 @@ func identity(s string) string { return s }
 
 // UnaryClientInterceptor returns a client interceptor that hedges unary
 // calls under policy p: it sends the original attempt; if no answer has
-// come after the policy's delay for the method (a live quantile of its
-// latency, or the service config's fixed hedgingDelay), it sends another
+// come after the hedge delay for the method (the service config's fixed
+// hedgingDelay, else the policy's: by default its auto delay, which
+// predicts from the method's measured latency the p99 each candidate
+// schedule would give within the budget and uses the best; see
+// tailcut.Config.Quantile), it sends another
 // attempt while the policy's budget allows, up to the attempt cap; the
 // first OK or fatal status wins and the other attempts are cancelled. A
 // non-fatal status (UNAVAILABLE by default) launches the next attempt at
@@ -216,9 +247,11 @@ func identity(s string) string { return s }
 // concurrent attempts never share a message. Attempts carry the metadata
 // "hedge-attempt: k" and, on hedges, "grpc-previous-rpc-attempts: k" (gRFC
 // A6), replacing any value of either key in the caller's outgoing metadata;
-// calls passed through carry neither. Under the [BalancerName] load-balancing policy each hedge goes to a
-// backend no other attempt of the call went to; under grpc-go's default,
-// pick_first, every attempt goes to the one backend it is connected to.
+// calls passed through carry neither. Under the [BalancerName]
+// load-balancing policy each hedge goes to a backend no other attempt of
+// the call went to; under grpc-go's default, pick_first, every attempt
+// goes to the one backend it is connected to (logged once, as is a hedge
+// that went to its original's backend because only one was ready).
 // The caller's grpc.Header, grpc.Trailer and grpc.Peer options receive
 // the winning attempt's values; other call options go to every attempt
 // (a grpc.OnFinish callback runs once per attempt, possibly concurrently).
@@ -236,10 +269,16 @@ func identity(s string) string { return s }
 //
 // The attempt cap is 1 + the policy's MaxHedges, or a hedgingPolicy's
 // maxAttempts when a service config is given — whichever is lower, since
-// the policy grants every hedge: give the policy MaxHedges ≥ maxAttempts−1.
-// A nil p means a policy with the default Config and MaxHedges raised to
-// fit the service config's largest maxAttempts (tailcut.Default if there is
-// no service config).
+// the policy grants every hedge: give the policy MaxHedges ≥ maxAttempts−1
+// (a maxAttempts capped is logged once, see [WithLogger]). A nil p means a
+// policy with the default Config and MaxHedges raised to fit the largest
+// maxAttempts of [WithServiceConfig]'s config (tailcut.Default if there is
+// none; a config a resolver delivers later does not raise it).
+//
+// The service config in force for a call is the one the ClientConn's
+// resolver delivered, when the ClientConn is balanced by [BalancerName]
+// (grpc-go hands it to the balancer), else [WithServiceConfig]'s; see
+// WithServiceConfig and [DialOptions].
 //
 // Calls that are not hedged go straight to the invoker: methods without a
 // hedgingPolicy when a service config is given, and replies that are not
@@ -265,15 +304,7 @@ func newClient(p *tailcut.Policy, opts []Option) *client {
 		o(c)
 	}
 	if c.p == nil {
-		if n := c.sc.maxAttempts(); n > 1+tailcut.DefaultMaxHedges {
-			np, err := tailcut.New(tailcut.Config{MaxHedges: min(n-1, tailcut.MaxHedgesLimit)})
-			if err != nil {
-				panic("hedgegrpc: default policy invalid: " + err.Error()) // a bug, not input
-			}
-			c.p = np
-		} else {
-			c.p = tailcut.Default()
-		}
+		c.p = defaultPolicy(c.sc)
 	}
 	c.maxHedges = c.p.Config().MaxHedges
 	if c.p.Config().Predictive {
@@ -282,10 +313,23 @@ func newClient(p *tailcut.Policy, opts []Option) *client {
 			c.features = DefaultFeatures
 		}
 	}
-	if c.sc != nil && c.sc.Throttling != nil {
-		c.throttles = &throttles{cfg: c.sc.Throttling}
-	}
+	c.throttles = new(throttles)
 	return c
+}
+
+// defaultPolicy returns the policy of an interceptor given none, under
+// service config sc (may be nil): tailcut.Default, or a policy with the
+// default Config and MaxHedges raised to fit sc's largest maxAttempts.
+func defaultPolicy(sc *ServiceConfig) *tailcut.Policy {
+	n := sc.maxAttempts()
+	if n <= 1+tailcut.DefaultMaxHedges {
+		return tailcut.Default()
+	}
+	p, err := tailcut.New(tailcut.Config{MaxHedges: min(n-1, tailcut.MaxHedgesLimit)})
+	if err != nil {
+		panic("hedgegrpc: default policy invalid: " + err.Error()) // a bug, not input
+	}
+	return p
 }
 
 // plan is how one call is hedged.
@@ -296,18 +340,22 @@ type plan struct {
 	nonFatal    uint32
 }
 
-// plan returns the hedging plan for method, or ok false if it is not
-// hedged at all.
-func (c *client) plan(method string) (pl plan, ok bool) {
+// plan returns the hedging plan for method under service config sc (nil:
+// none), or ok false if it is not hedged at all.
+func (c *client) plan(method string, sc *ServiceConfig) (pl plan, ok bool) {
 	pl = plan{maxAttempts: 1 + c.maxHedges, nonFatal: c.nonFatal}
-	if c.sc == nil {
+	if sc == nil {
 		return pl, true
 	}
-	mc, found := c.sc.Method(method)
+	mc, found := sc.Method(method)
 	if !found || mc.Hedging == nil {
 		return pl, false
 	}
 	hp := mc.Hedging
+	if hp.MaxAttempts > pl.maxAttempts {
+		c.warnOnce(&c.warned.capped, "a hedgingPolicy's maxAttempts is capped at 1 + the policy's MaxHedges: give the policy MaxHedges ≥ maxAttempts−1",
+			"method", method, "maxAttempts", hp.MaxAttempts, "cap", pl.maxAttempts)
+	}
 	pl.maxAttempts = min(pl.maxAttempts, hp.MaxAttempts)
 	if !hp.Adaptive {
 		pl.delay, pl.fixed = hp.Delay, true
@@ -324,12 +372,13 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	if c.err != nil {
 		return c.err
 	}
-	pl, opts, ok := c.callPlan(method, opts)
+	sc := c.serviceConfig(cc)
+	pl, opts, ok := c.callPlan(method, sc, opts)
 	msg, isProto := reply.(proto.Message)
 	if !ok || !isProto {
 		return invoker(attemptContext(ctx, -1), method, req, reply, cc, opts...)
 	}
-	th := c.throttleOf(cc)
+	th := c.throttleOf(cc, sc)
 	if err := ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
@@ -339,10 +388,10 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 	return c.hedged(ctx, method, req, msg, cc, invoker, opts, pl, th)
 }
 
-// callPlan returns how a call to method is hedged, with this package's
-// call options in opts applied and removed from opts, or ok false if the
-// method is not hedged at all.
-func (c *client) callPlan(method string, opts []grpc.CallOption) (pl plan, _ []grpc.CallOption, ok bool) {
+// callPlan returns how a call to method is hedged under service config sc,
+// with this package's call options in opts applied and removed from opts,
+// or ok false if the method is not hedged at all.
+func (c *client) callPlan(method string, sc *ServiceConfig, opts []grpc.CallOption) (pl plan, _ []grpc.CallOption, ok bool) {
 	var co callOption
 	for i, o := range opts {
 		if _, ok := o.(callOption); ok {
@@ -350,7 +399,7 @@ func (c *client) callPlan(method string, opts []grpc.CallOption) (pl plan, _ []g
 			break
 		}
 	}
-	pl, ok = c.plan(method)
+	pl, ok = c.plan(method, sc)
 	if co.noHedge {
 		pl.maxAttempts = 1
 	}
@@ -361,16 +410,16 @@ func (c *client) callPlan(method string, opts []grpc.CallOption) (pl plan, _ []g
 }
 
 // throttleOf returns the retry throttle of cc's server, or nil when the
-// service config has no retryThrottling.
-func (c *client) throttleOf(cc *grpc.ClientConn) *throttle {
-	if c.throttles == nil {
+// service config sc has no retryThrottling.
+func (c *client) throttleOf(cc *grpc.ClientConn, sc *ServiceConfig) *throttle {
+	if sc == nil || sc.Throttling == nil {
 		return nil
 	}
 	target := ""
 	if cc != nil {
 		target = cc.Target()
 	}
-	return c.throttles.get(target)
+	return c.throttles.get(target, sc.Throttling)
 }
 
 // stripCallOptions removes this package's call options from opts (the

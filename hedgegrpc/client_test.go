@@ -903,10 +903,13 @@ func TestWithKey(t *testing.T) {
 }
 
 func TestThrottlingIsPerServer(t *testing.T) {
-	ts := &throttles{cfg: &Throttling{MaxTokens: 4, TokenRatio: 0.5}}
-	a, b := ts.get("dns:///a"), ts.get("dns:///b")
-	if a == b || ts.get("dns:///a") != a {
+	ts, cfg := new(throttles), &Throttling{MaxTokens: 4, TokenRatio: 0.5}
+	a, b := ts.get("dns:///a", cfg), ts.get("dns:///b", cfg)
+	if a == b || ts.get("dns:///a", cfg) != a {
 		t.Fatal("want one throttle per target, reused")
+	}
+	if ts.get("dns:///a", &Throttling{MaxTokens: 4, TokenRatio: 0.5}) == a {
+		t.Fatal("want one throttle per retryThrottling block (a resolver's config replaces the default's)")
 	}
 	a.failure()
 	a.failure() // 2 ≤ 4/2
@@ -932,9 +935,6 @@ func TestThrottlingIsPerServer(t *testing.T) {
 	}
 	if a.level() != 4 {
 		t.Errorf("level %v, want the ceiling 4", a.level())
-	}
-	if (*throttles)(nil).get("x") != nil {
-		t.Error("nil throttles must give no throttle")
 	}
 }
 

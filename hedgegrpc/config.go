@@ -58,7 +58,9 @@ type HedgingPolicy struct {
 	Delay time.Duration
 
 	// Adaptive is true when the config has no hedgingDelay: the delay is
-	// then the tailcut.Policy's live quantile of the method's latency.
+	// then the tailcut.Policy's for the method (by default its auto delay,
+	// chosen from the method's measured latency; see
+	// tailcut.Config.Quantile).
 	// (A6 reads an absent hedgingDelay as "0s"; tailcut reads it as "let
 	// the policy choose", and "0s" keeps its A6 meaning.)
 	Adaptive bool

@@ -1,6 +1,7 @@
 package hedgegrpc
 
 import (
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -291,6 +292,8 @@ func FuzzParseServiceConfig(f *testing.F) {
 		`{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.5466}}`,
 		`{"retryThrottling": {"maxTokens": 10, "tokenRatio": 5.466E-1}}`,
 		`{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.00000000000000000000000000001e+26}}`,
+		`{"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": []}`,
+		`{"LOADBALANCINGPOLICY": "round_robin"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -304,6 +307,20 @@ func FuzzParseServiceConfig(f *testing.F) {
 				t.Fatalf("error without the package prefix: %v", err)
 			}
 			return
+		}
+		// DialOptions' copy for grpc-go names a load-balancing policy and
+		// holds the same hedging config.
+		withLB, err := withBalancer(string(js))
+		if err != nil {
+			t.Fatalf("withBalancer of a valid config: %v", err)
+		}
+		if sc2, err := ParseServiceConfig([]byte(withLB)); err != nil || len(sc2.methods) != len(sc.methods) || (sc2.Throttling == nil) != (sc.Throttling == nil) {
+			t.Fatalf("withBalancer changed the hedging config: %s (%v)", withLB, err)
+		}
+		if root, _ := object([]byte(withLB), ""); !slices.ContainsFunc(slices.Collect(maps.Keys(root)), func(k string) bool {
+			return strings.EqualFold(k, "loadBalancingConfig") || strings.EqualFold(k, "loadBalancingPolicy")
+		}) {
+			t.Fatalf("withBalancer named no policy: %s", withLB)
 		}
 		for path, mc := range sc.methods {
 			if path != "" && (!strings.HasPrefix(path, "/") || strings.Count(path, "/") < 2) {

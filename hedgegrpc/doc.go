@@ -7,7 +7,8 @@
 // On the client, [UnaryClientInterceptor] sends each call's original
 // attempt and, if it has not answered after the method's hedge delay, more
 // attempts, under a tailcut.Policy that picks the delay from the method's
-// live latency (or takes the service config's fixed hedgingDelay) and caps
+// measured latency (its auto delay, by default) or takes the service
+// config's fixed hedgingDelay, and caps
 // the extra load with its budget. The first OK or fatal status wins and the
 // other attempts are cancelled; a non-fatal status (UNAVAILABLE by default)
 // sends the next attempt at once; a server's grpc-retry-pushback-ms trailer
@@ -54,15 +55,20 @@
 // (or pick_first) every attempt goes to the same server.
 // BenchmarkLoopbackBalancer compares it with round_robin and pick_first
 // over loopback backends, one of them slow.
-// One service config names it and the hedging policies:
+// One service config names it and the hedging policies; [DialOptions]
+// gives it to grpc-go (adding the balancer when the config names no
+// load-balancing policy) and to both interceptors:
 //
-//	js := `{"loadBalancingConfig": [{"tailcut_hedging": {}}],
-//	        "methodConfig": [{"name": [{"service": "shop.Catalog"}], "hedgingPolicy": {"maxAttempts": 2}}]}`
-//	sc, err := hedgegrpc.ParseServiceConfig([]byte(js))
-//	cc, err := grpc.NewClient("dns:///catalog:443",
-//		grpc.WithDefaultServiceConfig(js),
-//		grpc.WithUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))),
-//		grpc.WithStreamInterceptor(hedgegrpc.StreamClientInterceptor(p, hedgegrpc.WithServiceConfig(sc))))
+//	opts, err := hedgegrpc.DialOptions(p, `{"methodConfig": [{"name": [{"service": "shop.Catalog"}],
+//	        "hedgingPolicy": {"maxAttempts": 2}}]}`)
+//	cc, err := grpc.NewClient("dns:///catalog:443", append(opts, creds)...)
+//
+// A service config the resolver delivers (DNS, xDS, a manual resolver)
+// replaces that default for grpc-go and, under the balancer, for the
+// interceptors: its hedgingPolicy applies without [WithServiceConfig].
+// The interceptors log once ([WithLogger]) when hedges can only reach their
+// original's backend (no balancer, or one backend ready) and when the
+// policy's MaxHedges caps a maxAttempts.
 //
 // # Metrics and traces with hedging on
 //

@@ -50,21 +50,18 @@ func ExampleBalancerName() {
 	r := manual.NewBuilderWithScheme("example")
 	r.InitialState(resolver.State{Addresses: addrs})
 
-	// One service config for grpc-go (the balancer) and for hedgegrpc
-	// (the hedging policy: a hedge after 10 ms).
-	js := `{"loadBalancingConfig": [{"tailcut_hedging": {}}],
-		"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}],
-			"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.01s"}}]}`
-	sc, err := hedgegrpc.ParseServiceConfig([]byte(js))
+	// One service config, the hedging policy (a hedge after 10 ms), for
+	// grpc-go and for hedgegrpc's interceptors; DialOptions adds the
+	// tailcut_hedging balancer to it, as it names no other.
+	opts, err := hedgegrpc.DialOptions(nil, `{"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}],
+		"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.01s"}}]}`)
 	if err != nil {
 		log.Fatal(err)
 	}
-	cc, err := grpc.NewClient(r.Scheme()+":///backends",
+	cc, err := grpc.NewClient(r.Scheme()+":///backends", append(opts,
 		grpc.WithResolvers(r),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return listeners[addr].DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(js),
-		grpc.WithUnaryInterceptor(hedgegrpc.UnaryClientInterceptor(nil, hedgegrpc.WithServiceConfig(sc))))
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -98,4 +95,14 @@ func ExampleBalancerName() {
 	// the hedge went to another backend: true
 	// the hedge went to another backend: true
 	// the hedge went to another backend: true
+}
+
+func ExampleDialOptions() {
+	// An invalid service config is an error naming the field, before any
+	// connection is made.
+	_, err := hedgegrpc.DialOptions(nil, `{"methodConfig": [{"name": [{"service": "shop.Catalog"}],
+		"hedgingPolicy": {"maxAttempts": 1}}]}`)
+	fmt.Println(err)
+	// Output:
+	// hedgegrpc: methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2, got 1
 }

@@ -98,6 +98,14 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	// The original, on this goroutine, into the caller's reply.
 	res := h.attempt(actx, 0, req, reply)
 	h.event(&res)
+	if res.err == nil {
+		h.mu.Lock()
+		hedged := h.launched > 1
+		h.mu.Unlock()
+		if hedged {
+			c.checkPick(&h.picks, 0, method) // an answer: the original was picked
+		}
+	}
 
 	h.mu.Lock()
 	if !h.decided {
@@ -219,6 +227,9 @@ func (h *hcall) attempt(ctx context.Context, k int, req any, msg proto.Message) 
 	}
 	res.err = h.invoker(ctx, h.method, req, msg, h.cc, o...)
 	res.end = time.Now()
+	if k > 0 && res.err == nil {
+		h.c.checkPick(&h.picks, k, h.method) // an answer: the hedge was picked
+	}
 	// The pushback is applied here rather than in event: a loser's answer
 	// may arrive after the call was decided, and the server's request for
 	// less traffic still stands.

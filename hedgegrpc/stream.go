@@ -75,11 +75,12 @@ func (c *client) streamIntercept(ctx context.Context, desc *grpc.StreamDesc, cc 
 	if c.err != nil {
 		return nil, c.err
 	}
-	pl, opts, ok := c.callPlan(method, opts)
+	sc := c.serviceConfig(cc)
+	pl, opts, ok := c.callPlan(method, sc, opts)
 	if !ok {
 		return streamer(withStream(attemptContext(ctx, -1)), desc, cc, method, opts...) // BalancerName learns nothing from it
 	}
-	th := c.throttleOf(cc)
+	th := c.throttleOf(cc, sc)
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
@@ -223,6 +224,9 @@ func (s *hstream) run(ctx context.Context, u *sub) {
 	if err != nil {
 		s.attemptEnded(u, nil, err)
 		return
+	}
+	if u.index > 0 {
+		h.c.checkPick(&h.picks, u.index, h.method) // the stream is open: its attempt was picked
 	}
 	h.mu.Lock()
 	u.cs = cs

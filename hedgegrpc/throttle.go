@@ -49,20 +49,23 @@ func (t *throttle) add(d int64) {
 // level returns the token count, in tokens.
 func (t *throttle) level() float64 { return float64(t.tokens.Load()) / 1000 }
 
-// throttles keeps one throttle per server name (a ClientConn's target), as
-// A6 asks: throttling "is done per server name".
+// throttles keeps one throttle per server name (a ClientConn's target) and
+// retryThrottling block, as A6 asks: throttling "is done per server name".
 type throttles struct {
-	cfg *Throttling
-	m   sync.Map // target string → *throttle
+	m sync.Map // throttleKey → *throttle
 }
 
-func (ts *throttles) get(target string) *throttle {
-	if ts == nil || ts.cfg == nil {
-		return nil
-	}
-	if t, ok := ts.m.Load(target); ok {
+type throttleKey struct {
+	target string
+	cfg    *Throttling // a ServiceConfig's, which never changes
+}
+
+// get returns the throttle of target under cfg, made at first use.
+func (ts *throttles) get(target string, cfg *Throttling) *throttle {
+	k := throttleKey{target, cfg}
+	if t, ok := ts.m.Load(k); ok {
 		return t.(*throttle)
 	}
-	t, _ := ts.m.LoadOrStore(target, newThrottle(ts.cfg))
+	t, _ := ts.m.LoadOrStore(k, newThrottle(cfg))
 	return t.(*throttle)
 }
