@@ -312,7 +312,7 @@ func (rt *roundTrip) hedge(ctx context.Context, key string) (*http.Response, err
 	return t.h.Do(ctx, key, rt.call)
 }
 
-// settle marks the request answered (hedges that start from now on give
+// settle marks the request answered (hedges that start after it give
 // up, see hedgeRequest) and returns the caller's answer. When every attempt
 // failed with a 502/503/504 (see judge), the Hedger returns the failed
 // response it kept, the primary's (or the first), with its statusError: the
@@ -324,7 +324,7 @@ func (rt *roundTrip) settle(resp *http.Response, err error) (*http.Response, err
 	rt.mu.Unlock()
 	if resp != nil && asStatusError(err) != nil {
 		if b, ok := resp.Body.(*body); ok {
-			b.failed = false // the caller's now: discard never sees it
+			b.failed = false // the caller's from here: discard never sees it
 		}
 		err = nil
 	}
