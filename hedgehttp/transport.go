@@ -28,7 +28,7 @@ const AttemptHeader = "Hedge-Attempt"
 // request's key and the policy grants it, a hedge; the first final answer
 // wins and the other attempts are cancelled, their bodies drained (at most
 // [DrainLimit] bytes) and closed; a failed attempt's body (see below) is
-// closed unread.
+// closed unread (over HTTP/1.1 its connection is then closed, not reused).
 //
 // Which requests are hedged: GET, HEAD and OPTIONS requests, requests with
 // an Idempotency-Key (or X-Idempotency-Key) header, and requests with a
