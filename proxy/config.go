@@ -135,12 +135,16 @@ type Idempotency struct {
 //     §5.2.4 says: /public/%2e%2e/private/x is /private/x, which a route
 //     for /public/ does not match;
 //   - an encoded slash (%2F), an encoded backslash (%5C) or a backslash
-//     is handled by EscapedSlashes.
+//     is handled by EscapedSlashes;
+//   - a dot-segment with parameters ("..;", "..;x=1", ".%2e;") is handled
+//     by Semicolons: by default it is the dot-segment, as servlet
+//     containers read it, so /public/..;/private/x is /private/x too.
 //
 // The query is forwarded as it came. A path that is malformed (a bad
 // escape, not starting with "/") gets 400. Escapes are decoded once: %25
-// is data, so %252e stays %252e (an upstream that decodes twice is not
-// protected).
+// is data, so %252e stays %252e, and %3B is data, never a parameter
+// delimiter (an upstream that decodes twice, or decodes before it strips
+// parameters, is not protected).
 type Paths struct {
 	// EscapedSlashes is what a path with %2F, %5C or "\" gets:
 	// "reject" (the default) answers 400; "keep" forwards them as %2F and
@@ -152,6 +156,19 @@ type Paths struct {
 	// dot-segments are removed, as most servers read them. Unset means
 	// true; false keeps empty segments (RFC 3986: "/a//b" is not "/a/b").
 	MergeSlashes *bool `yaml:"merge_slashes"`
+	// Semicolons is how a ";" in a path segment is read. "params" (the
+	// default) reads it as servlet containers (Tomcat, Jetty) and Spring
+	// do, which strip each segment's ";" parameters before resolving
+	// dot-segments: a segment that is "." or ".." up to its ";" is that
+	// dot-segment, removed with its parameters, while other segments keep
+	// theirs (";jsessionid=…" is forwarded). "reject" answers 400 to a path
+	// with a dot-segment with parameters, which only a route escape sends.
+	// "data" reads ";" as an ordinary character (RFC 3986's generic
+	// syntax): "..;" is an ordinary segment, forwarded as it came; only
+	// for upstreams that never read path parameters, since behind a
+	// servlet container it takes /public/..;/private/x out of a route for
+	// /public/ (tailcut proxy --check warns).
+	Semicolons string `yaml:"semicolons"`
 }
 
 // DefaultMaxInFlight is a listener's bound on requests in flight when its
@@ -528,6 +545,11 @@ func (c *Config) validate(v *validator) {
 	case "", EscapedSlashesReject, EscapedSlashesKeep, EscapedSlashesUnescape:
 	default:
 		v.add(path{"paths", "escaped_slashes"}, "want reject, keep or unescape, got %q", c.Paths.EscapedSlashes)
+	}
+	switch c.Paths.Semicolons {
+	case "", SemicolonsParams, SemicolonsReject, SemicolonsData:
+	default:
+		v.add(path{"paths", "semicolons"}, "want params, reject or data, got %q", c.Paths.Semicolons)
 	}
 	rules := c.Paths.rules()
 

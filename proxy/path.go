@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"net/url"
@@ -16,17 +17,28 @@ const (
 	EscapedSlashesUnescape = "unescape"
 )
 
+// The semicolons readings (see [Paths]).
+const (
+	SemicolonsParams = "params"
+	SemicolonsReject = "reject"
+	SemicolonsData   = "data"
+)
+
 // pathRules is the normalisation of request paths in force: a [Paths]
 // with its defaults applied.
 type pathRules struct {
 	escaped string // one of the EscapedSlashes actions
 	merge   bool
+	semi    string // one of the Semicolons readings
 }
 
 func (p Paths) rules() pathRules {
-	r := pathRules{escaped: p.EscapedSlashes, merge: p.MergeSlashes == nil || *p.MergeSlashes}
+	r := pathRules{escaped: p.EscapedSlashes, merge: p.MergeSlashes == nil || *p.MergeSlashes, semi: p.Semicolons}
 	if r.escaped == "" {
 		r.escaped = EscapedSlashesReject
+	}
+	if r.semi == "" {
+		r.semi = SemicolonsParams
 	}
 	return r
 }
@@ -35,6 +47,7 @@ var (
 	errEscapedSlash = errors.New("encoded slash or backslash in path")
 	errBadEscape    = errors.New("malformed percent-encoding in path")
 	errNotAbsolute  = errors.New("path does not start with /")
+	errDotParams    = errors.New("dot-segment with parameters in path")
 )
 
 // normalize returns the normal form of the escaped path p (a request's
@@ -48,11 +61,16 @@ var (
 //     kept as %2F and %5C (data inside a segment, never a separator) or
 //     decoded into "/", as the rules say;
 //   - runs of "/" are merged into one if the rules say so;
+//   - a segment that is "." or ".." up to its first ";" (a dot-segment
+//     with parameters, which servlet containers read as the dot-segment)
+//     is made that dot-segment, or rejected (errDotParams), unless the
+//     rules read ";" as data;
 //   - dot-segments are removed (RFC 3986 §5.2.4), after the decoding, so
-//     that %2e%2e is a ".." like any other.
+//     that %2e%2e and .%2e;x are a ".." like any other.
 //
 // normalize is idempotent, and its result starts with "/" and holds no
-// dot-segment. A path of allowed characters without escapes, "//" or a
+// dot-segment, nor (unless ";" is data) a dot-segment with parameters. A
+// path of allowed characters without escapes, "//" or a
 // segment starting with "." costs one scan and no allocation
 // (BenchmarkNormalize).
 func (r pathRules) normalize(p string) (string, error) {
@@ -100,7 +118,40 @@ func (r pathRules) normalize(p string) (string, error) {
 			b = append(b, '%', upperhex[c>>4], upperhex[c&15])
 		}
 	}
+	if r.semi != SemicolonsData {
+		var err error
+		if b, err = r.dropDotParams(b); err != nil {
+			return "", err
+		}
+	}
 	return removeDotSegments(string(b)), nil
+}
+
+// dropDotParams makes each segment of b (a path starting with "/") that
+// is "." or ".." up to its first ";" that bare dot-segment, as a servlet
+// container reads it (it strips every segment's ";" parameters before it
+// resolves dot-segments), or returns errDotParams if the rules reject
+// them. Other segments keep their parameters (";jsessionid=…").
+func (r pathRules) dropDotParams(b []byte) ([]byte, error) {
+	out := b[:0] // in place: a segment only ever shrinks
+	for len(b) > 0 {
+		end := bytes.IndexByte(b[1:], '/') + 1
+		if end == 0 {
+			end = len(b)
+		}
+		seg := b[:end] // "/" and the segment
+		if semi := bytes.IndexByte(seg, ';'); semi > 0 {
+			if name := seg[1:semi]; string(name) == "." || string(name) == ".." {
+				if r.semi == SemicolonsReject {
+					return nil, errDotParams
+				}
+				seg = seg[:semi]
+			}
+		}
+		out = append(out, seg...)
+		b = b[end:]
+	}
+	return out, nil
 }
 
 // isNormal reports whether p is already in normal form by a quick scan:

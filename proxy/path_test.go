@@ -265,10 +265,12 @@ func TestRemoveDotSegmentsRFC3986(t *testing.T) {
 }
 
 func TestNormalize(t *testing.T) {
-	reject := pathRules{escaped: EscapedSlashesReject, merge: true}
-	keep := pathRules{escaped: EscapedSlashesKeep, merge: true}
-	unescape := pathRules{escaped: EscapedSlashesUnescape, merge: true}
-	noMerge := pathRules{escaped: EscapedSlashesReject}
+	reject := pathRules{escaped: EscapedSlashesReject, merge: true, semi: SemicolonsParams}
+	keep := pathRules{escaped: EscapedSlashesKeep, merge: true, semi: SemicolonsParams}
+	unescape := pathRules{escaped: EscapedSlashesUnescape, merge: true, semi: SemicolonsParams}
+	noMerge := pathRules{escaped: EscapedSlashesReject, semi: SemicolonsParams}
+	rejectParams := pathRules{escaped: EscapedSlashesReject, merge: true, semi: SemicolonsReject}
+	data := pathRules{escaped: EscapedSlashesReject, merge: true, semi: SemicolonsData}
 	for _, c := range []struct {
 		rules    pathRules
 		in, want string
@@ -298,6 +300,24 @@ func TestNormalize(t *testing.T) {
 		{unescape, "/a%2fb/..%5C/c", "/a/c", nil},
 		{unescape, `/a\..\..\b`, "/b", nil},
 		{unescape, "/a%2f%2f%2fb", "/a/b", nil},
+		// A dot-segment with parameters is the dot-segment (servlet
+		// containers strip ";..." before resolving dot-segments).
+		{reject, "/public/..;/private/x.txt", "/private/x.txt", nil},
+		{reject, "/public/%2e%2e;/private/x.txt", "/private/x.txt", nil},
+		{reject, "/public/..;x=1/private/x.txt", "/private/x.txt", nil},
+		{reject, "/public/x/..;/..;/private/x.txt", "/private/x.txt", nil},
+		{reject, "/public/.%2E;a;b/x/.;", "/x/", nil},
+		{reject, "/a/b/..;", "/a/", nil},
+		{reject, "/a/;x/..;/b", "/a/b", nil},
+		{reject, "/public/a;jsessionid=1/b;v=2", "/public/a;jsessionid=1/b;v=2", nil},
+		{reject, "/public/..x;/..%3B/.;x=/", "/public/..x;/..%3B/", nil},
+		{unescape, "/public/x%2f..;%2f..;/y", "/y", nil},
+		{noMerge, "/a//..;/b", "/a/b", nil},
+		{rejectParams, "/public/..;/private/x.txt", "", errDotParams},
+		{rejectParams, "/public/%2e;x/y", "", errDotParams},
+		{rejectParams, "/public/a;x/../b;y", "/public/b;y", nil},
+		{data, "/public/..;/private/x.txt", "/public/..;/private/x.txt", nil},
+		{data, "/public/%2e%2e;x/../y", "/public/y", nil},
 	} {
 		got, err := c.rules.normalize(c.in)
 		if got != c.want || err != c.err {
@@ -326,20 +346,51 @@ func decodeAll(p string) string {
 	return b.String()
 }
 
-// The normal form is a fixed point, holds no dot-segment, no "//" when
-// slashes are merged and only allowed characters; and it means what the
-// standard library's path.Clean makes of the fully decoded input.
+// dotParamsToDots reads p (decoded, but for %3B) as a servlet container
+// does its dot-segments: a segment that is "." or ".." up to its first
+// ";" is that dot-segment.
+func dotParamsToDots(p string) string {
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if name, _, ok := strings.Cut(seg, ";"); ok && (name == "." || name == "..") {
+			segs[i] = name
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// The normal form is a fixed point, holds no dot-segment, no dot-segment
+// with parameters (unless ";" is data), no "//" when slashes are merged
+// and only allowed characters; and it means what the standard library's
+// path.Clean makes of the fully decoded input (with dot-segments with
+// parameters read as their dot-segment, unless ";" is data).
 func FuzzNormalize(f *testing.F) {
 	for _, s := range []string{"/", "/a/b/c/./../../g", "/public/%2e%2e/private", "/a%2f..%5c..\\b",
-		"//a//../b/", "/%7e%zz", "/caf\xc3\xa9/%E2%82%AC", "/.well-known/../..", "/a/%2e%2E%2e/b"} {
+		"//a//../b/", "/%7e%zz", "/caf\xc3\xa9/%E2%82%AC", "/.well-known/../..", "/a/%2e%2E%2e/b",
+		"/public/..;/private/x.txt", "/public/%2e%2e;/private/x.txt", "/public/..;x=1/private/x.txt",
+		"/public/x/..;/..;/private/x.txt", "/p/.;/..%3b/.%2E;a=b;c/%3B..;", "/a/;x/..;/b;c/.;",
+		"/a%2f..;%5c.;x/b"} {
 		f.Add(s)
 	}
-	all := []pathRules{
-		{escaped: EscapedSlashesReject, merge: true},
-		{escaped: EscapedSlashesKeep, merge: true},
-		{escaped: EscapedSlashesUnescape, merge: true},
-		{escaped: EscapedSlashesReject},
-		{escaped: EscapedSlashesUnescape},
+	var all []pathRules
+	for _, semi := range []string{SemicolonsParams, SemicolonsReject, SemicolonsData} {
+		all = append(all,
+			pathRules{escaped: EscapedSlashesReject, merge: true, semi: semi},
+			pathRules{escaped: EscapedSlashesKeep, merge: true, semi: semi},
+			pathRules{escaped: EscapedSlashesUnescape, merge: true, semi: semi},
+			pathRules{escaped: EscapedSlashesReject, semi: semi},
+			pathRules{escaped: EscapedSlashesUnescape, semi: semi})
+	}
+	// decode decodes every escape but %3B (data, never a delimiter of
+	// parameters), and reads dot-segments with parameters as a servlet
+	// container does unless ";" is data.
+	decode := func(r pathRules, p string) string {
+		p = strings.ReplaceAll(strings.ReplaceAll(p, "%3b", "%3B"), "%3B", "\x00")
+		p = decodeAll(p)
+		if r.semi != SemicolonsData {
+			p = dotParamsToDots(p)
+		}
+		return strings.ReplaceAll(p, "\x00", "%3B")
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		for _, r := range all {
@@ -357,6 +408,9 @@ func FuzzNormalize(f *testing.F) {
 				if seg == "." || seg == ".." {
 					t.Fatalf("%+v: normalize(%q) = %q holds a dot-segment", r, in, got)
 				}
+				if name, _, _ := strings.Cut(seg, ";"); r.semi != SemicolonsData && (name == "." || name == "..") {
+					t.Fatalf("%+v: normalize(%q) = %q holds a dot-segment with parameters", r, in, got)
+				}
 			}
 			for i := 0; i < len(got); i++ {
 				if c := got[i]; c == '%' {
@@ -371,7 +425,7 @@ func FuzzNormalize(f *testing.F) {
 				}
 			}
 			if r.merge && r.escaped != EscapedSlashesKeep {
-				if want, have := pathpkg.Clean("/"+decodeAll(in)), pathpkg.Clean(decodeAll(got)); want != have {
+				if want, have := pathpkg.Clean("/"+decode(r, in)), pathpkg.Clean(decode(r, got)); want != have {
 					t.Fatalf("%+v: normalize(%q) = %q, which means %q; path.Clean of the input: %q", r, in, got, have, want)
 				}
 			}
@@ -383,8 +437,9 @@ func FuzzNormalize(f *testing.F) {
 // server would, through the proxy's handler: whatever they hold, an
 // upstream receives only paths under its route's prefix (read the most
 // lenient way: every escape decoded once, backslashes as slashes,
-// dot-segments resolved), only the host its route names, and a host
-// outside the config receives nothing.
+// dot-segments resolved; and read as a servlet container does, with each
+// segment's ";" parameters stripped first), only the host its route
+// names, and a host outside the config receives nothing.
 func FuzzProxyHandler(f *testing.F) {
 	var mu sync.Mutex
 	var violations []string
@@ -393,9 +448,16 @@ func FuzzProxyHandler(f *testing.F) {
 		violations = append(violations, fmt.Sprintf(format, args...))
 		mu.Unlock()
 	}
+	// inside reads p the most lenient way, and the way a servlet
+	// container does (each segment's ";" parameters stripped first).
 	inside := func(p, prefix string) bool {
 		c := pathpkg.Clean(decodeAll(p))
-		return strings.HasPrefix(c+"/", prefix)
+		segs := strings.Split(p, "/")
+		for i, seg := range segs {
+			segs[i], _, _ = strings.Cut(seg, ";")
+		}
+		servlet := pathpkg.Clean(decodeAll(strings.Join(segs, "/")))
+		return strings.HasPrefix(c+"/", prefix) && strings.HasPrefix(servlet+"/", prefix)
 	}
 	serve := func(name, prefix, host string) *httptest.Server {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -454,6 +516,8 @@ routes:
 		"/public/..%2fprivate/x", "/public/./../private/x", "/public/..\\private", "/public//../../x",
 		"http://" + evilHost + "/public/x", "//" + evilHost + "/public/x", evilHost, "*",
 		"/v1/../public/x", "/public/%252e%252e/x", "/public/.%2e%5c..%2f",
+		"/public/..;/private/x", "/public/%2e%2e;/private/x", "/public/..;x=1/private/x",
+		"/public/x/..;/..;/private/x", "/public/..%3b/x", "/public;x/../private", "/public/.;/..;a%2f",
 	} {
 		f.Add("GET " + target + " HTTP/1.1\r\nHost: app.test\r\n\r\n")
 	}
@@ -480,4 +544,23 @@ routes:
 			t.Fatalf("request %q: %s", raw, strings.Join(v, "; "))
 		}
 	})
+}
+
+// paths.semicolons takes params, reject or data, and nothing else.
+func TestParseSemicolons(t *testing.T) {
+	const cfg = `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes: [{name: r, upstream: u}]
+paths: {semicolons: %s}
+`
+	for _, v := range []string{"params", "reject", "data", `""`} {
+		if _, err := Parse("c.yaml", []byte(fmt.Sprintf(cfg, v))); err != nil {
+			t.Errorf("semicolons: %s: %v", v, err)
+		}
+	}
+	_, err := Parse("c.yaml", []byte(fmt.Sprintf(cfg, "strip")))
+	if want := `c.yaml:5: paths.semicolons: want params, reject or data, got "strip"`; err == nil || err.Error() != want {
+		t.Errorf("semicolons: strip: %v, want %s", err, want)
+	}
 }
