@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -190,6 +191,19 @@ type Listener struct {
 	// DefaultMaxInFlight, or shed.hard_limit if that is larger; -1 means
 	// no bound.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// BodyTimeout is the longest the listener waits for the next bytes of
+	// a request body; past it the request gets 408 and its connection is
+	// closed, so that clients that send headers and then stall release
+	// their max_in_flight slots. Zero means DefaultBodyTimeout (30 s). A
+	// request's head must arrive within 10 s, and a keep-alive connection
+	// is closed after 2 min without a request.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// WriteTimeout is the longest the listener waits for a client to take
+	// the next bytes of an answer; past it the connection is closed. Zero
+	// means DefaultWriteTimeout (30 s). Neither bound limits a whole
+	// request or answer: a long upload, a long poll or a stream that keeps
+	// moving is never cut.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// Shed, if set, protects the proxy from hedging clients of its own:
 	// requests arriving with Hedge-Attempt ≥ 1 are refused first when the
 	// listener is busy (hedgehttp.Handler), and the listener's requests
@@ -572,6 +586,14 @@ func (c *Config) validate(v *validator) {
 		} else if sh := l.Shed; sh != nil && l.MaxInFlight > 0 && sh.HardLimit > l.MaxInFlight {
 			v.add(path{"listeners", i, "shed", "hard_limit"}, "%d is above max_in_flight %d: it would never be reached", sh.HardLimit, l.MaxInFlight)
 		}
+		for _, d := range []struct {
+			name string
+			v    time.Duration
+		}{{"body_timeout", l.BodyTimeout}, {"write_timeout", l.WriteTimeout}} {
+			if d.v < 0 {
+				v.add(path{"listeners", i, d.name}, "must not be negative, got %v", d.v)
+			}
+		}
 		if sh := l.Shed; sh != nil {
 			at := func(f string) path { return path{"listeners", i, "shed", f} }
 			switch {
@@ -818,6 +840,10 @@ func (l Listener) maxInFlight() int {
 	}
 	return DefaultMaxInFlight
 }
+
+// bodyTimeout and writeTimeout return the listener's stall bounds.
+func (l Listener) bodyTimeout() time.Duration  { return cmp.Or(l.BodyTimeout, DefaultBodyTimeout) }
+func (l Listener) writeTimeout() time.Duration { return cmp.Or(l.WriteTimeout, DefaultWriteTimeout) }
 
 func (c *Config) shutdownTimeout() time.Duration {
 	if c.ShutdownTimeout == 0 {

@@ -121,11 +121,14 @@ type running struct {
 	once   sync.Once
 }
 
-// runServer builds the Server of yaml and runs it until stop (or the end
-// of the test).
-func runServer(t *testing.T, yaml string) *running {
+// runServer builds the Server of yaml, passes it to each setup, and runs
+// it until stop (or the end of the test).
+func runServer(t *testing.T, yaml string, setup ...func(*Server)) *running {
 	t.Helper()
 	s := newServer(t, yaml)
+	for _, f := range setup {
+		f(s)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan []net.Addr, 1)
 	r := &running{Server: s, cancel: cancel, done: make(chan error, 1)}

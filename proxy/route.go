@@ -118,7 +118,14 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			status := http.StatusBadGateway
 			var te *hedgehttp.TimeoutError
-			if errors.As(err, &te) {
+			switch {
+			case errors.Is(err, errBodyStalled) || bodyStalled(req):
+				// The client, not the upstream, failed: the rest of its
+				// body will not be read, so the connection cannot serve
+				// another request.
+				status = http.StatusRequestTimeout
+				w.Header().Set("Connection", "close")
+			case errors.As(err, &te):
 				status = http.StatusGatewayTimeout
 			}
 			if req.Context().Err() == nil {

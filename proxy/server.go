@@ -66,6 +66,10 @@ type Server struct {
 	idem      *hedgehttp.Idempotent
 	idemRedis *idemredis.Store
 	keyedOnce func(*http.Request) bool
+
+	// connState, if set (by tests), is every traffic listener's
+	// http.Server.ConnState.
+	connState func(net.Conn, http.ConnState)
 }
 
 // refusals counts the requests refused before routing, by reason.
@@ -363,10 +367,13 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		if m := l.maxInFlight(); m > 0 {
 			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
 		}
-		srvs = append(srvs, srv{name: name, ln: ln, hs: &http.Server{
+		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout()}
+		srvs = append(srvs, srv{name: name, ln: framingListener{ln}, hs: &http.Server{
 			Handler:           h,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       2 * time.Minute,
+			ReadHeaderTimeout: headerTimeout,
+			IdleTimeout:       idleTimeout,
+			ConnContext:       connContext,
+			ConnState:         s.connState,
 			ErrorLog:          errLog,
 		}})
 	}
@@ -387,7 +394,9 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		}
 		srvs = append(srvs, srv{name: "admin", ln: ln, hs: &http.Server{
 			Handler:           s.AdminHandler(),
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: headerTimeout,
+			ReadTimeout:       DefaultBodyTimeout,
+			WriteTimeout:      DefaultWriteTimeout,
 			ErrorLog:          errLog,
 		}})
 	}

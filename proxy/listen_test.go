@@ -1,0 +1,321 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/internal/longtest"
+)
+
+// stallWait bounds every wait of these tests on the proxy: far above the
+// listeners' 300ms bounds, so that only a proxy that never releases a
+// stalled client fails them.
+const stallWait = 20 * time.Second
+
+// rawConn is a client connection of these tests, read through r.
+type rawConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+// dialRaw connects to the listener at base (an http:// URL) with a small
+// receive buffer, so that an answer the client does not read fills it
+// soon.
+func dialRaw(t *testing.T, base string) *rawConn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return err
+	}}
+	c, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, r: bufio.NewReader(c)}
+}
+
+// response reads the next response (1xx included), within stallWait.
+func (c *rawConn) response(t *testing.T) *http.Response {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(stallWait))
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatalf("%v: no response within %v: %v", c.LocalAddr(), stallWait, err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("%v: reading the body: %v", c.LocalAddr(), err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// final reads the next final (non-1xx) response, within stallWait.
+func (c *rawConn) final(t *testing.T) *http.Response {
+	t.Helper()
+	for {
+		if resp := c.response(t); resp.StatusCode >= 200 {
+			return resp
+		}
+	}
+}
+
+// closed reports whether the proxy closed the connection: the next read
+// ends (within stallWait) with EOF or a reset and no data.
+func (c *rawConn) closed(t *testing.T) bool {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(stallWait))
+	n, err := c.r.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return n == 0 && err != nil
+}
+
+// healthyGet sends a healthy GET on a fresh connection and returns its status.
+func healthyGet(t *testing.T, base, path string) int {
+	t.Helper()
+	c := dialRaw(t, base)
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n", path)
+	return c.response(t).StatusCode
+}
+
+// Clients that send a request's head and then stall on its body hold the
+// listener's max_in_flight slots only for body_timeout: each then gets
+// 408 and its connection is closed, and healthy requests are served
+// again. Whether the route buffers the body for replay (64KiB) or streams
+// it upstream (off), the stall is bounded the same.
+func TestProxyStalledBodiesReleaseSlots(t *testing.T) {
+	for _, replay := range []string{"64KiB", `"off"`} {
+		t.Run("replay_limit="+strings.Trim(replay, `"`), func(t *testing.T) {
+			u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+			})
+			s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", max_in_flight: 3, body_timeout: 300ms}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false, replay_limit: %s}}]
+`, u.URL, replay))
+			stalled := fillWithStalledBodies(t, s.url(0), 3)
+			if code := healthyGet(t, s.url(0), "/probe"); code != http.StatusServiceUnavailable {
+				t.Fatalf("probe while 3 bodies stall: %d, want 503 (the stalled requests hold every slot)", code)
+			}
+			for i, c := range stalled {
+				if resp := c.final(t); resp.StatusCode != http.StatusRequestTimeout {
+					t.Errorf("stalled request %d: %d, want 408", i, resp.StatusCode)
+				}
+				if !c.closed(t) {
+					t.Errorf("stalled request %d: connection left open after its 408", i)
+				}
+			}
+			if code := healthyGet(t, s.url(0), "/after"); code != http.StatusOK {
+				t.Errorf("healthy request after the stalls: %d, want 200", code)
+			}
+			s.stop(t)
+		})
+	}
+}
+
+// fillWithStalledBodies opens n connections, each sending a POST's head
+// with Expect: 100-continue and 10 of its 100 bytes, and returns once the
+// proxy has asked each for its body (100 Continue: the request is in the
+// handler, holding a slot, reading its body).
+func fillWithStalledBodies(t *testing.T, base string, n int) []*rawConn {
+	t.Helper()
+	conns := make([]*rawConn, n)
+	for i := range conns {
+		c := dialRaw(t, base)
+		fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: app.test\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+		if resp := c.response(t); resp.StatusCode != http.StatusContinue {
+			t.Fatalf("stalled request %d: %d, want 100 Continue", i, resp.StatusCode)
+		}
+		io.WriteString(c, "0123456789")
+		conns[i] = c
+	}
+	return conns
+}
+
+// Clients that never read their answer hold the listener's slots only for
+// write_timeout: the proxy then closes their connections, and healthy
+// requests are served again.
+func TestProxyStalledReadersReleaseSlots(t *testing.T) {
+	entered := make(chan struct{}, 16)
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/endless" {
+			return
+		}
+		entered <- struct{}{}
+		chunk := make([]byte, 32<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	closed := make(chan string, 64)
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", max_in_flight: 3, write_timeout: 300ms}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+`, u.URL), func(s *Server) {
+		s.connState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateClosed {
+				closed <- c.RemoteAddr().String()
+			}
+		}
+	})
+	stalled := map[string]bool{}
+	for range 3 {
+		c := dialRaw(t, s.url(0))
+		fmt.Fprintf(c, "GET /endless HTTP/1.1\r\nHost: app.test\r\n\r\n")
+		stalled[c.LocalAddr().String()] = true
+	}
+	for range 3 {
+		<-entered
+	}
+	if code := healthyGet(t, s.url(0), "/probe"); code != http.StatusServiceUnavailable {
+		t.Fatalf("probe while 3 readers stall: %d, want 503 (the stalled requests hold every slot)", code)
+	}
+	timeout := time.After(stallWait)
+	for left := len(stalled); left > 0; {
+		select {
+		case a := <-closed:
+			if stalled[a] {
+				delete(stalled, a)
+				left--
+			}
+		case <-timeout:
+			t.Fatalf("%d stalled readers still connected after %v", left, stallWait)
+		}
+	}
+	if code := healthyGet(t, s.url(0), "/after"); code != http.StatusOK {
+		t.Errorf("healthy request after the stalls: %d, want 200", code)
+	}
+	s.stop(t)
+}
+
+// The issue's numbers: 2,048 connections stalled on their bodies fill the
+// default listener (max_in_flight 2048), and are released after
+// body_timeout, after which a healthy request is served.
+func TestProxyStalled2048(t *testing.T) {
+	longtest.Skip(t, "2,048 connections stalled on their bodies")
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", body_timeout: 2s}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+`, u.URL))
+	stalled := fillWithStalledBodies(t, s.url(0), DefaultMaxInFlight)
+	if code := healthyGet(t, s.url(0), "/probe"); code != http.StatusServiceUnavailable {
+		t.Fatalf("probe while %d bodies stall: %d, want 503", len(stalled), code)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed int
+	for _, c := range stalled {
+		wg.Go(func() {
+			c.SetReadDeadline(time.Now().Add(stallWait))
+			resp, err := http.ReadResponse(c.r, nil)
+			for err == nil && resp.StatusCode < 200 {
+				resp, err = http.ReadResponse(c.r, nil)
+			}
+			if err == nil {
+				resp.Body.Close()
+			}
+			if err != nil || resp.StatusCode != http.StatusRequestTimeout {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if failed > 0 {
+		t.Errorf("%d of %d stalled requests not answered 408 within %v", failed, len(stalled), stallWait)
+	}
+	if code := healthyGet(t, s.url(0), "/after"); code != http.StatusOK {
+		t.Errorf("healthy request after the stalls: %d, want 200", code)
+	}
+	s.stop(t)
+}
+
+// A request whose framing is ambiguous (Transfer-Encoding with
+// Content-Length, or Transfer-Encoding in HTTP/1.0) is answered and its
+// connection closed (RFC 9112 §6.1, §6.3), so that a front end framing it
+// otherwise cannot have bytes after it read as another request. A chunked
+// request alone keeps its connection.
+func TestProxyAmbiguousFramingCloses(t *testing.T) {
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+`, u.URL))
+	for _, c := range []struct {
+		name, req string
+		closes    bool
+	}{
+		{"TE and CL", "POST /a HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", true},
+		{"CL and TE, other case", "POST /a HTTP/1.1\r\nHost: app.test\r\ncontent-length: 3\r\nTRANSFER-ENCODING: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true},
+		{"HTTP/1.0 with TE", "POST /a HTTP/1.0\r\nHost: app.test\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", true},
+		{"chunked", "POST /a HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false},
+		{"CL", "POST /a HTTP/1.1\r\nHost: app.test\r\nContent-Length: 3\r\n\r\nabc", false},
+		{"HTTP/1.0 with CL", "POST /a HTTP/1.0\r\nHost: app.test\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc", false},
+	} {
+		conn := dialRaw(t, s.url(0))
+		io.WriteString(conn, c.req)
+		if resp := conn.response(t); resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d, want 200", c.name, resp.StatusCode)
+		}
+		if !c.closes {
+			// The connection serves the next request.
+			io.WriteString(conn, "GET /next HTTP/1.1\r\nHost: app.test\r\n\r\n")
+			if resp := conn.response(t); resp.StatusCode != http.StatusOK {
+				t.Errorf("%s: next request on the connection: %d, want 200", c.name, resp.StatusCode)
+			}
+			continue
+		}
+		if !conn.closed(t) {
+			t.Errorf("%s: connection left open after the answer", c.name)
+		}
+	}
+	s.stop(t)
+}
+
+// The scan finds framing header lines across reads split anywhere, in any
+// case, and nowhere but at the start of a line.
+func TestFramingConnScan(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint32
+	}{
+		{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", markTE | markCL},
+		{"POST / HTTP/1.1\r\ntransfer-encoding:chunked\r\n\r\n", markTE},
+		{"POST / HTTP/1.1\r\nCONTENT-LENGTH: 1\r\n\r\n", markCL},
+		{"GET / HTTP/1.1\r\nX-Transfer-Encoding: chunked\r\nX: Content-Length: 5\r\n\r\n", 0},
+		{"GET / HTTP/1.1\r\nTransfer-Encoding-X: chunked\r\nContent-Lengt: 5\r\n\r\n", 0},
+		{"Content-Length: 1\n", markCL},
+	} {
+		for split := 0; split <= len(c.in); split++ {
+			fc := &framingConn{lineStart: true}
+			fc.scan([]byte(c.in[:split]))
+			fc.scan([]byte(c.in[split:]))
+			if got := fc.marks.Load(); got != c.want {
+				t.Errorf("%q split at %d: marks %b, want %b", c.in, split, got, c.want)
+			}
+		}
+	}
+}
