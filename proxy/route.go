@@ -109,6 +109,7 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 				pr.Out.Host = pr.In.Host
 			}
 			pr.SetXForwarded()
+			dropUnsafeHeaders(pr.Out.Header)
 			// A client's own Hedge-Attempt would be a lie about this hop:
 			// the transport sets its own on hedged requests, and requests
 			// sent once go as primaries.
@@ -141,6 +142,37 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 		r.rp.FlushInterval = -1
 	}
 	return r, nil
+}
+
+// dropUnsafeHeaders removes from h, a request about to go upstream,
+//
+//   - the headers whose names hold "_": CGI, WSGI and the servers built
+//     on them read Hedge_Attempt or X_Forwarded_For as HTTP_HEDGE_ATTEMPT
+//     and HTTP_X_FORWARDED_FOR, the very variables of the headers the
+//     proxy replaces, so a client could forge them past it (nginx drops
+//     such headers by default for the same reason);
+//   - an upgrade to h2c (Upgrade: h2c, with its HTTP2-Settings): an
+//     upstream that accepted it would speak HTTP/2 to the client through
+//     the proxy's tunnel, every request of it unseen by the routes. The
+//     request goes on as HTTP/1.1, which RFC 9113 §3.1 allows a server to
+//     answer an h2c upgrade with.
+func dropUnsafeHeaders(h http.Header) {
+	for k := range h {
+		if strings.IndexByte(k, '_') >= 0 {
+			delete(h, k)
+		}
+	}
+	for _, v := range h["Upgrade"] {
+		for p := range strings.SplitSeq(v, ",") {
+			name, _, _ := strings.Cut(strings.TrimSpace(p), "/")
+			if strings.EqualFold(name, "h2c") {
+				h.Del("Upgrade")
+				h.Del("Connection")
+				h.Del("Http2-Settings")
+				return
+			}
+		}
+	}
 }
 
 // newPolicy makes a route's policy from its config.

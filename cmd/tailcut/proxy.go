@@ -35,8 +35,18 @@ with a hedging policy each, and an admin listener (loopback by default) with
 
 Request paths are normalised before routing (dot-segments removed, %2F
 rejected unless paths.escaped_slashes says otherwise) and forwarded as
-matched; CONNECT and TRACE get 405. Each listener serves at most
-max_in_flight requests at once (default 2048), 503 past it.
+matched; a dot-segment with ";" parameters ("..;") is read as servlet
+containers read it, a "..". CONNECT and TRACE get 405, request headers
+with "_" in their names and upgrades to h2c are not forwarded. Each
+listener serves at most max_in_flight requests at once (default 2048),
+503 past it; a client that stalls for body_timeout on a request body
+(408) or for write_timeout on an answer (default 30 s each) is cut off.
+A request framed by both Transfer-Encoding and Content-Length has its
+connection closed after the answer.
+
+--check validates the config and warns (on stderr, exit status 0) about
+unsafe settings: an admin listener reachable beyond loopback,
+paths.semicolons: data.
 
 SIGTERM or SIGINT drains requests in flight and exits; SIGHUP reloads the
 config without dropping connections (a bad config is logged and ignored).`,
@@ -52,6 +62,9 @@ config without dropping connections (a bad config is logged and ignored).`,
 				return usageError{err}
 			}
 			if check {
+				for _, w := range cfg.Warnings() {
+					fmt.Fprintf(e.stderr, "%s: warning: %s\n", path, w)
+				}
 				_, err := fmt.Fprintf(e.stdout, "%s: ok (%d listeners, %d upstreams, %d routes)\n",
 					path, len(cfg.Listeners), len(cfg.Upstreams), len(cfg.Routes))
 				return err
@@ -74,6 +87,9 @@ func runProxy(ctx context.Context, e *env, path string, cfg *proxy.Config, sigs 
 		ctx = context.Background()
 	}
 	logger := proxy.NewLogger(cfg.Log, e.stderr)
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w, "config", path)
+	}
 	s, err := proxy.New(cfg, logger)
 	if err != nil {
 		return err

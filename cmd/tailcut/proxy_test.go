@@ -40,6 +40,20 @@ func TestProxyCheck(t *testing.T) {
 	}
 }
 
+// --check warns, on stderr and with exit status 0, about an admin listener
+// reachable beyond loopback; the example config draws no warning.
+func TestProxyCheckWarns(t *testing.T) {
+	if code, _, errs := runCLI(t, "proxy", "--config", "../../examples/proxy/tailcut.yaml", "--check"); code != 0 || errs != "" {
+		t.Errorf("example: exit %d, stderr %q; want 0 and no warning", code, errs)
+	}
+	p := filepath.Join(t.TempDir(), "open.yaml")
+	os.WriteFile(p, []byte("listeners: [{listen: \":8080\"}]\nadmin: {listen: \"0.0.0.0:9901\"}\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nroutes: [{name: r, upstream: u}]\n"), 0o600)
+	code, out, errs := runCLI(t, "proxy", "--config", p, "--check")
+	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(errs, p+`: warning: admin.listen: "0.0.0.0:9901" is reachable beyond this host`) {
+		t.Errorf("admin on 0.0.0.0: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
 // budget: 0% fails --check, naming the field, instead of meaning 10 %.
 func TestProxyCheckRejectsZeroBudget(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "zero.yaml")
