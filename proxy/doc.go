@@ -19,7 +19,12 @@
 // extra load, denials and diagnosis.
 //
 // A listener serves at most max_in_flight requests at once (2048 by
-// default); past it a request gets 503 with Retry-After at once. It may
+// default); past it a request gets 503 with Retry-After at once. A client
+// cannot hold a slot by stalling: a request's head must arrive within
+// 10 s, a request body that sends nothing for body_timeout gets 408, and
+// an answer the client takes nothing of for write_timeout is cut off
+// (30 s each by default; each bound restarts with every progress, so a
+// long upload or stream that keeps moving is not cut). A listener may
 // also shed load from hedging clients of its own (listeners[].shed, a
 // hedgehttp.Handler): their hedges are refused first.
 //
@@ -28,8 +33,19 @@
 // characters decoded, dot-segments removed (RFC 3986 §5.2.4), runs of "/"
 // merged; a path with an encoded slash or a backslash gets 400 unless
 // paths.escaped_slashes says keep or unescape. So /public/%2e%2e/private
-// is /private, which a route for /public/ does not match. CONNECT and
-// TRACE get 405: the proxy is not a tunnel.
+// is /private, which a route for /public/ does not match. A dot-segment
+// with parameters is read as servlet containers read it, the dot-segment:
+// /public/..;/private is /private too (paths.semicolons: reject answers
+// 400 instead). CONNECT and TRACE get 405: the proxy is not a tunnel.
+//
+// Requests are forwarded without the headers whose names hold "_" (CGI
+// and WSGI upstreams would read Hedge_Attempt as Hedge-Attempt) and
+// without an upgrade to h2c (whose tunnel would carry requests the routes
+// never see). A request framed by both Transfer-Encoding and
+// Content-Length, or by Transfer-Encoding in HTTP/1.0, is answered and
+// its connection closed (RFC 9112 §6.1). [Config.Warnings], which
+// tailcut proxy --check prints, flags an admin listener reachable beyond
+// loopback.
 //
 // An idempotency section ([Idempotency], hedgehttp.Idempotent in front of
 // the routes, on a memory or a Redis store) runs each keyed write upstream
