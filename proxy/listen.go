@@ -77,10 +77,9 @@ type deadline struct {
 	until time.Time
 }
 
-// next returns the deadline to set before an operation, or the zero time
-// and false if the one set is fresh enough (unless force).
-func (dl *deadline) next(force bool) (time.Time, bool) {
-	now := time.Now()
+// next returns the deadline to set before an operation at now, or the
+// zero time and false if the one set is fresh enough (unless force).
+func (dl *deadline) next(now time.Time, force bool) (time.Time, bool) {
 	if !force && dl.until.Sub(now) > dl.d-dl.d/8 {
 		return time.Time{}, false
 	}
@@ -117,7 +116,7 @@ func (b *stallBody) Read(p []byte) (int, error) {
 	if b.done {
 		return b.ReadCloser.Read(p)
 	}
-	if t, ok := b.next(false); ok {
+	if t, ok := b.next(time.Now(), false); ok {
 		_ = b.rc.SetReadDeadline(t)
 	}
 	n, err := b.ReadCloser.Read(p)
@@ -143,7 +142,7 @@ type stallWriter struct {
 }
 
 func (w *stallWriter) arm(force bool) {
-	if t, ok := w.next(force); ok {
+	if t, ok := w.next(time.Now(), force); ok {
 		_ = w.rc.SetWriteDeadline(t)
 	}
 }

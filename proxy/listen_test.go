@@ -319,3 +319,28 @@ func TestFramingConnScan(t *testing.T) {
 		}
 	}
 }
+
+// A deadline moves only when an eighth of its bound has passed since it
+// was set (or when forced), so that an operation waits between 7/8 of
+// the bound and the bound.
+func TestDeadlineNext(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	dl := deadline{d: 8 * time.Second}
+	for _, c := range []struct {
+		at    time.Duration
+		force bool
+		want  time.Duration // the deadline set, from t0; 0: none
+	}{
+		{0, false, 8 * time.Second},
+		{500 * time.Millisecond, false, 0},
+		{999 * time.Millisecond, false, 0},
+		{1001 * time.Millisecond, false, 9001 * time.Millisecond},
+		{1500 * time.Millisecond, true, 9500 * time.Millisecond},
+		{20 * time.Second, false, 28 * time.Second},
+	} {
+		got, ok := dl.next(t0.Add(c.at), c.force)
+		if want := t0.Add(c.want); ok != (c.want != 0) || ok && !got.Equal(want) {
+			t.Errorf("at %v (force %v): %v, %v; want %v", c.at, c.force, got.Sub(t0), ok, c.want)
+		}
+	}
+}
