@@ -51,12 +51,29 @@ type Debug struct {
 	Unrouted int64 `json:"unrouted"`
 	// Refused counts requests refused before routing.
 	Refused DebugRefused `json:"refused"`
-	Routes  []DebugRoute `json:"routes"`
+	// Cut counts client connections cut off by the listeners' bounds.
+	Cut    DebugCut     `json:"cut"`
+	Routes []DebugRoute `json:"routes"`
 	// Listeners are the traffic listeners with shedding (listeners[].shed).
 	Listeners []DebugListener `json:"listeners,omitempty"`
 	// Idempotency counts the keyed writes of the idempotency section, if
 	// the config has one.
 	Idempotency *DebugIdempotency `json:"idempotency,omitempty"`
+}
+
+// DebugCut counts the client connections the listeners cut off, in
+// [Debug].
+type DebugCut struct {
+	// Body counts 408s: requests whose client sent no body bytes for
+	// body_timeout.
+	Body int64 `json:"body"`
+	// Write counts answers cut off: the client took none of their bytes
+	// for write_timeout.
+	Write int64 `json:"write"`
+	// Framing counts connections closed after a request framed by both
+	// Transfer-Encoding and Content-Length, or by Transfer-Encoding in
+	// HTTP/1.0.
+	Framing int64 `json:"framing"`
 }
 
 // DebugRefused counts the requests refused before routing in [Debug].
@@ -158,7 +175,8 @@ type DebugUpstream struct {
 func (s *Server) Debug() Debug {
 	rt := s.router.Load()
 	d := Debug{Config: s.cfg.Load().file, Draining: s.draining.Load(), Unrouted: s.unrouted.Load(), Routes: []DebugRoute{},
-		Refused: DebugRefused{Path: s.refused.path.Load(), Method: s.refused.method.Load(), Overload: s.refused.overload.Load()}}
+		Refused: DebugRefused{Path: s.refused.path.Load(), Method: s.refused.method.Load(), Overload: s.refused.overload.Load()},
+		Cut:     DebugCut{Body: s.cut.body.Load(), Write: s.cut.write.Load(), Framing: s.cut.framing.Load()}}
 	for _, r := range rt.routes {
 		st := r.policy.Stats()
 		dr := DebugRoute{
@@ -242,6 +260,7 @@ var (
 	descUpInflight = prometheus.NewDesc("tailcut_proxy_upstream_inflight", "Attempts to an upstream replica running now.", []string{"route", "upstream"}, nil)
 	descUnrouted   = prometheus.NewDesc("tailcut_proxy_unrouted_requests_total", "Requests no route matched, answered 404.", nil, nil)
 	descRefused    = prometheus.NewDesc("tailcut_proxy_refused_requests_total", "Requests refused before routing, by reason: path (400: an encoded slash, a malformed path or Host), method (405: CONNECT, TRACE), overload (503: past a listener's max_in_flight).", []string{"reason"}, nil)
+	descCut        = prometheus.NewDesc("tailcut_proxy_cut_connections_total", "Client connections cut off by a listener's bounds, by reason: body (408: no body bytes for body_timeout), write (no answer bytes taken for write_timeout), framing (closed after a request framed by both Transfer-Encoding and Content-Length).", []string{"reason"}, nil)
 
 	descInServed   = prometheus.NewDesc("tailcut_proxy_inbound_requests_total", "Requests from clients served on a listener with shedding, by kind (primary, hedge: Hedge-Attempt >= 1).", []string{"listener", "kind"}, nil)
 	descInShed     = prometheus.NewDesc("tailcut_proxy_inbound_shed_total", "Requests from clients refused (429 or 503 with Retry-After) on a listener with shedding, by kind.", []string{"listener", "kind"}, nil)
@@ -274,6 +293,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		n      *atomic.Int64
 	}{{"path", &s.refused.path}, {"method", &s.refused.method}, {"overload", &s.refused.overload}} {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(r.n.Load()), r.reason)
+	}
+	for _, r := range []struct {
+		reason string
+		n      *atomic.Int64
+	}{{"body", &s.cut.body}, {"write", &s.cut.write}, {"framing", &s.cut.framing}} {
+		ch <- prometheus.MustNewConstMetric(descCut, prometheus.CounterValue, float64(r.n.Load()), r.reason)
 	}
 	if ins := s.inbound.Load(); ins != nil {
 		for _, in := range *ins {

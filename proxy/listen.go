@@ -34,6 +34,7 @@ var errBodyStalled = errors.New("request body stalled past the listener's body_t
 type front struct {
 	next        http.Handler
 	body, write time.Duration // zero: no bound
+	cut         *cutoffs
 }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -44,13 +45,14 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// connection after answering it, so that no bytes after it are
 		// read as another request.
 		w.Header().Set("Connection", "close")
+		f.cut.framing.Add(1)
 	}
 	rc := http.NewResponseController(w)
 	// A write deadline left by the connection's previous request must not
 	// cut this one (a long poll, an upgraded connection).
 	_ = rc.SetWriteDeadline(time.Time{})
 	if f.body > 0 && r.Body != nil && r.Body != http.NoBody {
-		sb := &stallBody{ReadCloser: r.Body, rc: rc, deadline: deadline{d: f.body}}
+		sb := &stallBody{ReadCloser: r.Body, rc: rc, deadline: deadline{d: f.body}, cut: &f.cut.body}
 		// A copy (the server keeps its own Body), whose context says
 		// where to look for a stall: the read error that tells it also
 		// cancels the request, so the error a handler sees may be
@@ -59,7 +61,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = sb
 	}
 	if f.write > 0 {
-		sw := &stallWriter{ResponseWriter: w, rc: rc, deadline: deadline{d: f.write}}
+		sw := &stallWriter{ResponseWriter: w, rc: rc, deadline: deadline{d: f.write}, cut: &f.cut.write}
 		w = sw
 		// The server flushes what is still buffered after the handler
 		// returns: give that its own window.
@@ -100,6 +102,7 @@ type stallBody struct {
 	deadline
 	done    bool
 	stalled atomic.Bool
+	cut     *atomic.Int64
 }
 
 // stallKey is the context key of a request's stallBody.
@@ -125,6 +128,7 @@ func (b *stallBody) Read(p []byte) (int, error) {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		b.done = true
 		b.stalled.Store(true)
+		b.cut.Add(1)
 		err = errBodyStalled
 	default:
 		b.done = true
@@ -139,6 +143,8 @@ type stallWriter struct {
 	http.ResponseWriter
 	rc *http.ResponseController
 	deadline
+	stalled bool
+	cut     *atomic.Int64
 }
 
 func (w *stallWriter) arm(force bool) {
@@ -147,9 +153,19 @@ func (w *stallWriter) arm(force bool) {
 	}
 }
 
+// check counts the first write that failed on the deadline.
+func (w *stallWriter) check(err error) error {
+	if err != nil && !w.stalled && errors.Is(err, os.ErrDeadlineExceeded) {
+		w.stalled = true
+		w.cut.Add(1)
+	}
+	return err
+}
+
 func (w *stallWriter) Write(p []byte) (int, error) {
 	w.arm(false)
-	return w.ResponseWriter.Write(p)
+	n, err := w.ResponseWriter.Write(p)
+	return n, w.check(err)
 }
 
 // Flush flushes, as http.Flusher.
@@ -158,7 +174,7 @@ func (w *stallWriter) Flush() { _ = w.FlushError() }
 // FlushError flushes, as http.ResponseController does.
 func (w *stallWriter) FlushError() error {
 	w.arm(false)
-	return w.rc.Flush()
+	return w.check(w.rc.Flush())
 }
 
 // Unwrap returns the server's ResponseWriter (for

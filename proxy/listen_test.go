@@ -121,6 +121,9 @@ routes: [{name: r, upstream: u, policy: {hedge: false, replay_limit: %s}}]
 			if code := healthyGet(t, s.url(0), "/after"); code != http.StatusOK {
 				t.Errorf("healthy request after the stalls: %d, want 200", code)
 			}
+			if d := s.Debug(); d.Cut != (DebugCut{Body: 3}) {
+				t.Errorf("debug cut %+v, want 3 bodies", d.Cut)
+			}
 			s.stop(t)
 		})
 	}
@@ -201,6 +204,9 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	}
 	if code := healthyGet(t, s.url(0), "/after"); code != http.StatusOK {
 		t.Errorf("healthy request after the stalls: %d, want 200", code)
+	}
+	if d := s.Debug(); d.Cut != (DebugCut{Write: 3}) {
+		t.Errorf("debug cut %+v, want 3 writes", d.Cut)
 	}
 	s.stop(t)
 }
@@ -291,6 +297,9 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 		if !conn.closed(t) {
 			t.Errorf("%s: connection left open after the answer", c.name)
 		}
+	}
+	if d := s.Debug(); d.Cut != (DebugCut{Framing: 3}) {
+		t.Errorf("debug cut %+v, want 3 framing closes", d.Cut)
 	}
 	s.stop(t)
 }

@@ -45,6 +45,7 @@ type Server struct {
 
 	unrouted atomic.Int64
 	refused  refusals
+	cut      cutoffs
 	draining atomic.Bool
 
 	mu     sync.Mutex // serialises reloads
@@ -77,6 +78,13 @@ type refusals struct {
 	path     atomic.Int64 // 400: a path the rules refuse, a malformed Host
 	method   atomic.Int64 // 405: CONNECT, TRACE
 	overload atomic.Int64 // 503: past a listener's max_in_flight
+}
+
+// cutoffs counts the client connections cut off by a listener's bounds.
+type cutoffs struct {
+	body    atomic.Int64 // 408: no body bytes for body_timeout
+	write   atomic.Int64 // the client took no answer bytes for write_timeout
+	framing atomic.Int64 // closed after an ambiguously framed request
 }
 
 // inbound is a traffic listener wrapped in a hedgehttp.Handler.
@@ -367,7 +375,7 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		if m := l.maxInFlight(); m > 0 {
 			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
 		}
-		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout()}
+		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), cut: &s.cut}
 		srvs = append(srvs, srv{name: name, ln: framingListener{ln}, hs: &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: headerTimeout,
