@@ -208,6 +208,6 @@ routes: [{name: public, path_prefix: /public/, upstream: tomcat, policy: {hedge:
 		}
 	}
 	if leaked == 0 {
-		t.Error("semicolons: data: no hostile path reached the secret; the test no longer exercises the escape")
+		t.Error("semicolons: data: no hostile path reached the secret, so the test does not exercise the escape")
 	}
 }
