@@ -37,7 +37,9 @@ const AttemptHeader = "Hedge-Attempt"
 // buffer limit ([WithBufferLimit], 64 KiB by default), which is then read
 // into memory. Other requests, and protocol upgrades (WebSocket), are passed
 // to the base transport as they are: sent once, body intact, no header
-// added, not counted by the policy. A buffered body shorter or longer than
+// added, not counted by the policy. A request sent once — one of those, or
+// one under [WithoutHedging] — is never sent twice by net/http either (see
+// onceOnly). A buffered body shorter or longer than
 // the request's ContentLength fails the request before anything is sent,
 // with net/http's error ("http: ContentLength=60000 with Body length
 // 40000"); one of unknown length is sent with its length unknown (chunked
@@ -219,6 +221,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	rt := &roundTrip{t: t, req: req}
+	rt.once, _ = tailcut.Overrides(req.Context())
 	once, err := rt.takeBody()
 	if err != nil {
 		return nil, err
@@ -253,6 +256,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (rt *roundTrip) takeBody() (once *http.Request, err error) {
 	t, req := rt.t, rt.req
 	switch {
+	case rt.once:
+		// Only the primary goes (WithoutHedging): it sends the body as it
+		// is; nothing is buffered to be replayed.
 	case req.Body == nil || req.Body == http.NoBody:
 		if req.ContentLength > 0 {
 			// A declared body that is missing: the base transport fails
@@ -383,9 +389,10 @@ func (t *Transport) methodAllowed(m string) bool {
 	return false
 }
 
-// sendOnce sends a request that is not hedged: as it is, or pointed at an
-// endpoint.
+// sendOnce sends a request that is not hedged: as it is (but never
+// replayable by net/http, see onceOnly), or pointed at an endpoint.
 func (t *Transport) sendOnce(req *http.Request) (*http.Response, error) {
+	req = onceOnly(req)
 	if t.eps == nil {
 		return t.base.RoundTrip(req)
 	}
@@ -407,6 +414,7 @@ type roundTrip struct {
 	req      *http.Request
 	buf      []byte // the buffered body, if buffered
 	buffered bool
+	once     bool        // WithoutHedging: the primary only, sent once
 	header0  http.Header // the primary's header
 
 	mu   sync.Mutex
@@ -491,6 +499,9 @@ func (rt *roundTrip) request(ctx context.Context, k int) (*http.Request, error) 
 		// was declared (readBody checked it), unknown when it was not.
 		r.Body, r.GetBody = rt.newBody()
 	}
+	if rt.once {
+		return onceOnly(r), nil
+	}
 	return r, nil
 }
 
@@ -518,7 +529,7 @@ func (rt *roundTrip) useEndpoint(r *http.Request, now time.Time) *endpoint {
 func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Response, error) {
 	t := rt.t
 	resp, err := t.base.RoundTrip(r)
-	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && !rt.once {
 		// net/http can, rarely, fail a request with another attempt's
 		// cancellation on a connection that was just reused (DESIGN.md,
 		// Semantics; seen here about once in 400 requests at 90 %
@@ -809,4 +820,39 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
+}
+
+// onceOnly returns r, or a shallow copy of it, such that net/http's
+// Transport does not send it again by itself. It replays a request whose
+// reused connection fails when the request is "idempotent" — GET, HEAD,
+// OPTIONS, TRACE, or any method with an Idempotency-Key or
+// X-Idempotency-Key entry in its Header map — and has GetBody or no body.
+// For a keyed write that must go once that would run it twice; the copy
+// has no GetBody and, when it has no body, carries its key under the
+// header name in lower case: the same field to HTTP, not the map entry
+// net/http looks for. Other requests are returned as they are.
+func onceOnly(r *http.Request) *http.Request {
+	switch r.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return r
+	}
+	_, a := r.Header["Idempotency-Key"]
+	_, b := r.Header["X-Idempotency-Key"]
+	if !a && !b {
+		return r
+	}
+	r2 := r.WithContext(r.Context())
+	r2.GetBody = nil
+	if r.Body == nil || r.Body == http.NoBody {
+		h := make(http.Header, len(r.Header))
+		for k, v := range r.Header {
+			switch k {
+			case "Idempotency-Key", "X-Idempotency-Key":
+				k = strings.ToLower(k)
+			}
+			h[k] = v
+		}
+		r2.Header = h
+	}
+	return r2
 }

@@ -1,15 +1,17 @@
 // Package idemtest holds the helpers that the idempotency tests of
-// hedgehttp and hedgehttp/idemredis share: a client that sends keyed
-// requests, a log that counts messages, and a signal that copies of a
-// request are waiting. Only tests import it. It does not import hedgehttp,
+// hedgehttp, hedgehttp/idemredis and proxy share: a client that sends
+// keyed requests, a log that counts messages, a signal that copies of a
+// request are waiting, and upstreams that count what they run. Only tests import it. It does not import hedgehttp,
 // so that hedgehttp's own tests can use it.
 package idemtest
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -155,4 +157,87 @@ func (w *Waiting) Saw(token string) {
 			close(w.Ready)
 		}
 	}
+}
+
+// CutAfterWrite is an upstream whose reused connections die after a
+// write: a loopback HTTP/1.1 server that answers the first request of each
+// connection (200 "ok") and, for each later request on a connection, reads
+// it in full, counts it as run and closes the connection without a word.
+// A client that sends a write on a reused connection so sees the
+// connection fail after the upstream applied the write; net/http's
+// Transport then replays it on a new connection if it deems it
+// replayable, and the upstream runs it twice. GET requests are not
+// counted.
+type CutAfterWrite struct {
+	// URL is the server's base URL, http://127.0.0.1:port.
+	URL string
+
+	ln   net.Listener
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	runs map[string]int // by Idempotency-Key value
+}
+
+// StartCutAfterWrite starts a CutAfterWrite; the test's cleanup stops it.
+func StartCutAfterWrite(t testing.TB) *CutAfterWrite {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &CutAfterWrite{URL: "http://" + ln.Addr().String(), ln: ln, runs: map[string]int{}}
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	s.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			s.wg.Go(func() { s.serve(c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *CutAfterWrite) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := 0; ; i++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		if req.Method != http.MethodGet {
+			s.mu.Lock()
+			s.runs[req.Header.Get(KeyHeader)]++
+			s.mu.Unlock()
+		}
+		if i > 0 {
+			return // applied, and the connection dies
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+			return
+		}
+	}
+}
+
+// Runs returns how many requests with this Idempotency-Key ran.
+func (s *CutAfterWrite) Runs(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[key]
 }
