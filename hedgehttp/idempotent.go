@@ -33,11 +33,15 @@ const (
 	DefaultMaxStoredResponse = 1 << 20
 	// DefaultMaxKeyedBody is the largest request body of a keyed request.
 	DefaultMaxKeyedBody = 1 << 20
+	// DefaultMaxBuffered bounds the bytes of keyed request bodies held in
+	// memory at once, across requests.
+	DefaultMaxBuffered = 64 << 20
 )
 
 // IdempotencyOptions configures the idempotency middleware. The zero value
 // keeps responses 24 h, lets copies wait 10 s, stores responses up to
-// 1 MiB, and scopes keys by method and path only.
+// 1 MiB, holds at most 64 MiB of keyed request bodies at once, and scopes
+// keys by method and path only.
 type IdempotencyOptions struct {
 	// TTL is how long a stored response is replayed to requests with its
 	// key. Zero means DefaultIdempotencyTTL (24 h). Must not be negative.
@@ -69,10 +73,25 @@ type IdempotencyOptions struct {
 	// means DefaultMaxKeyedBody (1 MiB). Must not be negative.
 	MaxBody int64
 
+	// MaxBuffered bounds the bytes of keyed request bodies held in memory
+	// at once, across every keyed request (read, waiting for a first run,
+	// or running): a keyed request whose body would go past it gets 503
+	// with Retry-After, unread and unrun. What the middleware holds is
+	// then at most MaxBuffered of bodies, plus up to MaxStoredResponse of
+	// response per run, plus a fixed cost per request that
+	// BenchmarkIdempotentHeld measures. Zero means DefaultMaxBuffered
+	// (64 MiB). Must not be negative, and not below MaxBody (a body of
+	// MaxBody bytes must fit).
+	MaxBuffered int64
+
 	// Scope, if set, returns the caller's scope (a tenant, an API key's
-	// account): keys of different scopes never meet. It is called for
-	// every keyed request; derive it from authenticated data, not from a
-	// header the caller can choose freely. Nil means one scope for all.
+	// account, the service a virtual host names): keys of different
+	// scopes never meet. It is called for every keyed request; derive it
+	// from authenticated data, not from a header the caller can choose
+	// freely. Nil means one scope for all. The host is not part of the
+	// key by itself — a hedging client's copies of one request may reach
+	// replicas under different host names — so a server that answers for
+	// several services with one store puts the service in Scope.
 	Scope func(r *http.Request) string
 
 	// Methods are the methods whose keyed requests are made idempotent.
@@ -105,10 +124,14 @@ type IdempotencyOptions struct {
 // (POST, PUT, PATCH, DELETE by default) and it carries an Idempotency-Key
 // header (or X-Idempotency-Key) with one value of 1–255 bytes; an RFC 8941
 // string ("abc", with quotes, as the IETF httpapi-idempotency-key draft
-// writes it) is the same key as abc. Keys are scoped by method, path
-// (without the query) and IdempotencyOptions.Scope. A keyed request's body
-// (at most MaxBody bytes) is read before the handler runs and fingerprinted
-// (SHA-256); the handler reads it from memory.
+// writes it) is the same key as abc. A key is scoped by method, path
+// (without the query) and IdempotencyOptions.Scope: the same key under
+// another method, path or scope is another key. Within its scope a key
+// names one request, identified by its fingerprint, the SHA-256 of its
+// raw query and its body (as Stripe compares parameters): a keyed
+// request's body (at most MaxBody bytes; at most MaxBuffered across
+// requests, past it 503) is read before the handler runs, and the handler
+// reads it from memory, without GetBody (see below).
 //
 // What a keyed request gets:
 //   - the key is new, or its last run failed: the handler runs, and its
@@ -120,7 +143,8 @@ type IdempotencyOptions struct {
 //   - the key's first run is still going: the copy waits for it, up to
 //     LockTimeout and its own context, then gets its response; past
 //     LockTimeout, 409 Conflict with Retry-After;
-//   - the key was used with another body: 422 Unprocessable Content;
+//   - the key was used with another query or body: 422 Unprocessable
+//     Content, never the other request's answer;
 //   - the store cannot be reached: 503 with Retry-After — fail closed, the
 //     handler is not run without the guarantee; one log line when the
 //     store starts failing, one when it answers again.
@@ -151,7 +175,24 @@ type IdempotencyOptions struct {
 // nothing) when it did not do the work, and anything else only when it did.
 // A response larger than MaxStoredResponse is not stored: its key is locked
 // only while it runs, and a copy that arrives after it ran runs again.
-// Trailers are not stored.
+// Trailers are not stored. A response the handler finishes after its
+// client went away is stored all the same (writes to the gone client are
+// dropped, not failed, up to MaxStoredResponse), so the copies get it.
+//
+// A handler that cannot tell whether the work was done — a proxy that
+// sent the request on and lost the answer: a timeout, a connection cut
+// after the request was written, a body cut short — calls
+// [MarkOutcomeUnknown]. From then on no outcome releases the key: what
+// the handler answers is stored whatever its status, and a run that
+// panics, ends without an answer or with one too large to store is
+// recorded as a 502 problem ("Outcome unknown") that every copy gets for
+// TTL. The key never runs twice; the client checks what happened and
+// sends the write again under a new key if it was not done.
+//
+// The request the handler gets has no GetBody: net/http's Transport
+// replays a request carrying an Idempotency-Key by itself when it has
+// GetBody (or no body) and a reused connection fails, and a keyed write
+// the handler forwards must reach the next hop once.
 //
 // Requests that are not keyed pass through: a request without the header
 // costs a header lookup or two and no allocation (BenchmarkIdempotent).
@@ -169,9 +210,11 @@ type Idempotent struct {
 	log        *slog.Logger
 	retryMax   time.Duration // the retrier's largest pause
 
-	down  atomic.Bool // the store is failing: an episode is open
-	stats struct {
+	down     atomic.Bool  // the store is failing: an episode is open
+	buffered atomic.Int64 // bytes of keyed request bodies held now (MaxBuffered)
+	stats    struct {
 		runs, replays, waits, conflicts, mismatches, unavailable, notStored, canceled atomic.Int64
+		overloaded, unknown                                                           atomic.Int64
 		waiting                                                                       atomic.Int64
 	}
 
@@ -223,6 +266,8 @@ func NewIdempotent(next http.Handler, store Store, opts IdempotencyOptions) (*Id
 		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.MaxStoredResponse must not be negative, got %d", opts.MaxStoredResponse)
 	case opts.MaxBody < 0:
 		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.MaxBody must not be negative, got %d", opts.MaxBody)
+	case opts.MaxBuffered < 0:
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.MaxBuffered must not be negative, got %d", opts.MaxBuffered)
 	case opts.RetryAfter < 0:
 		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.RetryAfter must not be negative, got %v", opts.RetryAfter)
 	}
@@ -252,6 +297,12 @@ func NewIdempotent(next http.Handler, store Store, opts IdempotencyOptions) (*Id
 	}
 	if opts.MaxBody == 0 {
 		opts.MaxBody = DefaultMaxKeyedBody
+	}
+	if opts.MaxBuffered == 0 {
+		opts.MaxBuffered = max(DefaultMaxBuffered, opts.MaxBody)
+	}
+	if opts.MaxBuffered < opts.MaxBody {
+		return nil, fmt.Errorf("hedgehttp: IdempotencyOptions.MaxBuffered (%d) must not be below MaxBody (%d)", opts.MaxBuffered, opts.MaxBody)
 	}
 	if opts.RetryAfter == 0 {
 		opts.RetryAfter = DefaultRetryAfter
@@ -324,10 +375,11 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 		return
 	}
 	body, ok := h.readKeyedBody(w, r)
+	defer h.buffered.Add(-int64(cap(body)))
 	if !ok {
 		return
 	}
-	k := keyedRequest{h: h, w: w, r: r, ctx: r.Context(), body: body, fp: Fingerprint(sha256.Sum256(body)), backoff: pollMin}
+	k := keyedRequest{h: h, w: w, r: r, ctx: r.Context(), body: body, fp: fingerprint(r.URL.RawQuery, body), backoff: pollMin}
 	scope := ""
 	if h.opts.Scope != nil {
 		scope = h.opts.Scope(r)
@@ -356,23 +408,76 @@ func (h *Idempotent) idempotencyKey(w http.ResponseWriter, vs []string) (string,
 	return ikey, true
 }
 
-// readKeyedBody reads a keyed request's body, to fingerprint it, or
-// answers 400 (unreadable) or 413 (larger than MaxBody) and reports false.
-func (h *Idempotent) readKeyedBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+// readKeyedBody reads a keyed request's body, to fingerprint it, counting
+// the memory it takes in h.buffered (the caller takes cap(body) out when
+// it is done with the request, also when ok is false), or answers 400
+// (unreadable), 413 (larger than MaxBody) or 503 (MaxBuffered reached)
+// and reports false. A body of declared length takes that much; one of
+// unknown length grows by doubling, each step counted before it is made.
+func (h *Idempotent) readKeyedBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.opts.MaxBody+1))
-	if err != nil {
-		h.problem(w, http.StatusBadRequest, false, "Unreadable request body", "The request body could not be read: "+err.Error())
+	limit := h.opts.MaxBody
+	if r.ContentLength > limit {
+		h.tooLarge(w)
 		return nil, false
 	}
-	if int64(len(body)) > h.opts.MaxBody {
-		h.problem(w, http.StatusRequestEntityTooLarge, false, "Request body too large for an idempotent request",
-			"A request with an Idempotency-Key may carry at most "+strconv.FormatInt(h.opts.MaxBody, 10)+" bytes.")
-		return nil, false
+	size := int64(512)
+	if r.ContentLength > 0 {
+		size = r.ContentLength
+	}
+	var err error
+	for err == nil {
+		if len(body) < cap(body) {
+			var n int
+			n, err = r.Body.Read(body[len(body):cap(body)])
+			body = body[:len(body)+n]
+			continue
+		}
+		// Full: look for the end before growing, so that a body of
+		// declared length takes no more than its length.
+		var one [1]byte
+		if _, err = io.ReadFull(r.Body, one[:]); err != nil {
+			continue
+		}
+		if int64(len(body)) >= limit {
+			h.tooLarge(w)
+			return body, false
+		}
+		size = min(max(size, 2*int64(cap(body))), limit)
+		if !h.reserve(size - int64(cap(body))) {
+			h.stats.overloaded.Add(1)
+			h.problem(w, http.StatusServiceUnavailable, true, "Too many keyed request bodies in memory",
+				"The request was not processed: the server holds as many keyed request bodies as it may; retry later.")
+			return body, false
+		}
+		body = append(append(make([]byte, 0, size), body...), one[0])
+	}
+	if err != io.EOF {
+		h.unreadable(w, err)
+		return body, false
 	}
 	return body, true
+}
+
+func (h *Idempotent) unreadable(w http.ResponseWriter, err error) {
+	h.problem(w, http.StatusBadRequest, false, "Unreadable request body", "The request body could not be read: "+err.Error())
+}
+
+// reserve counts n more bytes of bodies held, unless that would pass
+// MaxBuffered.
+func (h *Idempotent) reserve(n int64) bool {
+	if h.buffered.Add(n) > h.opts.MaxBuffered {
+		h.buffered.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (h *Idempotent) tooLarge(w http.ResponseWriter) {
+	h.problem(w, http.StatusRequestEntityTooLarge, false, "Request body too large for an idempotent request",
+		"A request with an Idempotency-Key may carry at most "+strconv.FormatInt(h.opts.MaxBody, 10)+" bytes.")
 }
 
 // keyedRequest is a keyed request on its way to an answer: it asks the store for
@@ -514,12 +619,13 @@ func (k *keyedRequest) acquired() (wake <-chan struct{}, local *holding, done bo
 			h.stats.waiting.Add(-1)
 			k.waited = false
 		}
-		body := k.body
-		r2 := new(http.Request)
-		*r2 = *k.r
-		r2.Body = io.NopCloser(bytes.NewReader(body))
-		r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		h.run(k.w, r2, hd)
+		st := &runState{}
+		r2 := k.r.WithContext(context.WithValue(k.ctx, runStateKey{}, st))
+		if k.body != nil {
+			r2.Body = io.NopCloser(bytes.NewReader(k.body))
+		}
+		r2.GetBody = nil // see Idempotent: a keyed write goes on once
+		h.run(k.w, r2, hd, st)
 		return nil, nil, true
 	}
 	// A run of this process still holds the key (its lock ended with its
@@ -590,6 +696,20 @@ func newToken() string {
 	return tokenPrefix() + "-" + strconv.FormatUint(tokenSeq.Add(1), 36)
 }
 
+// fingerprint is the fingerprint of a keyed request with this raw query
+// and body: their SHA-256, the query length-prefixed so that no two pairs
+// meet.
+func fingerprint(query string, body []byte) Fingerprint {
+	hs := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	hs.Write(n[:binary.PutUvarint(n[:], uint64(len(query)))])
+	io.WriteString(hs, query)
+	hs.Write(body)
+	var fp Fingerprint
+	hs.Sum(fp[:0])
+	return fp
+}
+
 // storeKey is the store's key of a keyed request: the hex SHA-256 of its
 // parts, each length-prefixed so that no two tuples meet.
 func storeKey(scope, method, path, ikey string) string {
@@ -603,17 +723,45 @@ func storeKey(scope, method, path, ikey string) string {
 	return hex.EncodeToString(hs.Sum(sum[:0]))
 }
 
-// run runs the handler for the request holding hd's key, then stores
-// its response or releases the key.
-func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, hd *holding) {
+// runStateKey is the context key of a run's runState.
+type runStateKey struct{}
+
+// runState is what the handler of a run tells the middleware through its
+// request's context.
+type runState struct {
+	unknown atomic.Bool // MarkOutcomeUnknown was called
+}
+
+// MarkOutcomeUnknown tells the [Idempotent] middleware running the request
+// of ctx (a handler's r.Context(), or one derived from it) that the request
+// may have taken effect whatever the handler answers: a proxy calls it
+// when it sent the request on and lost the answer. The key is then never
+// released for another run: the handler's answer is stored whatever its
+// status, and a run that panics, ends without an answer or with one too
+// large to store is recorded as a 502 problem ("Outcome unknown") that the
+// copies get. It reports false, and does nothing, when ctx is not a keyed
+// request's run.
+func MarkOutcomeUnknown(ctx context.Context) bool {
+	st, _ := ctx.Value(runStateKey{}).(*runState)
+	if st == nil {
+		return false
+	}
+	st.unknown.Store(true)
+	return true
+}
+
+// run runs the handler for the request holding hd's key, then stores its
+// response or releases the key (or, when st says the outcome is unknown,
+// stores what stands for it).
+func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, hd *holding, st *runState) {
 	h.stats.runs.Add(1)
 	hb := h.startHeartbeat(hd)
 	cw := &captureWriter{w: w, max: h.opts.MaxStoredResponse}
 	done := false
 	defer func() {
 		hb.stop()
-		if !done { // the handler panicked: free the key, let the panic go on
-			h.release(r.Context(), hd.key, h.letGo(hd))
+		if !done { // the handler panicked: settle the key, let the panic go on
+			h.fail(r, hd, st, nil)
 		}
 	}()
 	h.next.ServeHTTP(cw, r)
@@ -622,19 +770,58 @@ func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, hd *holding) {
 
 	if cw.status == 0 {
 		if r.Context().Err() != nil { // abandoned before a word was written
-			h.release(r.Context(), hd.key, h.letGo(hd))
+			h.fail(r, hd, st, nil)
 			return
 		}
 		cw.WriteHeader(http.StatusOK) // what net/http would send
 	}
-	if !keepStatus(cw.status) || cw.overflow {
-		if cw.overflow {
-			h.stats.notStored.Add(1)
-		}
+	rec := &Record{Status: cw.status, Header: cw.header, Body: cw.buf, Fingerprint: hd.lock.Fingerprint}
+	switch {
+	case cw.overflow:
+		h.stats.notStored.Add(1)
+		h.fail(r, hd, st, nil)
+	case !keepStatus(cw.status):
+		h.fail(r, hd, st, rec)
+	default:
+		h.keep(r, hd, rec)
+	}
+}
+
+// fail ends a run that gave no response worth keeping: rec, the response
+// it gave if it was complete, or nil. The key is released, so that a
+// copy runs again, unless the handler marked the outcome unknown: then
+// rec is stored, or, without one, an "Outcome unknown" problem.
+func (h *Idempotent) fail(r *http.Request, hd *holding, st *runState, rec *Record) {
+	if !st.unknown.Load() {
 		h.release(r.Context(), hd.key, h.letGo(hd))
 		return
 	}
-	rec := &Record{Status: cw.status, Header: cw.header, Body: cw.buf, Fingerprint: hd.lock.Fingerprint}
+	h.stats.unknown.Add(1)
+	if rec == nil {
+		rec = unknownRecord(hd.lock.Fingerprint)
+	}
+	h.log.Warn("hedgehttp: outcome of a keyed request unknown; its key is not run again",
+		"method", r.Method, "path", r.URL.Path, "status", rec.Status)
+	h.keep(r, hd, rec)
+}
+
+// unknownRecord is the response stored for a run whose outcome is
+// unknown and that gave no complete response.
+func unknownRecord(fp Fingerprint) *Record {
+	b, _ := json.Marshal(problemBody{"about:blank", "Outcome unknown", http.StatusBadGateway,
+		"A request with this Idempotency-Key was processed and no complete answer came back: it may have taken effect, so it is not run again. " +
+			"Check whether it took effect; send it with a new Idempotency-Key if it did not."})
+	return &Record{Status: http.StatusBadGateway, Header: http.Header{
+		"Content-Type":           {"application/problem+json"},
+		"X-Content-Type-Options": {"nosniff"},
+		"Date":                   {time.Now().UTC().Format(http.TimeFormat)},
+	}, Body: append(b, '\n'), Fingerprint: fp}
+}
+
+// keep makes rec the answer of hd's key: copies that reach this process
+// replay it at once, and it is stored, or stored again later while the
+// store fails.
+func (h *Idempotent) keep(r *http.Request, hd *holding, rec *Record) {
 	h.answered(hd, rec) // copies that reach this process replay it from now on
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeCallTimeout)
 	defer cancel()
@@ -647,18 +834,18 @@ func (h *Idempotent) run(w http.ResponseWriter, r *http.Request, hd *holding) {
 		h.stats.notStored.Add(1)
 		h.letGo(hd)
 		h.log.Warn("hedgehttp: idempotency lock lost before the response was stored; a copy may run again",
-			"method", r.Method, "path", r.URL.Path, "status", cw.status)
+			"method", r.Method, "path", r.URL.Path, "status", rec.Status)
 	default:
 		h.storeFailed("Complete", err)
 		if h.storeLater(hd, time.Now().Add(h.opts.TTL)) {
 			h.log.Warn("hedgehttp: response not stored yet; its key stays locked and it is stored again until the store answers",
-				"method", r.Method, "path", r.URL.Path, "status", cw.status, "err", err)
+				"method", r.Method, "path", r.URL.Path, "status", rec.Status, "err", err)
 			return
 		}
 		h.stats.notStored.Add(1)
 		h.letGo(hd)
 		h.log.Error("hedgehttp: response not stored (the middleware is closed); its key stays locked until the lease ends, then a copy runs again",
-			"method", r.Method, "path", r.URL.Path, "status", cw.status, "err", err)
+			"method", r.Method, "path", r.URL.Path, "status", rec.Status, "err", err)
 	}
 }
 
@@ -942,7 +1129,7 @@ func (h *Idempotent) refuse(w http.ResponseWriter) {
 func (h *Idempotent) mismatch(w http.ResponseWriter) {
 	h.stats.mismatches.Add(1)
 	h.problem(w, http.StatusUnprocessableEntity, false, "Idempotency-Key is already used",
-		"This Idempotency-Key was used with a different request body; a key must not be reused across different payloads.")
+		"This Idempotency-Key was used with a different request (query or body); a key must not be reused across different requests.")
 }
 
 // problem writes an RFC 9457 problem (application/problem+json).
@@ -954,13 +1141,16 @@ func (h *Idempotent) problem(w http.ResponseWriter, status int, retry bool, titl
 	hd.Set("Content-Type", "application/problem+json")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	b, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}{"about:blank", title, status, detail})
+	b, _ := json.Marshal(problemBody{"about:blank", title, status, detail})
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// problemBody is an RFC 9457 problem.
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
 }
 
 // IdempotencyStats are an [Idempotent]'s counters, from [Idempotent.Stats].
@@ -992,6 +1182,14 @@ type IdempotencyStats struct {
 	// too large, the key taken by another request, given up at the TTL's
 	// end or at Close.
 	NotStored int64
+	// Overloaded counts 503 answers to keyed requests refused because
+	// MaxBuffered bytes of bodies were held.
+	Overloaded int64
+	// Unknown counts runs whose handler marked the outcome unknown
+	// ([MarkOutcomeUnknown]) and that ended without a response worth
+	// keeping: their key keeps what they answered, or a 502 "Outcome
+	// unknown", instead of running again.
+	Unknown int64
 }
 
 // Stats returns a snapshot of the counters, each read atomically.
@@ -1009,6 +1207,7 @@ func (h *Idempotent) Stats() IdempotencyStats {
 		Runs: s.runs.Load(), Replays: s.replays.Load(), Waits: s.waits.Load(), Waiting: s.waiting.Load(),
 		Conflicts: s.conflicts.Load(), Mismatches: s.mismatches.Load(), Unavailable: s.unavailable.Load(),
 		Canceled: s.canceled.Load(), Pending: int64(pending), NotStored: s.notStored.Load(),
+		Overloaded: s.overloaded.Load(), Unknown: s.unknown.Load(),
 	}
 }
 
@@ -1082,7 +1281,11 @@ func (hb *heartbeat) stop() {
 }
 
 // captureWriter passes a response through to the client and keeps a copy
-// of its status, header and body (up to max bytes).
+// of its status, header and body (up to max bytes). Once a write to the
+// client fails (it went away), the rest is only kept: the handler's writes
+// succeed while the copy may still be stored, so that a handler that
+// stops at a write error (httputil.ReverseProxy) finishes the answer the
+// copies will get.
 type captureWriter struct {
 	w        http.ResponseWriter
 	max      int64
@@ -1090,6 +1293,7 @@ type captureWriter struct {
 	header   http.Header
 	buf      []byte
 	overflow bool
+	gone     bool // a write to the client failed
 }
 
 func (c *captureWriter) Header() http.Header { return c.w.Header() }
@@ -1124,15 +1328,32 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 			c.buf = append(c.buf, p...)
 		}
 	}
-	return c.w.Write(p)
+	if c.gone {
+		if c.overflow {
+			return 0, errClientGone
+		}
+		return len(p), nil
+	}
+	n, err := c.w.Write(p)
+	if err != nil && !c.overflow {
+		c.gone = true
+		return len(p), nil
+	}
+	return n, err
 }
+
+// errClientGone is the error of a write to a client that went away, once
+// the response is no longer kept.
+var errClientGone = errors.New("hedgehttp: the client went away")
 
 // Flush flushes the response to the client, if the writer underneath can.
 func (c *captureWriter) Flush() {
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
-	_ = http.NewResponseController(c.w).Flush()
+	if !c.gone {
+		_ = http.NewResponseController(c.w).Flush()
+	}
 }
 
 // Unwrap gives http.ResponseController the writer underneath.

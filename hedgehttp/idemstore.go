@@ -113,16 +113,16 @@ type Lock struct {
 	// characters of base32; a store may rely on at most 64 printable
 	// ASCII characters).
 	Token string
-	// Fingerprint identifies the request's content (its body); requests
+	// Fingerprint identifies the request's content (query and body); requests
 	// that find the key locked compare theirs with it.
 	Fingerprint Fingerprint
 	// Lease is how long the lock lives from now unless extended again.
 	Lease time.Duration
 }
 
-// Fingerprint identifies the content of a request: the SHA-256 of its
-// body. Two copies of one request have the same fingerprint; a key reused
-// with another body is told apart by it.
+// Fingerprint identifies the content of a request: the SHA-256 of its raw
+// query and its body. Two copies of one request have the same fingerprint;
+// a key reused with another query or body is told apart by it.
 type Fingerprint [32]byte
 
 // ClaimState is what a key holds, as answered by [Store.Begin].

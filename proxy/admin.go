@@ -99,6 +99,8 @@ type DebugIdempotency struct {
 	Mismatches  int64  `json:"mismatches"`
 	Unavailable int64  `json:"unavailable"`
 	NotStored   int64  `json:"not_stored"`
+	Overloaded  int64  `json:"overloaded"`
+	Unknown     int64  `json:"unknown"`
 }
 
 // DebugListener is a traffic listener with shedding in [Debug]: the
@@ -224,7 +226,7 @@ func (s *Server) Debug() Debug {
 		}
 		d.Idempotency = &DebugIdempotency{Store: store, Runs: st.Runs, Replays: st.Replays, Waits: st.Waits,
 			Waiting: st.Waiting, Conflicts: st.Conflicts, Mismatches: st.Mismatches, Unavailable: st.Unavailable,
-			NotStored: st.NotStored}
+			NotStored: st.NotStored, Overloaded: st.Overloaded, Unknown: st.Unknown}
 	}
 	return d
 }
@@ -267,7 +269,7 @@ var (
 	descInCanceled = prometheus.NewDesc("tailcut_proxy_inbound_canceled_total", "Served requests whose client had gone by the time they ended, by kind.", []string{"listener", "kind"}, nil)
 	descInInflight = prometheus.NewDesc("tailcut_proxy_inbound_inflight", "Requests in flight on a listener with shedding.", []string{"listener"}, nil)
 
-	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down), canceled (the client went away first).", []string{"outcome"}, nil)
+	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down), canceled (the client went away first), overloaded (503: max_buffered reached), unknown (sent upstream, answer lost: the key keeps that answer).", []string{"outcome"}, nil)
 	descIdemNotStored = prometheus.NewDesc("tailcut_proxy_idempotent_not_stored_total", "Answers worth keeping that were not stored (too large, lock lost, store failing).", nil, nil)
 	descIdemWaiting   = prometheus.NewDesc("tailcut_proxy_idempotent_waiting", "Copies of keyed writes waiting now for their first run.", nil, nil)
 )
@@ -319,7 +321,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range []struct {
 			outcome string
 			n       int64
-		}{{"run", st.Runs}, {"replay", st.Replays}, {"conflict", st.Conflicts}, {"mismatch", st.Mismatches}, {"unavailable", st.Unavailable}, {"canceled", st.Canceled}} {
+		}{{"run", st.Runs}, {"replay", st.Replays}, {"conflict", st.Conflicts}, {"mismatch", st.Mismatches}, {"unavailable", st.Unavailable}, {"canceled", st.Canceled},
+			{"overloaded", st.Overloaded}, {"unknown", st.Unknown}} {
 			ch <- prometheus.MustNewConstMetric(descIdemRequests, prometheus.CounterValue, float64(o.n), o.outcome)
 		}
 		ch <- prometheus.MustNewConstMetric(descIdemNotStored, prometheus.CounterValue, float64(st.NotStored))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/fleet"
+	"github.com/tailcut/tailcut/hedgehttp"
 	"github.com/tailcut/tailcut/hedgehttp/idemredis"
 )
 
@@ -111,6 +112,12 @@ type Idempotency struct {
 	// MaxBody is the largest request body of a keyed request (413 past
 	// it). Zero means 1 MiB.
 	MaxBody ByteSize `yaml:"max_body"`
+	// MaxBuffered bounds the keyed request bodies held in memory at once,
+	// across requests and listeners: past it a keyed write gets 503 with
+	// Retry-After, unread (hedgehttp.IdempotencyOptions.MaxBuffered).
+	// Zero means 64 MiB (or max_body if larger); at least max_body
+	// otherwise.
+	MaxBuffered ByteSize `yaml:"max_buffered"`
 	// Methods are the methods made exactly-once. Empty means POST, PUT,
 	// PATCH and DELETE.
 	Methods []string `yaml:"methods"`
@@ -726,10 +733,17 @@ func (id *Idempotency) validate(v *validator) {
 	for _, b := range []struct {
 		name string
 		v    ByteSize
-	}{{"max_bytes", id.MaxBytes}, {"max_response", id.MaxResponse}, {"max_body", id.MaxBody}} {
+	}{{"max_bytes", id.MaxBytes}, {"max_response", id.MaxResponse}, {"max_body", id.MaxBody}, {"max_buffered", id.MaxBuffered}} {
 		if b.v < 0 {
 			v.add(at(b.name), "want a size such as 1MiB, not off")
 		}
+	}
+	body := id.MaxBody
+	if body == 0 {
+		body = hedgehttp.DefaultMaxKeyedBody
+	}
+	if id.MaxBuffered > 0 && id.MaxBuffered < body {
+		v.add(at("max_buffered"), "%d bytes is below max_body (%d bytes): a keyed body of max_body bytes would never fit", int64(id.MaxBuffered), int64(body))
 	}
 	for j, m := range id.Methods {
 		if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t\r\n") {

@@ -34,6 +34,7 @@ idempotency:
   lock_lease: 5s
   max_response: 256KiB
   max_body: 64KiB
+  max_buffered: 8MiB
   methods: [POST]
   scope_header: Authorization
   retry_after: 2s
@@ -44,7 +45,7 @@ idempotency:
 	id := c.Idempotency
 	if id.Store != "redis" || id.Redis.Prefix != "p:" || id.Redis.Timeout != 500*time.Millisecond || id.TTL != time.Hour ||
 		id.LockTimeout != 3*time.Second || id.LockLease != 5*time.Second || id.MaxResponse != 256<<10 ||
-		id.MaxBody != 64<<10 || len(id.Methods) != 1 || id.ScopeHeader != "Authorization" || id.RetryAfter != 2*time.Second {
+		id.MaxBody != 64<<10 || id.MaxBuffered != 8<<20 || len(id.Methods) != 1 || id.ScopeHeader != "Authorization" || id.RetryAfter != 2*time.Second {
 		t.Errorf("idempotency %+v", id)
 	}
 	for _, tc := range []struct{ yaml, want string }{
@@ -58,6 +59,8 @@ idempotency:
 		{"idempotency:\n  ttl: -1s\n", "c.yaml:6: idempotency.ttl: must not be negative"},
 		{"idempotency:\n  lock_lease: 10ms\n", "c.yaml:6: idempotency.lock_lease: must be at least 30ms"},
 		{"idempotency:\n  max_body: \"off\"\n", "c.yaml:6: idempotency.max_body: want a size such as 1MiB, not off"},
+		{"idempotency:\n  max_buffered: 512KiB\n", "c.yaml:6: idempotency.max_buffered: 524288 bytes is below max_body (1048576 bytes)"},
+		{"idempotency:\n  max_body: 2MiB\n  max_buffered: 1MiB\n", "idempotency.max_buffered: 1048576 bytes is below max_body (2097152 bytes)"},
 		{"idempotency:\n  methods: [POST, post]\n", `c.yaml:6: idempotency.methods[1]: want an upper-case method such as POST, got "post"`},
 		{"idempotency:\n  scope_header: \"a b\"\n", `c.yaml:6: idempotency.scope_header: want a header name`},
 		{"idempotency:\n  tll: 1h\n", "c.yaml:6: field tll not found"},

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"reflect"
@@ -132,6 +133,10 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 			if req.Context().Err() == nil {
 				logger.Warn("upstream request failed", "route", name, "method", req.Method, "path", req.URL.Path, "err", err)
 			}
+			if outcomeLost(req.Context()) {
+				unknownOutcome(w, status)
+				return
+			}
 			w.WriteHeader(status)
 		},
 		ErrorLog:   slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -205,13 +210,86 @@ func newPolicy(rc Route, logger *slog.Logger) (*tailcut.Policy, error) {
 
 func (r *route) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	if !r.hedging || (r.keyedOnce != nil && r.keyedOnce(req)) {
-		req = req.WithContext(tailcut.WithoutHedging(req.Context()))
+	switch {
+	case r.keyedOnce != nil && r.keyedOnce(req):
+		r.serveOnce(w, req)
+	case !r.hedging:
+		r.rp.ServeHTTP(w, req.WithContext(tailcut.WithoutHedging(req.Context())))
+	default:
+		r.rp.ServeHTTP(w, req)
 	}
-	r.rp.ServeHTTP(w, req)
 	if r.observed != nil {
 		r.observed.Observe(time.Since(start).Seconds())
 	}
+}
+
+// abandonedWriteGrace is how long a keyed write sent upstream goes on
+// after its client went away (see serveOnce).
+const abandonedWriteGrace = time.Minute
+
+// onceKey is the context key of a keyed write's onceState.
+type onceKey struct{}
+
+// onceState follows a keyed write sent upstream once.
+type onceState struct {
+	sent atomic.Bool // its header was written to an upstream connection
+}
+
+// serveOnce serves a keyed write of the idempotency section (see
+// [Idempotency]): sent upstream once, unhedged, and never replayed by
+// net/http (hedgehttp.Transport sees to that). Its upstream request does
+// not end when the client goes away — the client's retry waits for the
+// answer, which is stored, instead of running the write again — but goes
+// on up to the route's timeout, or abandonedWriteGrace after the client
+// left. Once the request was written upstream, an answer lost (an error,
+// the route's timeout, a body cut short) leaves the outcome unknown:
+// hedgehttp.MarkOutcomeUnknown then keeps the key from running again.
+func (r *route) serveOnce(w http.ResponseWriter, req *http.Request) {
+	st := &onceState{}
+	ctx := context.WithValue(context.WithoutCancel(req.Context()), onceKey{}, st)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { st.sent.Store(true) }})
+	ctx, cancel := context.WithCancel(tailcut.WithoutHedging(ctx))
+	defer cancel()
+	stop := context.AfterFunc(req.Context(), func() {
+		t := time.NewTimer(abandonedWriteGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	defer stop()
+	defer func() {
+		if p := recover(); p != nil {
+			// The answer was cut off while relayed (httputil.ReverseProxy
+			// aborts the handler): the upstream may have done the write.
+			if st.sent.Load() {
+				hedgehttp.MarkOutcomeUnknown(ctx)
+			}
+			panic(p)
+		}
+	}()
+	r.rp.ServeHTTP(w, req.WithContext(ctx))
+}
+
+// outcomeLost reports whether the request of ctx is a keyed write that
+// was written upstream, and so may have been done, and marks its outcome
+// unknown for the idempotency middleware if so.
+func outcomeLost(ctx context.Context) bool {
+	st, _ := ctx.Value(onceKey{}).(*onceState)
+	return st != nil && st.sent.Load() && hedgehttp.MarkOutcomeUnknown(ctx)
+}
+
+// unknownOutcome answers a keyed write whose outcome is unknown with
+// status (502 or 504) and a problem that says so: the answer the key keeps.
+func unknownOutcome(w http.ResponseWriter, status int) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"type":"about:blank","title":"Upstream outcome unknown","status":%d,"detail":%q}`+"\n", status,
+		"The request was sent upstream and no complete answer came back: it may have taken effect, so this Idempotency-Key is not run again. "+
+			"Check whether it took effect; send it with a new Idempotency-Key if it did not.")
 }
 
 // matches reports whether the route serves a request to host (lower case,

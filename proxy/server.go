@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,12 +179,22 @@ func (s *Server) setupIdempotency(id *Idempotency) error {
 		LockLease:         id.LockLease,
 		MaxStoredResponse: int64(id.MaxResponse),
 		MaxBody:           int64(id.MaxBody),
+		MaxBuffered:       int64(id.MaxBuffered),
 		Methods:           id.Methods,
 		RetryAfter:        id.RetryAfter,
 		Logger:            s.logger,
-	}
-	if h := id.ScopeHeader; h != "" {
-		opts.Scope = func(r *http.Request) string { return r.Header.Get(h) }
+		// A key belongs to the route (the service) the request goes to,
+		// and to the caller's scope_header value.
+		Scope: func(r *http.Request) string {
+			name := ""
+			if rt := s.router.Load().match(r); rt != nil {
+				name = rt.cfg.Name
+			}
+			if id.ScopeHeader == "" {
+				return name
+			}
+			return strconv.Itoa(len(name)) + ":" + name + r.Header.Get(id.ScopeHeader)
+		},
 	}
 	mw, err := hedgehttp.NewIdempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.router.Load().ServeHTTP(w, r)
@@ -315,15 +326,15 @@ func listenAddrs(c *Config) []string {
 // front of both, each request's path is normalised once (see [Paths]) and
 // CONNECT and TRACE are refused with 405.
 func (s *Server) Handler() http.Handler {
-	next := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.router.Load().ServeHTTP(w, r)
-	}))
-	if s.idem != nil {
-		next = s.idem
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r, ok := s.admit(w, r, s.router.Load().paths); ok {
-			next.ServeHTTP(w, r)
+		rt := s.router.Load()
+		r, ok := s.admit(w, r, rt.paths)
+		switch {
+		case !ok:
+		case s.idem != nil && rt.match(r) != nil:
+			s.idem.ServeHTTP(w, r)
+		default: // no idempotency, or no route: 404, never stored
+			rt.ServeHTTP(w, r)
 		}
 	})
 }
