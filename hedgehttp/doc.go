@@ -35,9 +35,15 @@
 //   - Only what is safe to repeat is hedged. A body is replayed through
 //     GetBody or buffered up to the buffer limit (64 KiB); anything else (a
 //     POST without a key, a large streamed body, a WebSocket upgrade) goes
-//     to the base transport once, body intact. A buffered body shorter or
-//     longer than its ContentLength fails the request with net/http's error
-//     before anything is sent.
+//     to the base transport once, body intact — and so does a request
+//     under [WithoutHedging]. A keyed write sent once is never replayed by
+//     net/http either, which resends a request with an Idempotency-Key
+//     when a reused connection fails (TestSentOnceNeverReplayedByNetHTTP).
+//     A buffered body shorter or longer than its ContentLength fails the
+//     request with net/http's error before anything is sent. GetBody is
+//     trusted: a hedge sends what it returns, which must be the bytes of
+//     Body (net/http checks the length against ContentLength; the bytes
+//     are not compared).
 //   - Each attempt is a copy of the caller's request (which is never
 //     modified) with its own context. Once the caller has closed the
 //     response body it may reuse its request, even if a losing hedge is
@@ -71,13 +77,19 @@
 //
 // [Idempotent] makes hedged writes safe: the copies of a request carrying
 // one Idempotency-Key (a POST, PUT, PATCH or DELETE; the key scoped by
-// method, path and an optional Scope) run the handler once, and every copy
-// gets the same status, header and body, plus Idempotent-Replayed: true.
-// The same key with another body gets 422, a copy still waiting for the
-// first run at the lock timeout 409 with Retry-After, and every keyed write
-// 503 while the store cannot be reached — never a silent second run. A
-// 5xx, 408, 425, 429, a panic or a run abandoned before it wrote anything
-// releases the key, so the next copy runs again. The [Store] decides where
+// method, path and an optional Scope, the host not included) run the
+// handler once, and every copy gets the same status, header and body, plus
+// Idempotent-Replayed: true. The same key with another query or body gets
+// 422, a copy still waiting for the first run at the lock timeout 409 with
+// Retry-After, and every keyed write 503 while the store cannot be reached
+// — never a silent second run. A 5xx, 408, 425, 429, a panic or a run
+// abandoned before it wrote anything releases the key, so the next copy
+// runs again — unless the handler called [MarkOutcomeUnknown] (a proxy that
+// sent the write on and lost the answer): the key then keeps what it
+// answered, or a 502 "Outcome unknown", and never runs again. Keyed bodies
+// held in memory are bounded in bytes across requests (MaxBuffered, 64
+// MiB; past it 503); BenchmarkIdempotentHeld measures what a held request
+// costs beyond its body. The [Store] decides where
 // "once" holds: [MemoryStore] (the default) within one process, enough when
 // every copy reaches the same server; package hedgehttp/idemredis across a
 // fleet, so that hedges sent to other replicas ([WithEndpoints]) still run

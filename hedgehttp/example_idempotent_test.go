@@ -17,7 +17,7 @@ import (
 
 // A handler that creates orders, made idempotent: the same Idempotency-Key
 // and body get the first answer again, marked Idempotent-Replayed; the
-// same key with another body is refused with 422.
+// same key with another query or body is refused with 422.
 func ExampleNewIdempotent() {
 	var orders atomic.Int64
 	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,4 +111,34 @@ func ExampleIdempotent_hedgedWrite() {
 	// Output:
 	// 201 order 1
 	// orders created: 1
+}
+
+// A handler that forwards writes and loses the answer of one after sending
+// it (here: its upstream timed out) marks the outcome unknown: the key
+// keeps the 504 instead of running the write again on the client's retry.
+func ExampleMarkOutcomeUnknown() {
+	var sent atomic.Int64
+	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent.Add(1) // the write left for the upstream...
+		// ...and no answer came back in time: it may have been applied.
+		hedgehttp.MarkOutcomeUnknown(r.Context())
+		http.Error(w, "upstream timed out", http.StatusGatewayTimeout)
+	})
+	idem, err := hedgehttp.NewIdempotent(forward, nil, hedgehttp.IdempotencyOptions{})
+	if err != nil {
+		panic(err)
+	}
+	defer idem.Close()
+	for range 2 {
+		r := httptest.NewRequest(http.MethodPost, "/transfers", strings.NewReader(`{"amount":10}`))
+		r.Header.Set(hedgehttp.IdempotencyKeyHeader, "transfer-1")
+		w := httptest.NewRecorder()
+		idem.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get(hedgehttp.ReplayedHeader) == "true")
+	}
+	fmt.Println("sent upstream:", sent.Load())
+	// Output:
+	// 504 false
+	// 504 true
+	// sent upstream: 1
 }

@@ -631,7 +631,7 @@ func (k *keyedRequest) acquired() (wake <-chan struct{}, local *holding, done bo
 	// A run of this process still holds the key (its lock ended with its
 	// lease while the store was down): the lock just taken is now that
 	// run's (hold gave it the token), and this copy waits for it.
-	if holder == nil { // another body: the lock is not that run's
+	if holder == nil { // another request (query or body): the lock is not that run's
 		h.release(k.ctx, k.key, k.lock.Token)
 		h.mismatch(k.w)
 		return nil, nil, true
@@ -1167,7 +1167,8 @@ type IdempotencyStats struct {
 	Waiting int64
 	// Conflicts counts 409 answers to copies still waiting at LockTimeout.
 	Conflicts int64
-	// Mismatches counts 422 answers: a key reused with another body.
+	// Mismatches counts 422 answers: a key reused with another query or
+	// body.
 	Mismatches int64
 	// Unavailable counts 503 answers: the store could not be asked.
 	Unavailable int64

@@ -2,10 +2,12 @@ package hedgehttp
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"testing"
 )
@@ -78,4 +80,80 @@ func BenchmarkIdempotent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkIdempotentHeld measures the memory a keyed request takes while
+// its handler runs: 32 requests are held in the handler at once, and the
+// live heap (after a GC) is compared with the heap before they came. It
+// reports B/held, the bytes per held request, and B/held-over-body, that
+// less the body; the bodies come from one shared slice, so what is
+// counted is the middleware's copy of each body and its own state (a
+// server's connection buffers come on top). "declared" bodies carry their
+// length; "unknown" ones are read as a stream, whose buffer grows by
+// doubling.
+func BenchmarkIdempotentHeld(b *testing.B) {
+	const held = 32
+	for _, size := range []int{64 << 10, 1 << 20} {
+		for _, declared := range []bool{true, false} {
+			name := fmt.Sprintf("body=%dKiB/length=unknown", size>>10)
+			if declared {
+				name = fmt.Sprintf("body=%dKiB/length=declared", size>>10)
+			}
+			b.Run(name, func(b *testing.B) {
+				payload := bytes.Repeat([]byte("x"), size)
+				var perReq float64
+				for i := 0; b.Loop(); i++ {
+					perReq += float64(heldBytes(b, held, payload, declared, i)) / held
+				}
+				perReq /= float64(b.N)
+				b.ReportMetric(perReq, "B/held")
+				b.ReportMetric(perReq-float64(size), "B/held-over-body")
+			})
+		}
+	}
+}
+
+// heldBytes serves n keyed requests carrying payload through a new
+// Idempotent, holds them all in the handler, and returns the growth of the
+// live heap while they are held.
+func heldBytes(b *testing.B, n int, payload []byte, declared bool, round int) uint64 {
+	arrived, release := make(chan struct{}, n), make(chan struct{})
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	})
+	h, err := NewIdempotent(next, nil, IdempotencyOptions{MaxBuffered: 1 << 30, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	done := make(chan struct{}, n)
+	for i := range n {
+		go func() {
+			var body io.Reader = bytes.NewReader(payload)
+			if !declared {
+				body = io.MultiReader(body) // hides the length
+			}
+			r := httptest.NewRequest(http.MethodPost, "/orders", body)
+			r.Header.Set(IdempotencyKeyHeader, "k-"+strconv.Itoa(round)+"-"+strconv.Itoa(i))
+			h.ServeHTTP(&discardWriter{h: http.Header{}}, r)
+			done <- struct{}{}
+		}()
+	}
+	for range n {
+		<-arrived
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	grown := ms.HeapAlloc - before
+	close(release)
+	for range n {
+		<-done
+	}
+	return grown
 }

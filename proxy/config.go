@@ -67,10 +67,16 @@ type Config struct {
 
 // Idempotency is the proxy's idempotency store: a request whose method is
 // one of Methods and that carries an Idempotency-Key header runs upstream
-// once per (key, method, path, scope), and every copy of it — a client's
-// hedge or retry, arriving at this proxy or, with the Redis store, at any
-// proxy sharing it — gets the first run's response, byte for byte (the
-// middleware is hedgehttp.Idempotent, in front of the routes).
+// once per (route, ScopeHeader value, method, path, key), and every copy
+// of it — a client's hedge or retry, arriving at this proxy or, with the
+// Redis store, at any proxy sharing it — gets the first run's response,
+// byte for byte (the middleware is hedgehttp.Idempotent, in front of the
+// routes). The route is the one the request matches (by host and path),
+// so one key sent to two services is two keys; a request that matches no
+// route gets 404 and is not stored. Within its scope a key names one
+// request, its query and body fingerprinted: the same key with another
+// query or body gets 422 Unprocessable Content, never the other
+// request's answer.
 //
 // Such a request is sent upstream once, unhedged, even on a route that
 // hedges: the upstream does not deduplicate, so a hedge of it to another
@@ -82,11 +88,35 @@ type Config struct {
 // nothing, a copy arriving while the first runs waits for its answer, and
 // one arriving after gets the stored answer at once.
 //
-// A run that ends in a 5xx frees the key, as hedgehttp.Idempotent does for
-// any handler: the next copy runs again. Behind a proxy that includes its
-// own 502 and 504 (upstream unreachable, route timeout), which may come
-// after the upstream applied the write; give keyed writes a route timeout
-// well above the upstream's own, so that it answers for itself.
+// Once a keyed write has been written to an upstream connection its key is
+// held until its outcome is known: a retry meanwhile waits for it (up to
+// LockTimeout, then 409 with Retry-After), never runs it again.
+//   - The client going away does not cancel the upstream request: it goes
+//     on, up to the route's timeout or a minute after the client left,
+//     and its answer is stored for the client's retry.
+//   - An answer the upstream gives is its outcome: stored, or, if it is a
+//     5xx (the upstream's own), the key freed, as hedgehttp.Idempotent
+//     does for any handler.
+//   - An answer lost after the request was written — the connection failed
+//     or was reset, the route's timeout passed, the body was cut off —
+//     leaves the outcome unknown: the proxy's 502 or 504, a problem saying
+//     so, is kept as the key's answer for TTL (or a 502 "Outcome unknown"
+//     if the answer was cut mid-body), so the write is never run twice;
+//     the client checks whether it took effect and uses a new key if it
+//     did not. A 502 for an upstream that could not be reached (nothing
+//     written) frees the key.
+//
+// The window left is a proxy that dies while it holds a key: the lock
+// ends with its lease (LockLease), and with the memory store everything
+// the proxy held is gone with it.
+//
+// Memory: keyed request bodies are read before they go upstream; the
+// bodies held at once, across listeners, are bounded by MaxBuffered (past
+// it 503 with Retry-After), and each run also keeps up to MaxResponse of
+// its answer. A held request costs a little more than its body
+// (hedgehttp's BenchmarkIdempotentHeld measures it), and its connection's
+// buffers on top: with the defaults, at most 64 MiB of bodies plus 1 MiB
+// of answer per keyed write running, whatever max_in_flight is.
 type Idempotency struct {
 	// Store is "memory" (the default: one proxy; copies must reach the
 	// same proxy) or "redis" (a fleet of proxies sharing Redis).

@@ -52,7 +52,14 @@
 // once, whichever copy of it arrives first, and sends it unhedged: a hedge
 // of it to another replica would run it twice, and the proxy cannot tell
 // whether a slow replica has already applied it. A client's own hedges
-// still pay off: the first copy to reach the store runs.
+// still pay off: the first copy to reach the store runs. Keys are scoped
+// by route (and scope_header); the same key with another query or body
+// gets 422. Once written upstream a keyed write's key stays held until
+// its answer is known: a client that gives up does not cancel it, and an
+// answer lost on the way (a reset, the route's timeout, a cut body) is
+// kept as the key's answer, so no retry runs it twice; net/http never
+// resends it. The keyed bodies held at once are bounded by
+// idempotency.max_buffered (64 MiB by default), whatever max_in_flight.
 //
 // Safety: only configured replicas are ever contacted; requests that are
 // not safe to repeat (a POST without Idempotency-Key) or whose body is past
