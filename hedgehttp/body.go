@@ -106,6 +106,21 @@ func readUpTo(r io.Reader, limit int64) (buf []byte, whole bool, err error) {
 	return buf, int64(len(buf)) <= limit, nil
 }
 
+// readFullUpTo is readUpTo into one buffer of limit+1 bytes, made at once:
+// for a body of declared length, which then takes no more memory than
+// that.
+func readFullUpTo(r io.Reader, limit int64) (buf []byte, whole bool, err error) {
+	buf = make([]byte, limit+1)
+	n, err := io.ReadFull(r, buf)
+	switch err {
+	case io.EOF, io.ErrUnexpectedEOF:
+		return buf[:n], true, nil
+	case nil:
+		return buf, false, nil
+	}
+	return buf[:n], false, err
+}
+
 // readBody reads a request body to replay it in hedges: all of it when it
 // holds at most limit bytes (whole reports that it does). declared is the
 // request's ContentLength, ≤ 0 when unknown. A body shorter or longer than
@@ -115,8 +130,10 @@ func readUpTo(r io.Reader, limit int64) (buf []byte, whole bool, err error) {
 func readBody(r io.Reader, declared, limit int64) (buf []byte, whole bool, err error) {
 	if declared > 0 {
 		limit = declared
+		buf, whole, err = readFullUpTo(r, limit)
+	} else {
+		buf, whole, err = readUpTo(r, limit)
 	}
-	buf, whole, err = readUpTo(r, limit)
 	if err != nil {
 		return nil, false, fmt.Errorf("hedgehttp: reading the request body: %w", err)
 	}

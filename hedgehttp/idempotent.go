@@ -1336,11 +1336,18 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	n, err := c.w.Write(p)
-	if err != nil && !c.overflow {
+	if err != nil && !c.overflow && !handlerError(err) {
 		c.gone = true
 		return len(p), nil
 	}
 	return n, err
+}
+
+// handlerError reports whether err, from a ResponseWriter's Write, is the
+// handler's mistake (a body where none is allowed, more than the declared
+// Content-Length, a hijacked connection) rather than a client gone.
+func handlerError(err error) bool {
+	return errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength) || errors.Is(err, http.ErrHijacked)
 }
 
 // errClientGone is the error of a write to a client that went away, once

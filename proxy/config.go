@@ -113,10 +113,11 @@ type Config struct {
 // Memory: keyed request bodies are read before they go upstream; the
 // bodies held at once, across listeners, are bounded by MaxBuffered (past
 // it 503 with Retry-After), and each run also keeps up to MaxResponse of
-// its answer. A held request costs a little more than its body
-// (hedgehttp's BenchmarkIdempotentHeld measures it), and its connection's
-// buffers on top: with the defaults, at most 64 MiB of bodies plus 1 MiB
-// of answer per keyed write running, whatever max_in_flight is.
+// its answer: with the defaults, at most 64 MiB of bodies plus 1 MiB of
+// answer per keyed write running, whatever max_in_flight is, on top of
+// what any request in flight holds. BenchmarkMemoryKeyedInFlight measures
+// a keyed write in flight through the proxy, hedgehttp's
+// BenchmarkIdempotentHeld the middleware's part of it.
 type Idempotency struct {
 	// Store is "memory" (the default: one proxy; copies must reach the
 	// same proxy) or "redis" (a fleet of proxies sharing Redis).
@@ -224,7 +225,11 @@ type Listener struct {
 	// the routes, so that a backlog (a slow upstream, a starved CPU) cannot
 	// grow the proxy's memory without bound (a GET in flight holds about
 	// 50 KiB of the proxy's heap and stacks, BenchmarkMemoryInFlight; a
-	// body buffered for replay adds its size). Zero means
+	// body buffered for replay adds its size, at most replay_limit: 128
+	// MiB of bodies at the defaults; a keyed write of the idempotency
+	// section holds its body instead, and those are bounded across
+	// requests by idempotency.max_buffered, BenchmarkMemoryKeyedInFlight).
+	// Zero means
 	// DefaultMaxInFlight, or shed.hard_limit if that is larger; -1 means
 	// no bound.
 	MaxInFlight int `yaml:"max_in_flight"`
