@@ -69,9 +69,9 @@ func TestIdempotentMiniredis(t *testing.T) { testIdempotent(t, miniBackend) }
 func TestIdempotentRealRedis(t *testing.T) { testIdempotent(t, realBackend) }
 
 // testIdempotent runs the middleware's loopback scenarios on the Redis
-// store: 100 copies run once, a body mismatch gets 422, a failed first run
-// lets the next copy run, and (on miniredis's clock) the TTL's end lets a
-// new run.
+// store: 100 copies run once, a body or query mismatch gets 422, a failed
+// first run lets the next copy run, one whose outcome is unknown keeps its
+// answer, and (on miniredis's clock) the TTL's end lets a new run.
 func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 	t.Run("100 copies", func(t *testing.T) {
 		const copies = 100
@@ -150,6 +150,35 @@ func testIdempotent(t *testing.T, newBackend func(*testing.T) backend) {
 		be.forward(time.Hour + time.Millisecond)
 		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, url, "k1", "100 EUR"); a.Status != http.StatusOK || a.Body != "run 3" {
 			t.Fatalf("copy after the TTL = %d %q, want a new run", a.Status, a.Body)
+		}
+	})
+
+	t.Run("another query, unknown outcome", func(t *testing.T) {
+		be := newBackend(t)
+		var runs atomic.Int64
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if r.URL.Path == "/forward" { // sent on, answer lost
+				hedgehttp.MarkOutcomeUnknown(r.Context())
+				http.Error(w, "upstream timed out", http.StatusGatewayTimeout)
+				return
+			}
+			fmt.Fprintf(w, "to %s", r.URL.Query().Get("to"))
+		})
+		srv, c := serve(t, next, &Store{Client: be.client}, hedgehttp.IdempotencyOptions{})
+		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, srv.URL+"/transfer?to=alice", "t1", "10"); a.Body != "to alice" {
+			t.Fatalf("first transfer: %d %q", a.Status, a.Body)
+		}
+		if a := idemtest.Send(t, c, t.Context(), http.MethodPost, srv.URL+"/transfer?to=mallory", "t1", "10"); a.Status != http.StatusUnprocessableEntity {
+			t.Errorf("same key, another query = %d %q, want 422", a.Status, a.Body)
+		}
+		for i := range 2 {
+			if a := idemtest.Send(t, c, t.Context(), http.MethodPost, srv.URL+"/forward", "f1", "x"); a.Status != http.StatusGatewayTimeout || (i > 0) != (a.Header.Get(hedgehttp.ReplayedHeader) == "true") {
+				t.Errorf("unknown outcome, copy %d = %d (replayed %q), want the 504 kept", i, a.Status, a.Header.Get(hedgehttp.ReplayedHeader))
+			}
+		}
+		if n := runs.Load(); n != 2 {
+			t.Errorf("handler ran %d times, want 2 (one per key)", n)
 		}
 	})
 }
