@@ -384,3 +384,35 @@ routes: [{name: a, host: a.example, upstream: ua}, {name: b, host: b.example, up
 		})
 	}
 }
+
+// idempotency.max_buffered bounds the keyed bodies the proxy holds at
+// once, across requests: past it a keyed write gets 503 with Retry-After
+// and never reaches the upstream; unkeyed requests are not counted.
+func TestProxyIdempotencyMaxBuffered(t *testing.T) {
+	var c runCounter
+	url, arrived, release := holdUpstream(t, &c)
+	p := startIdemProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u}]
+idempotency: {store: memory, max_body: 1KiB, max_buffered: 1KiB}
+`, url))
+	body := strings.Repeat("x", 1024)
+	first := make(chan answer, 1)
+	go func() { first <- p.keyedPost(t.Context(), "/orders", "held", body) }()
+	<-arrived // its 1 KiB body is held
+	a := p.keyedPost(t.Context(), "/orders", "second", "y")
+	if a.status != http.StatusServiceUnavailable || c.of("second") != 0 {
+		t.Errorf("keyed write past max_buffered: %d %q, upstream runs %d; want 503, none", a.status, a.body, c.of("second"))
+	}
+	if d := p.Debug().Idempotency; d.Overloaded != 1 {
+		t.Errorf("debug idempotency %+v, want 1 overloaded", d)
+	}
+	release()
+	if a := <-first; a.status != http.StatusCreated {
+		t.Errorf("held write: %d %q", a.status, a.body)
+	}
+	if a := p.keyedPost(t.Context(), "/orders", "third", "y"); a.status != http.StatusCreated {
+		t.Errorf("keyed write once the body was let go: %d %q, want 201", a.status, a.body)
+	}
+}
