@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -284,12 +285,18 @@ func outcomeLost(ctx context.Context) bool {
 // unknownOutcome answers a keyed write whose outcome is unknown with
 // status (502 or 504) and a problem that says so: the answer the key keeps.
 func unknownOutcome(w http.ResponseWriter, status int) {
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", "Upstream outcome unknown", status,
+		"The request was sent upstream and no complete answer came back: it may have taken effect, so this Idempotency-Key is not run again. " +
+			"Check whether it took effect; send it with a new Idempotency-Key if it did not."})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"type":"about:blank","title":"Upstream outcome unknown","status":%d,"detail":%q}`+"\n", status,
-		"The request was sent upstream and no complete answer came back: it may have taken effect, so this Idempotency-Key is not run again. "+
-			"Check whether it took effect; send it with a new Idempotency-Key if it did not.")
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // matches reports whether the route serves a request to host (lower case,

@@ -322,7 +322,8 @@ func listenAddrs(c *Config) []string {
 }
 
 // Handler returns the handler of client traffic: the router of the config
-// in force, behind the idempotency middleware if the config has one. In
+// in force, behind the idempotency middleware if the config has one (a
+// request that matches no route gets its 404 without it). In
 // front of both, each request's path is normalised once (see [Paths]) and
 // CONNECT and TRACE are refused with 405.
 func (s *Server) Handler() http.Handler {
