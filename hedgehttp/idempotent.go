@@ -80,8 +80,8 @@ type IdempotencyOptions struct {
 	// then at most MaxBuffered of bodies, plus up to MaxStoredResponse of
 	// response per run, plus a fixed cost per request that
 	// BenchmarkIdempotentHeld measures. Zero means DefaultMaxBuffered
-	// (64 MiB). Must not be negative, and not below MaxBody (a body of
-	// MaxBody bytes must fit).
+	// (64 MiB), or MaxBody if that is larger. Must not be negative, and
+	// not below MaxBody (a body of MaxBody bytes must fit).
 	MaxBuffered int64
 
 	// Scope, if set, returns the caller's scope (a tenant, an API key's
