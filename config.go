@@ -122,9 +122,8 @@ type Config struct {
 	// between them, and the reserve may be a quarter where they carry the
 	// deep tail (AutoChoice.Reserve). They cut the p99.9 —
 	// a request whose primary and first hedge both straggle — at little
-	// cost, because few requests need them: on the bhope workload
-	// MaxHedges 2 takes the p99.9 from 45–50 ms to 24–26 ms for about 0.3
-	// points more extra load.
+	// cost, because few requests need them (`tailcut lab --max-hedges 1`
+	// against the default on the bhope scenario shows the difference).
 	MaxHedges int
 
 	// Budget caps the extra load. Nil means budget.NewWindowed(0.1, 10s,

@@ -776,7 +776,7 @@ func (st *state[T]) arm() {
 		st.tickC = nil
 		return
 	}
-	st.w.tick.Reset(st.start.Add(st.at(st.nextTick)).Sub(time.Now()))
+	st.w.tick.Reset(time.Until(st.start.Add(st.at(st.nextTick))))
 	st.tickC = st.w.tick.C
 }
 

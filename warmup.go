@@ -27,8 +27,8 @@ import "time"
 // tail is not known, but the median soon is, and a hedge sent before the
 // median is sent on most requests. 1.5 × the median is below the learned
 // delay on any distribution whose p90 is (on the bhope workload's
-// lognormal, 1.5 × its 4.6 ms median stays under the 10 ms guess, which
-// is kept).
+// lognormal it stays under the 10 ms guess, which is kept:
+// TestWarmupFloor's cases).
 const warmupFloor = 1.5
 
 // retime re-times the first hedge of r, a request begun before its key's

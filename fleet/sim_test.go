@@ -262,9 +262,7 @@ func TestSimPooledVersusLocal(t *testing.T) {
 		rows = nil
 		for _, q := range []float64{0, 0.95} {
 			for _, d := range []string{"trimodal 100/300/800ms", "lognormal 5ms, 5% x10"} {
-				for _, r := range []row{{d, 0.2, 0, q}, {d, 0.5, 0, q}, {d, 2, 0, q}, {d, 0.5, 5 * time.Minute, q}, {d, 2, 5 * time.Minute, q}} {
-					rows = append(rows, r)
-				}
+				rows = append(rows, []row{{d, 0.2, 0, q}, {d, 0.5, 0, q}, {d, 2, 0, q}, {d, 0.5, 5 * time.Minute, q}, {d, 2, 5 * time.Minute, q}}...)
 			}
 		}
 		dur, clients = 20*time.Minute, 40

@@ -187,11 +187,13 @@ func (s *Syncer) Close() error {
 			s.cancel()
 			<-s.done
 		}
-		s.round.Lock() // wait for a round in progress (SyncNow from elsewhere)
-		s.round.Unlock()
+		// A round in progress (SyncNow from elsewhere) ends before the
+		// store closes; a round after it sees s.closed.
+		s.round.Lock()
 		if s.closeStore != nil {
 			err = s.closeStore()
 		}
+		s.round.Unlock()
 	})
 	return err
 }

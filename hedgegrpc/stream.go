@@ -59,8 +59,9 @@ import (
 // their streams on their own goroutines. Each attempt costs two
 // goroutines; a stream not hedged (WithoutHedging, maxAttempts 1) is one
 // such attempt, committed from the start, so its messages are not
-// buffered. A stream whose hedge does not fire costs 29 allocations (about
-// 3.4 KB) more than the plain stream, whatever its length (BenchmarkStream).
+// buffered. A stream whose hedge does not fire costs a fixed number of
+// allocations more than the plain stream, whatever its length
+// (BenchmarkStream measures them).
 // Methods the service config does not hedge go straight to the streamer,
 // marked (one allocation) so that [BalancerName] does not take their
 // lifetime for latency.

@@ -36,7 +36,7 @@ func ExampleHedger() {
 		fmt.Print(e.Name)
 		for _, kv := range e.Attributes {
 			if kv.Key != hedgeotel.LatencyKey {
-				fmt.Printf(" %s=%s", kv.Key, kv.Value.Emit())
+				fmt.Printf(" %s=%s", kv.Key, kv.Value.String())
 			}
 		}
 		fmt.Println()

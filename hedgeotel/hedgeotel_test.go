@@ -327,7 +327,7 @@ func name(metric string, kvs []attribute.KeyValue) string {
 				extra += "/bad-downstream"
 			}
 		default:
-			extra += "/" + kv.Value.Emit()
+			extra += "/" + kv.Value.String()
 		}
 	}
 	return s + extra

@@ -96,5 +96,3 @@ func (q *fifo) pop() (int32, bool) {
 	q.head++
 	return id, true
 }
-
-func (q *fifo) len() int { return len(q.buf) - q.head }

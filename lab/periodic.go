@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -457,9 +458,9 @@ func (p *PhaseSchedule) delay(t, period time.Duration, h uint64) time.Duration {
 func (p *PhaseSchedule) validate() error {
 	switch {
 	case len(p.Delays) == 0:
-		return fmt.Errorf("no phases")
+		return errors.New("no phases")
 	case p.Share != nil && (len(p.Share) != len(p.Delays) || len(p.Alt) != len(p.Delays)):
-		return fmt.Errorf("Share and Alt must have one entry per phase")
+		return errors.New("the schedule's Share and Alt must have one entry per phase")
 	}
 	for _, f := range p.Share {
 		if !(f >= 0 && f <= 1) {

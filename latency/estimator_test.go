@@ -145,10 +145,6 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
-}
-
 func TestSnapshotRoundTripAndSeed(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	gen := generators["lognormal mean 5ms sd 2ms, 5% x10"]

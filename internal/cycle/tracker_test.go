@@ -347,13 +347,6 @@ func TestTrackerOrder(t *testing.T) {
 var bhope = testdist.Lognormal
 
 // when returns x if cond, else 1.
-func when(cond bool, x float64) float64 {
-	if cond {
-		return x
-	}
-	return 1
-}
-
 // TestTrackerLabScenarios feeds a Tracker from a latency.Estimator, as a
 // caller would (LastWindow at each rotation), with the lab's bhope, drift
 // (× 3 from halfway) and outage (× 10 in the middle third) scenarios at

@@ -38,16 +38,13 @@ const Decay = time.Second
 // replica gets at most one probe per ProbeAfter (8 a second) however busy
 // the client is; a replica that still fails costs at most that many failed
 // attempts, each followed at once by a hedge. A probe's sample, taken after
-// a silence, weighs more than a regular one (see Observe). At one request a
-// millisecond (TestProbeBringsBackRecoveredReplica), a replica slow (100 ms
-// instead of 5) for a second gets a quarter of the traffic back 1.7 s after
-// it recovers among three replicas, 2.2 s among two; one that stays slow
-// keeps 0.8 % of it. The pick costs one atomic add more, on a counter with a
-// cache line of its own (BenchmarkPick, two series of 10 runs alternated
-// with the pick before probes, shared 2-core machine at load 5–8: serial
-// medians 105 → 108 and 65 → 68 ns; on two Ps at once 116 → 114 and 53 → 67
-// ns — the shared counter costs up to about 15 ns when both Ps pick in a
-// tight loop).
+// a silence, weighs more than a regular one (see Observe), so a replica
+// that recovers gets its share of the traffic back within seconds, and one
+// that stays slow keeps a small fraction of it
+// (TestProbeBringsBackRecoveredReplica bounds both). The pick costs one
+// atomic add more, on a counter with a cache line of its own; the counter is
+// shared, so it costs most when two Ps pick in a tight loop (BenchmarkPick,
+// serial and parallel).
 const (
 	ProbeEvery = 32
 	ProbeAfter = 125 * time.Millisecond

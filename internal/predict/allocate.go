@@ -76,7 +76,7 @@ func (a *Allocator) Allocate(key Schedule, guess *float64) bool {
 	case t > (1-gain)*hi:
 		return false
 	case t > (1-gain)*lo:
-		lo, hi = k.bisect(lo, hi, 10)
+		_, hi = k.bisect(lo, hi, 10)
 		if t > (1-gain)*hi {
 			return false
 		}

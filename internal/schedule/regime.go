@@ -31,8 +31,8 @@ import (
 // makes: once every straggler is hedged and its hedge answers first, a
 // primary is known only to be slower than that answer, the tail seems to
 // end there, and a schedule that waits past it predicts the p99 the
-// hedging one does: on demo such a schedule waits 250–400 ms, past the
-// first slow mode, where the gap's schedule hedges at 121 ms
+// hedging one does: on demo such a schedule waits past the first slow
+// mode, where the gap's schedule hedges inside the gap below it
 // (TestKeepRegimeTie; `tailcut lab experiment delay`). So are the shares
 // above a level that has not yet climbed to the hedged requests' answers
 // (it starts at a cold key's first prediction and moves by a tenth at
