@@ -87,7 +87,7 @@ func TestInlinePrimaryByBase(t *testing.T) {
 		{"nil (http.DefaultTransport)", nil, nil, true},
 		{"*http.Transport", &http.Transport{}, nil, true},
 		//lint:ignore SA1019 callers still hand x/net's Transport to NewTransport; it must be recognised
-		{"x/net *http2.Transport", &http2.Transport{}, nil, true},
+		{"x/net *http2.Transport", &http2.Transport{}, nil, true}, //nolint:staticcheck // as the line above says
 		{"a custom RoundTripper", custom, nil, false},
 		{"a Transport over *http.Transport", NewTransport(&http.Transport{}, nil), nil, true},
 		{"a Transport over a custom RoundTripper", NewTransport(custom, nil), nil, true},

@@ -616,7 +616,7 @@ func (pt *periodicTable) phaseTable() Table {
 			v[k] = r.byIndex[i]
 		}
 		radixSort(v)
-		return Millis(time.Duration(pct(v, 0.99)))
+		return Millis(pct(v, 0.99))
 	}
 	ex := func(r *Result, ii []int) string {
 		if r == nil || len(ii) == 0 {

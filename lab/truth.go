@@ -133,7 +133,7 @@ func (s *Scenario) trueQuantile(seed uint64, q float64, c Call, n int) time.Dura
 	if s.CDF == nil {
 		return quantileOf(s.Calibrate(seed, n, c.Request, c.Requests), q)
 	}
-	hi := time.Duration(time.Microsecond)
+	hi := time.Microsecond
 	for s.CDF(hi, c) < q && hi < maxLatency {
 		hi *= 2
 	}
