@@ -2,6 +2,8 @@ module github.com/tailcut/tailcut/cmd/tailcut
 
 go 1.26.0
 
+toolchain go1.26.10
+
 replace github.com/tailcut/tailcut => ../..
 
 replace github.com/tailcut/tailcut/lab => ../../lab
