@@ -54,7 +54,7 @@ func (m *marked) Unwrap() error { return m.err }
 // unmark returns err without the mark Final or Transient put on it (only a
 // mark at the top: one wrapped further stays as the caller wrapped it).
 func unmark(err error) error {
-	if m, ok := err.(*marked); ok {
+	if m, ok := err.(*marked); ok { //nolint:errorlint // only a mark at the top counts
 		return m.err
 	}
 	return err
@@ -86,7 +86,7 @@ func ErrorClass(err error) Class {
 	if err == nil {
 		return Success
 	}
-	if m, ok := err.(*marked); ok {
+	if m, ok := err.(*marked); ok { //nolint:errorlint // only a mark at the top counts
 		return m.class
 	}
 	var m *marked

@@ -40,7 +40,7 @@ func TestCallersGivingUpAreAbandonedNotFailed(t *testing.T) {
 						ctx, cancel := context.WithCancel(t.Context())
 						// Before the hedge delay, or after the hedge went.
 						time.AfterFunc(time.Duration(1+i%2*10)*time.Millisecond, cancel)
-						if _, err, _ := call(ctx, ic, slow, opts...); status.Code(err) != codes.Canceled {
+						if _, _, err := call(ctx, ic, slow, opts...); status.Code(err) != codes.Canceled {
 							t.Errorf("a caller that gave up got %v, want CANCELLED", err)
 						}
 					})
@@ -59,7 +59,7 @@ func TestCallersGivingUpAreAbandonedNotFailed(t *testing.T) {
 					return reply{after: time.Millisecond}
 				})
 				for range 20 {
-					if out, err, _ := call(t.Context(), ic, f); err != nil || out.Username != "attempt-1" {
+					if out, _, err := call(t.Context(), ic, f); err != nil || out.Username != "attempt-1" {
 						t.Fatalf("patient caller: %v, %v; want the hedge's answer", out, err)
 					}
 				}

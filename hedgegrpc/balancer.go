@@ -91,7 +91,7 @@ func (lbBuilder) Name() string { return BalancerName }
 func (lbBuilder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(js, &fields); err != nil {
-		return nil, fmt.Errorf("hedgegrpc: loadBalancingConfig %s: want a JSON object: %v", BalancerName, err)
+		return nil, fmt.Errorf("hedgegrpc: loadBalancingConfig %s: want a JSON object: %w", BalancerName, err)
 	}
 	return &lbConfig{}, nil
 }

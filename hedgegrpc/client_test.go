@@ -138,16 +138,16 @@ func hedgingConfig(t *testing.T, maxAttempts int, delay string) *ServiceConfig {
 }
 
 // call runs one unary call through the interceptor and returns the reply,
-// the error and how long it took.
-func call(ctx context.Context, ic grpc.UnaryClientInterceptor, f *fake, opts ...grpc.CallOption) (*testpb.SimpleResponse, error, time.Duration) {
+// how long it took and the error.
+func call(ctx context.Context, ic grpc.UnaryClientInterceptor, f *fake, opts ...grpc.CallOption) (*testpb.SimpleResponse, time.Duration, error) {
 	return callMethod(ctx, unaryMethod, ic, f, opts...)
 }
 
-func callMethod(ctx context.Context, method string, ic grpc.UnaryClientInterceptor, f *fake, opts ...grpc.CallOption) (*testpb.SimpleResponse, error, time.Duration) {
+func callMethod(ctx context.Context, method string, ic grpc.UnaryClientInterceptor, f *fake, opts ...grpc.CallOption) (*testpb.SimpleResponse, time.Duration, error) {
 	start := time.Now()
 	out := &testpb.SimpleResponse{Username: "stale"}
 	err := ic(ctx, method, &testpb.SimpleRequest{}, out, nil, f.invoke, opts...)
-	return out, err, time.Since(start)
+	return out, time.Since(start), err
 }
 
 func TestHedgeWinsAfterDelay(t *testing.T) {
@@ -160,7 +160,7 @@ func TestHedgeWinsAfterDelay(t *testing.T) {
 			}
 			return reply{after: 5 * time.Millisecond}
 		})
-		out, err, took := call(t.Context(), ic, f)
+		out, took, err := call(t.Context(), ic, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestFastPrimaryIsNotHedged(t *testing.T) {
 		p := mustPolicy(t, tailcut.Config{})
 		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0.01s")))
 		f := newFake(func(int) reply { return reply{after: 9 * time.Millisecond} })
-		out, err, took := call(t.Context(), ic, f)
+		out, took, err := call(t.Context(), ic, f)
 		if err != nil || out.Username != "attempt-0" || took != 9*time.Millisecond {
 			t.Fatalf("got %q, %v after %v; want attempt-0, nil after 9ms", out.Username, err, took)
 		}
@@ -214,7 +214,7 @@ func TestAdaptiveDelayFromPolicy(t *testing.T) {
 			}
 			return reply{after: time.Millisecond}
 		})
-		if _, err, took := call(t.Context(), ic, f); err != nil || took != 26*time.Millisecond {
+		if _, took, err := call(t.Context(), ic, f); err != nil || took != 26*time.Millisecond {
 			t.Fatalf("err %v after %v, want success after 26ms", err, took)
 		}
 	})
@@ -240,7 +240,7 @@ func TestEarlySlotRetimed(t *testing.T) {
 		var out *testpb.SimpleResponse
 		var err error
 		var took time.Duration
-		wg.Go(func() { out, err, took = call(t.Context(), ic, slow) })
+		wg.Go(func() { out, took, err = call(t.Context(), ic, slow) })
 		wg.Wait()
 		synctest.Wait()
 		if n := len(fast.records()); n != 1 {
@@ -273,7 +273,7 @@ func TestAttemptMetadata(t *testing.T) {
 			}
 			return reply{after: time.Second}
 		})
-		if _, err, _ := call(t.Context(), ic, f); err != nil {
+		if _, _, err := call(t.Context(), ic, f); err != nil {
 			t.Fatal(err)
 		}
 		recs := f.records()
@@ -297,7 +297,7 @@ func TestEachAttemptHasItsOwnReply(t *testing.T) {
 		p := mustPolicy(t, tailcut.Config{MaxHedges: 2})
 		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0s")))
 		f := newFake(func(k int) reply { return reply{after: time.Duration(3-k) * time.Millisecond} })
-		out, err, _ := call(t.Context(), ic, f)
+		out, _, err := call(t.Context(), ic, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +338,7 @@ func TestNonFatalSendsNextAttemptAtOnce(t *testing.T) {
 			}
 			return reply{after: 2 * time.Millisecond}
 		})
-		out, err, took := call(t.Context(), ic, f)
+		out, took, err := call(t.Context(), ic, f)
 		if err != nil || out.Username != "attempt-1" {
 			t.Fatalf("got %q, %v; want attempt-1", out.Username, err)
 		}
@@ -370,7 +370,7 @@ func TestNonFatalCodesConfigured(t *testing.T) {
 					}
 					return reply{after: time.Millisecond}
 				})
-				_, err, _ := call(t.Context(), ic, f)
+				_, _, err := call(t.Context(), ic, f)
 				if n := len(f.records()); n != tc.attempts {
 					t.Errorf("%d attempts, want %d (err %v)", n, tc.attempts, err)
 				}
@@ -390,7 +390,7 @@ func TestServiceConfigNonFatalCodes(t *testing.T) {
 			}
 			return reply{after: time.Millisecond}
 		})
-		if _, err, _ := call(t.Context(), ic, f); err != nil {
+		if _, _, err := call(t.Context(), ic, f); err != nil {
 			t.Fatalf("INTERNAL (13) is non-fatal by the config, got %v", err)
 		}
 	})
@@ -401,7 +401,7 @@ func TestFatalCodeEndsCall(t *testing.T) {
 		p := mustPolicy(t, tailcut.Config{MaxHedges: 2})
 		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 3, "0.01s")))
 		f := newFake(func(k int) reply { return reply{after: time.Millisecond, code: codes.InvalidArgument, msg: "bad"} })
-		_, err, took := call(t.Context(), ic, f)
+		_, took, err := call(t.Context(), ic, f)
 		if status.Code(err) != codes.InvalidArgument || took != time.Millisecond {
 			t.Fatalf("err %v after %v, want INVALID_ARGUMENT after 1ms", err, took)
 		}
@@ -422,7 +422,7 @@ func TestFatalFromHedgeCancelsOriginal(t *testing.T) {
 			}
 			return reply{after: 2 * time.Millisecond, code: codes.NotFound}
 		})
-		_, err, took := call(t.Context(), ic, f)
+		_, took, err := call(t.Context(), ic, f)
 		if status.Code(err) != codes.NotFound || took != 12*time.Millisecond {
 			t.Fatalf("err %v after %v, want NOT_FOUND after 12ms", err, took)
 		}
@@ -447,7 +447,7 @@ func TestAllFailReturnsOriginalsError(t *testing.T) {
 			return reply{after: after, code: codes.Unavailable, msg: "from " + strconv.Itoa(k)}
 		})
 		var trailer metadata.MD
-		_, err, took := call(t.Context(), ic, f, grpc.Trailer(&trailer))
+		_, took, err := call(t.Context(), ic, f, grpc.Trailer(&trailer))
 		if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "from 0" {
 			t.Fatalf("err %v, want the original's UNAVAILABLE \"from 0\"", err)
 		}
@@ -467,7 +467,7 @@ func TestCallerDeadlineEndsAllAttempts(t *testing.T) {
 		f := newFake(func(int) reply { return reply{after: time.Hour} })
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
-		_, err, took := call(ctx, ic, f)
+		_, took, err := call(ctx, ic, f)
 		if status.Code(err) != codes.DeadlineExceeded || took != 50*time.Millisecond {
 			t.Fatalf("err %v after %v, want DEADLINE_EXCEEDED after 50ms", err, took)
 		}
@@ -496,7 +496,7 @@ func TestPushbackDelaysNextHedgeAndPausesKey(t *testing.T) {
 			}
 			return reply{after: time.Millisecond}
 		})
-		out, err, took := call(t.Context(), ic, f)
+		out, took, err := call(t.Context(), ic, f)
 		if err != nil || out.Username != "attempt-2" {
 			t.Fatalf("got %q, %v; want attempt-2", out.Username, err)
 		}
@@ -521,7 +521,7 @@ func TestPushbackPausesOtherCalls(t *testing.T) {
 		f1 := newFake(func(int) reply {
 			return reply{after: 50 * time.Millisecond, code: codes.ResourceExhausted, trailer: metadata.Pairs(PushbackKey, "450")}
 		})
-		if _, err, _ := call(t.Context(), ic, f1, WithoutHedging()); status.Code(err) != codes.ResourceExhausted {
+		if _, _, err := call(t.Context(), ic, f1, WithoutHedging()); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("err %v, want RESOURCE_EXHAUSTED", err)
 		}
 		// Paused until 500ms: the next call's hedge slots at 150, 250, 350
@@ -532,7 +532,7 @@ func TestPushbackPausesOtherCalls(t *testing.T) {
 			}
 			return reply{after: time.Millisecond}
 		})
-		_, err, took := call(t.Context(), ic, f2)
+		_, took, err := call(t.Context(), ic, f2)
 		if err != nil || took != 501*time.Millisecond {
 			t.Fatalf("err %v after %v, want success after 501ms", err, took)
 		}
@@ -551,7 +551,7 @@ func TestBadPushbackStopsHedgingForCall(t *testing.T) {
 				f := newFake(func(k int) reply {
 					return reply{after: time.Millisecond, code: codes.Unavailable, trailer: metadata.Pairs(PushbackKey, v)}
 				})
-				_, err, took := call(t.Context(), ic, f)
+				_, took, err := call(t.Context(), ic, f)
 				if status.Code(err) != codes.Unavailable || took != time.Millisecond {
 					t.Fatalf("err %v after %v, want UNAVAILABLE after 1ms", err, took)
 				}
@@ -576,7 +576,7 @@ func TestShedHedgeDoesNotFailCall(t *testing.T) {
 			}
 			return reply{code: codes.ResourceExhausted, trailer: metadata.Pairs(PushbackKey, "1000")}
 		})
-		out, err, took := call(t.Context(), ic, f)
+		out, took, err := call(t.Context(), ic, f)
 		if err != nil || out.Username != "attempt-0" || took != 40*time.Millisecond {
 			t.Fatalf("got %q, %v after %v; want attempt-0 after 40ms", out.Username, err, took)
 		}
@@ -593,7 +593,7 @@ func TestHeaderTrailerFromWinner(t *testing.T) {
 			return reply{after: time.Millisecond, trailer: metadata.Pairs("t", "1")}
 		})
 		var header, trailer metadata.MD
-		if _, err, _ := call(t.Context(), ic, f, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+		if _, _, err := call(t.Context(), ic, f, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
 			t.Fatal(err)
 		}
 		if got := header.Get("served-by"); len(got) != 1 || got[0] != "1" {
@@ -610,7 +610,7 @@ func TestWithoutHedgingCallOption(t *testing.T) {
 		p := mustPolicy(t, tailcut.Config{})
 		ic := UnaryClientInterceptor(p)
 		f := newFake(func(int) reply { return reply{after: time.Second} })
-		out, err, _ := call(t.Context(), ic, f, WithoutHedging(), grpc.WaitForReady(true))
+		out, _, err := call(t.Context(), ic, f, WithoutHedging(), grpc.WaitForReady(true))
 		if err != nil || out.Username != "attempt-0" {
 			t.Fatalf("got %q, %v", out.Username, err)
 		}
@@ -633,7 +633,7 @@ func TestWithDelayCallOption(t *testing.T) {
 			}
 			return reply{after: time.Millisecond}
 		})
-		if _, err, took := call(t.Context(), ic, f, WithDelay(30*time.Millisecond)); err != nil || took != 31*time.Millisecond {
+		if _, took, err := call(t.Context(), ic, f, WithDelay(30*time.Millisecond)); err != nil || took != 31*time.Millisecond {
 			t.Fatalf("err %v after %v, want success after 31ms", err, took)
 		}
 	})
@@ -644,7 +644,7 @@ func TestPolicyCapsMaxAttempts(t *testing.T) {
 		p := mustPolicy(t, tailcut.Config{MaxHedges: 1})
 		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 5, "0.01s")))
 		f := newFake(func(int) reply { return reply{after: time.Second} })
-		if _, err, _ := call(t.Context(), ic, f); err != nil {
+		if _, _, err := call(t.Context(), ic, f); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(f.records()); n != 2 {
@@ -657,7 +657,7 @@ func TestNilPolicyFitsServiceConfig(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ic := UnaryClientInterceptor(nil, WithServiceConfig(hedgingConfig(t, 4, "0.01s")))
 		f := newFake(func(int) reply { return reply{after: time.Second} })
-		if _, err, _ := call(t.Context(), ic, f); err != nil {
+		if _, _, err := call(t.Context(), ic, f); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(f.records()); n != 4 {
@@ -679,7 +679,7 @@ func TestBudgetLimitsHedges(t *testing.T) {
 			return reply{after: time.Millisecond}
 		})
 		for i := range 3 {
-			if _, err, _ := call(t.Context(), ic, f); err != nil {
+			if _, _, err := call(t.Context(), ic, f); err != nil {
 				t.Fatalf("call %d: %v", i, err)
 			}
 		}
@@ -733,7 +733,7 @@ func TestThrottling(t *testing.T) {
 		ok := newFake(func(int) reply { return reply{after: time.Millisecond} })
 		for _, c := range []struct{ successes, attempts int }{{10, 6}, {11, 8}} {
 			for range c.successes {
-				if _, err, _ := callMethod(t.Context(), "/grpc.testing.TestService/CacheableUnaryCall", ic, ok); err != nil {
+				if _, _, err := callMethod(t.Context(), "/grpc.testing.TestService/CacheableUnaryCall", ic, ok); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -855,7 +855,7 @@ func TestServerFailuresFeedTheBreaker(t *testing.T) {
 				ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "1s")))
 				f := newFake(func(int) reply { return reply{after: time.Millisecond, code: tc.code} })
 				for range 25 {
-					if _, err, _ := call(t.Context(), ic, f); status.Code(err) != tc.code {
+					if _, _, err := call(t.Context(), ic, f); status.Code(err) != tc.code {
 						t.Fatalf("err %v, want %v", err, tc.code)
 					}
 				}
@@ -872,7 +872,7 @@ func TestDryRunSendsNoHedge(t *testing.T) {
 		p := mustPolicy(t, tailcut.Config{DryRun: true})
 		ic := UnaryClientInterceptor(p, WithServiceConfig(hedgingConfig(t, 2, "0.01s")))
 		f := newFake(func(int) reply { return reply{after: 50 * time.Millisecond} })
-		out, err, took := call(t.Context(), ic, f)
+		out, took, err := call(t.Context(), ic, f)
 		if err != nil || out.Username != "attempt-0" || took != 50*time.Millisecond {
 			t.Fatalf("got %q, %v after %v", out.Username, err, took)
 		}
@@ -891,7 +891,7 @@ func TestWithKey(t *testing.T) {
 		ic := UnaryClientInterceptor(p, WithKey(func(string) string { return "backend" }))
 		f := newFake(func(int) reply { return reply{after: time.Millisecond} })
 		for _, m := range []string{unaryMethod, "/grpc.testing.TestService/EmptyCall"} {
-			if _, err, _ := callMethod(t.Context(), m, ic, f); err != nil {
+			if _, _, err := callMethod(t.Context(), m, ic, f); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -370,7 +370,7 @@ func parseDuration(s string) (time.Duration, error) {
 	if err := protojson.Unmarshal(js, &pd); err != nil || !strings.ContainsAny(s, "0123456789") {
 		return 0, fmt.Errorf("malformed duration %q: want decimal seconds (at most nine fractional digits) with an \"s\" suffix, such as \"0.5s\"", s)
 	}
-	const maxSeconds = int64(math.MaxInt64 / int64(time.Second))
+	const maxSeconds = math.MaxInt64 / int64(time.Second)
 	if pd.Seconds >= maxSeconds || pd.Seconds <= -maxSeconds {
 		return 0, fmt.Errorf("duration %q out of range", s)
 	}

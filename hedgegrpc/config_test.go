@@ -429,7 +429,7 @@ func TestStatsReportPinnedHedgingDelay(t *testing.T) {
 			{"WithDelay", adaptive, []grpc.CallOption{WithDelay(40 * time.Millisecond)}, 40 * time.Millisecond, true},
 			{"no hedgingDelay again", adaptive, nil, 25 * time.Millisecond, false},
 		} {
-			if _, err, _ := callMethod(t.Context(), c.method, ic, f, c.opts...); err != nil {
+			if _, _, err := callMethod(t.Context(), c.method, ic, f, c.opts...); err != nil {
 				t.Fatal(err)
 			}
 			check(c.when, c.method, c.want, c.pinned)

@@ -2,6 +2,7 @@ package hedgegrpc
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -323,7 +324,7 @@ func (s *hstream) signal(u *sub, m proto.Message) {
 func (s *hstream) attemptEnded(u *sub, cs grpc.ClientStream, err error) {
 	h := s.h
 	res := &result{index: u.index, err: err, end: time.Now()}
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		res.err = nil
 	}
 	if cs != nil {

@@ -170,9 +170,9 @@ func TestBodyOfWrongLengthFailsAsWithoutHedging(t *testing.T) {
 	for _, proto := range protocols {
 		for _, tt := range tests {
 			t.Run(proto.name+"/"+tt.name, func(t *testing.T) {
-				// send returns the answer's status or the error, and the
-				// lengths of the complete requests the server received.
-				send := func(hedged bool) (string, error, map[int]bool) {
+				// send returns the answer's status, the lengths of the
+				// complete requests the server received, and the error.
+				send := func(hedged bool) (string, map[int]bool, error) {
 					rec := newRecorder()
 					srv, base := startServer(t, proto.h2, rec)
 					var body io.Reader
@@ -200,10 +200,10 @@ func TestBodyOfWrongLengthFailsAsWithoutHedging(t *testing.T) {
 							complete[a.n] = true
 						}
 					}
-					return status, innerErr(err), complete
+					return status, complete, innerErr(err)
 				}
-				wantStatus, wantErr, wantComplete := send(false)
-				gotStatus, gotErr, gotComplete := send(true)
+				wantStatus, wantComplete, wantErr := send(false)
+				gotStatus, gotComplete, gotErr := send(true)
 				switch {
 				case (gotErr == nil) != (wantErr == nil) || gotStatus != wantStatus:
 					t.Errorf("status %q, error %v; want the plain transport's: %q, %v", gotStatus, gotErr, wantStatus, wantErr)
@@ -308,7 +308,9 @@ func TestMissingBodyGoesOnce(t *testing.T) {
 		calls.Add(1)
 		return base.RoundTrip(r)
 	})
-	tr := NewTransport(counted, fixedPolicy(t, 5*time.Millisecond), WithMethods(http.MethodPut))
+	// The hedge is due long after the primary fails, so a second call can
+	// only come from the failure being taken for one a hedge may repeat.
+	tr := NewTransport(counted, fixedPolicy(t, time.Hour), WithMethods(http.MethodPut))
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +336,9 @@ func TestGetBodyOfWrongLengthGoesOnce(t *testing.T) {
 		calls.Add(1)
 		return base.RoundTrip(r)
 	})
-	tr := NewTransport(counted, fixedPolicy(t, 5*time.Millisecond), WithMethods(http.MethodPut))
+	// The hedge is due long after the primary fails, so a second call can
+	// only come from the failure being taken for one a hedge may repeat.
+	tr := NewTransport(counted, fixedPolicy(t, time.Hour), WithMethods(http.MethodPut))
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL, bytes.NewReader(make([]byte, 400)))
 	if err != nil {
 		t.Fatal(err)

@@ -345,7 +345,7 @@ func (rt *roundTrip) endTimeout(ctx context.Context, cancelTimeout context.Cance
 	if err != nil {
 		if cancelTimeout != nil {
 			cancelTimeout()
-			if context.Cause(ctx) == errHardTimeout && rt.req.Context().Err() == nil {
+			if errors.Is(context.Cause(ctx), errHardTimeout) && rt.req.Context().Err() == nil {
 				err = &TimeoutError{After: timeout}
 			}
 		}
@@ -796,7 +796,7 @@ func discard(resp *http.Response) {
 		resp.Body.Close()
 		return
 	}
-	io.CopyN(io.Discard, resp.Body, DrainLimit)
+	_, _ = io.CopyN(io.Discard, resp.Body, DrainLimit) // a drain that fails only costs the connection
 	resp.Body.Close()
 }
 

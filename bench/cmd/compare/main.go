@@ -133,7 +133,7 @@ func strategies(sc scenario) []strategy {
 		{name: "failsafe-go", peer: true, about: "failsafe-go v0.9.8 hedgepolicy: delay at the p90 (age 1000, after 20), 1 hedge, its budget at max rate 10 %",
 			rt: func(base http.RoundTripper) http.RoundTripper {
 				b := fsbudget.NewBuilder().WithMaxRate(budgetRatio).Build()
-				hp := hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.9, 1000, 20).WithMaxHedges(1).WithBudget(b).Build()
+				hp := hedgepolicy.NewBuilderWithDelayQuantile[*http.Response](0.9, 1000, 20).WithMaxHedges(1).WithBudget(b).Build() //nolint:bodyclose // a type argument, no response
 				return failsafehttp.NewRoundTripper(base, hp)
 			}},
 	}
