@@ -1,0 +1,46 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBarsOf checks each bar on figures chosen to fall on either side of
+// it.
+func TestBarsOf(t *testing.T) {
+	fixed := []point{
+		{"p90", 1.7, 0.12, 0.12, 60},
+		{"p95", 1.9, 0.05, 0.05, 56},
+		{"p99", 2.4, 0.01, 0.01, 50},
+	}
+	// tailcut at 7 %: the best fixed delay at ≤ 7 % is p95 (1.9); the
+	// least extra load reaching 2.0 is p95's 5 % (× 1.25 = 6.25 %); CPU at
+	// a 7 % hedge rate interpolates p95 and p90: 56 + 4 × 2/7 ≈ 57.1.
+	got := barsOf(point{"tc", 2.0, 0.07, 0.07, 63}, fixed, 2.5)
+	want := []string{
+		"best fixed delay's at ≤ its 7.0 % extra load (p95: 1.90 ms at 5.0 %): NOT met",
+		"(p95: 1.90 ms at 5.0 %; 1.25 × = 6.2 %): NOT met",
+		"no hedging's 2.50 ms: met",
+		"≤ 0.9 × no hedging's = 2.25 ms, as p95 reaches 1.90 ms at 5.0 %: met",
+		"≤ the fixed delays' 57.1 µs at that rate (interpolated between p95's 56.0 µs at 5.0 % and p90's 60.0 µs at 12.0 %) + 5 µs = 62.1: NOT met",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			t.Errorf("line %d:\n%s\nwant it to contain\n%s", i, got[i], want[i])
+		}
+	}
+	// Cheaper than every fixed delay, and lower than every p99, far from
+	// no hedging's: every bar met, none of the sweep reaches its p99.
+	got = barsOf(point{"tc", 1.5, 0.005, 0.005, 50}, fixed, 3.0)
+	for _, line := range got {
+		if strings.Contains(line, "NOT met") {
+			t.Errorf("%s", line)
+		}
+	}
+	if !strings.Contains(strings.Join(got, "\n"), "no fixed delay of the sweep is that cheap") {
+		t.Errorf("want the first bar to find no fixed delay that cheap:\n%s", strings.Join(got, "\n"))
+	}
+}

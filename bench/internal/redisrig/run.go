@@ -1,0 +1,163 @@
+package redisrig
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Request runs one request of len(keys) GETs (1, or the width of a
+// fan-out) and returns once every GET has its answer. GET l reads keys[l]
+// with its primary attempt on replica first+l (mod the replicas), hedge k
+// on replica first+l+k: the primaries go round-robin.
+type Request func(ctx context.Context, first int, keys []string) error
+
+// Spec is one run's shape.
+type Spec struct {
+	Requests int // requests per run
+	Width    int // GETs per request: 1, or the fan-out's width
+	Workers  int // closed-loop workers
+	Seed     uint64
+}
+
+// Result is one run's figures.
+type Result struct {
+	Hist     *hdrhistogram.Histogram // request latencies, µs
+	Requests int64
+	GETs     int64 // GETs requested: Requests × Width
+	Errors   int64
+	Took     time.Duration
+	// ServerGETs is the GET commands the replicas executed during the run
+	// (INFO commandstats, summed over the replicas).
+	ServerGETs int64
+	// Attempts and Hedges are the GETs sent through Cluster.Get during
+	// the run, and how many of them were hedges.
+	Attempts, Hedges int64
+	// CPU is the process's user and system CPU time over the run
+	// (getrusage RUSAGE_SELF), from the first request to the last
+	// attempt's answer.
+	CPU time.Duration
+	// NoiseBusy is the share of the replicas' time spent executing the
+	// noisy neighbour's commands (INFO commandstats), and Waited the share
+	// of GETs whose primary reached its replica while one held it; both
+	// zero without noise.
+	NoiseBusy, Waited float64
+}
+
+// Quantile returns the latency at percentile p (0–100).
+func (r *Result) Quantile(p float64) time.Duration {
+	return time.Duration(r.Hist.ValueAtQuantile(p)) * time.Microsecond
+}
+
+// ExtraLoad is the extra load counted at the servers: the GETs they
+// executed beyond those requested, per GET requested.
+func (r *Result) ExtraLoad() float64 {
+	return float64(r.ServerGETs-r.GETs) / float64(max(r.GETs, 1))
+}
+
+// HedgeRate is the hedges sent per GET requested.
+func (r *Result) HedgeRate() float64 { return float64(r.Hedges) / float64(max(r.GETs, 1)) }
+
+// CPUPerGET is the client CPU time per GET requested.
+func (r *Result) CPUPerGET() time.Duration { return r.CPU / time.Duration(max(r.GETs, 1)) }
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Run sends spec.Requests requests through req from spec.Workers workers
+// (closed loop), each request reading random keys, waits until every
+// attempt sent has its answer (losers included), and returns the run's
+// figures. noise may be nil. A request's error ends nothing: it counts in
+// Result.Errors. Run returns early with ctx's error when ctx ends.
+func Run(ctx context.Context, c *Cluster, noise *Noise, spec Spec, req Request) (*Result, error) {
+	width := max(spec.Width, 1)
+	res := &Result{Hist: hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3),
+		Requests: int64(spec.Requests), GETs: int64(spec.Requests * width)}
+	sends := make([]Send, spec.Requests*width)
+	a0, h0 := c.Sent()
+	runtime.GC()
+	before, err := c.GetCalls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	busy0, err := c.NoiseUsec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var next, rr atomic.Int64
+	var errs atomic.Int64
+	var histMu sync.Mutex
+	cpu0 := cpuTime()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range spec.Workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(spec.Seed, uint64(w)))
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(spec.Requests) {
+					return
+				}
+				// A request's keys are its own: its losing attempts may
+				// still read them once it has returned.
+				keys := make([]string, width)
+				for l := range keys {
+					keys[l] = c.Key(rng.IntN(c.Opts.Keys))
+				}
+				first := int(rr.Add(int64(width)) - int64(width))
+				t0 := time.Now()
+				for l := range width {
+					sends[int(i)*width+l] = Send{Replica: (first + l) % len(c.Replicas), At: t0.UnixNano()}
+				}
+				err := req(ctx, first, keys)
+				d := time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				histMu.Lock()
+				_ = res.Hist.RecordValue(int64(d / time.Microsecond))
+				histMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := c.awaitIdle(ctx); err != nil {
+		return nil, err
+	}
+	res.Took = time.Since(start)
+	res.CPU = cpuTime() - cpu0
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	after, err := c.GetCalls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	busy1, err := c.NoiseUsec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range after {
+		res.ServerGETs += after[i] - before[i]
+	}
+	a1, h1 := c.Sent()
+	res.Attempts, res.Hedges = a1-a0, h1-h0
+	res.Errors = errs.Load()
+	res.NoiseBusy = float64(busy1-busy0) / (float64(res.Took.Microseconds()) * float64(len(c.Replicas)))
+	if noise != nil {
+		res.Waited = noise.WaitedShare(sends)
+	}
+	return res, nil
+}
