@@ -52,15 +52,17 @@ var (
 	flagReps       = flag.Int("reps", 5, "interleaved repetitions of every strategy")
 	flagWidth      = flag.Int("width", 8, "GETs per request of the fan-out variant")
 	flagVariants   = flag.String("variants", "single,fanout", "comma-separated: single (one GET per request), fanout (width GETs per request, waiting for all)")
-	flagNoise      = flag.String("noise", "default,light", "comma-separated noise levels: default, light, none, or slow commands a second per replica")
+	flagNoise      = flag.String("noise", "default,light", "comma-separated noise levels: default (4.5 % of GETs wait behind a slow command), light (1.5 %), none, or that share as a number in [0, 1)")
 	flagNoiseScale = flag.Duration("noise-scale", 500*time.Microsecond, "scale (shortest length) of the Pareto lengths of DEBUG SLEEP and the Lua busy loops")
 	flagNoiseAlpha = flag.Float64("noise-alpha", 1.5, "shape of the Pareto lengths")
-	flagNoiseCap   = flag.Duration("noise-cap", 50*time.Millisecond, "longest DEBUG SLEEP or Lua busy loop")
+	flagNoiseCap   = flag.Duration("noise-cap", 20*time.Millisecond, "longest DEBUG SLEEP or Lua busy loop")
 	flagSeed       = flag.Uint64("seed", 1, "seed of the keys and the noise")
 )
 
-// Noise levels by name: slow commands a second per replica.
-var levels = map[string]float64{"default": 40, "light": 10, "none": 0}
+// Noise levels by name: the share of an unhedged run's GETs that reach a
+// replica while a slow command holds it, which the neighbours' rate is
+// calibrated to.
+var levels = map[string]float64{"default": 0.045, "light": 0.015, "none": 0}
 
 // policyKey is tailcut's key for every GET: the replicas serve the same
 // data, and the GETs' latency does not depend on the Redis key.
@@ -231,6 +233,7 @@ func (s stat) format(mul float64, prec int, unit string) string {
 }
 
 func main() {
+	redisrig.MaybeServeNoise() // this executable is the noisy neighbours' child process too
 	flag.Parse()
 	log.SetFlags(0)
 	redis.SetLogger(&logging.VoidLogger{})
@@ -259,31 +262,70 @@ func run(ctx context.Context) error {
 		*flagReplicas, *flagWorkers, *flagGets, *flagReps, runtime.Version(), runtime.NumCPU())
 	for lv := range strings.SplitSeq(*flagNoise, ",") {
 		lv = strings.TrimSpace(lv)
-		rate, ok := levels[lv]
+		target, ok := levels[lv]
 		if !ok {
-			rate, err = strconv.ParseFloat(lv, 64)
-			if err != nil || rate < 0 {
-				return fmt.Errorf("-noise: %q is not a level (default, light, none) nor a rate ≥ 0", lv)
+			target, err = strconv.ParseFloat(lv, 64)
+			if err != nil || target < 0 || target >= 1 {
+				return fmt.Errorf("-noise: %q is not a level (default, light, none) nor a share in [0, 1)", lv)
 			}
 		}
-		if err := runLevel(ctx, c, lv, rate); err != nil {
+		if err := runLevel(ctx, c, lv, target); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func runLevel(ctx context.Context, c *redisrig.Cluster, level string, rate float64) error {
-	var noise *redisrig.Noise
-	if rate > 0 {
+// calibrate sets the neighbours' rate so that about target of the GETs of
+// an unhedged run reach a replica while a slow command holds it: up to 5
+// unhedged runs, the rate scaled by target ÷ measured after each, until
+// one lands within 15 % of target. It returns the last run's share.
+func calibrate(ctx context.Context, c *redisrig.Cluster, noise *redisrig.NoiseProcess, target float64) (float64, error) {
+	spec := redisrig.Spec{Requests: min(*flagGets, 10000), Width: 1, Workers: *flagWorkers, Seed: *flagSeed + 100}
+	req := strategy{kind: kindNone}.runner(c).req
+	var w float64
+	for try := range 5 {
+		if try > 0 {
+			f := 4.0
+			if w > 0 {
+				f = min(max(target/w, 0.25), 4)
+			}
+			if err := noise.SetRate(noise.Rate() * f); err != nil {
+				return 0, err
+			}
+		}
+		res, err := redisrig.Run(ctx, c, noise, spec, req)
+		if err != nil {
+			return 0, err
+		}
+		w = res.Waited
+		fmt.Fprintf(os.Stderr, "calibration: %.1f slow commands a second per replica: %.2f %% of GETs waited (target %.2f %%)\n", noise.Rate(), 100*w, 100*target)
+		if w >= 0.85*target && w <= 1.15*target {
+			break
+		}
+	}
+	return w, nil
+}
+
+func runLevel(ctx context.Context, c *redisrig.Cluster, level string, target float64) error {
+	var noise *redisrig.NoiseProcess
+	var waiter redisrig.Waiter // nil without neighbours
+	if target > 0 {
 		var err error
-		noise, err = redisrig.StartNoise(c, redisrig.NoiseConfig{Rate: rate, Scale: *flagNoiseScale, Alpha: *flagNoiseAlpha, Cap: *flagNoiseCap, Seed: *flagSeed})
+		// 40 slow commands a second per replica hold about 4.5 % of the
+		// GETs on an idle 2-core machine; calibrate scales it.
+		noise, err = redisrig.StartNoiseProcess(c.Addrs(), redisrig.NoiseConfig{Rate: 40 * target / 0.045, Scale: *flagNoiseScale, Alpha: *flagNoiseAlpha, Cap: *flagNoiseCap, Seed: *flagSeed})
 		if err != nil {
 			return err
 		}
 		defer noise.Stop()
-		fmt.Printf("## noise %s: %g slow commands a second per replica at Poisson times: 35 %% DEBUG SLEEP, 35 %% Lua busy loops (Pareto lengths, scale %v, shape %g, at most %v), 10 %% each SORT of a %d-long list (%s), KEYS over %d keys (%s), SUNIONSTORE of two %d-member sets (%s)\n\n",
-			level, rate, *flagNoiseScale, *flagNoiseAlpha, *flagNoiseCap, c.Opts.ListLen, fmtDur(noise.Cost["SORT"]), c.Opts.Keys+4, fmtDur(noise.Cost["KEYS"]), c.Opts.SetSize, fmtDur(noise.Cost["SUNIONSTORE"]))
+		waiter = noise
+		waited, err := calibrate(ctx, c, noise, target)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("## noise %s: %.1f slow commands a second per replica at Poisson times (calibrated for %.1f %% of an unhedged run's GETs to reach a replica held by one: %.1f %% in the last calibration run): 35 %% DEBUG SLEEP, 35 %% Lua busy loops (Pareto lengths, scale %v, shape %g, at most %v), 10 %% each SORT of a %d-long list (%s), KEYS over %d keys (%s), SUNIONSTORE of two %d-member sets (%s); lengths measured before the neighbours start. The neighbours run in a child process (PID %d), whose CPU is not the client's\n\n",
+			level, noise.Rate(), 100*target, 100*waited, *flagNoiseScale, *flagNoiseAlpha, *flagNoiseCap, c.Opts.ListLen, fmtDur(noise.Cost["SORT"]), c.Opts.Keys+4, fmtDur(noise.Cost["KEYS"]), c.Opts.SetSize, fmtDur(noise.Cost["SUNIONSTORE"]), noise.PID())
 	} else {
 		fmt.Printf("## noise %s: no noisy neighbour\n\n", level)
 	}
@@ -296,13 +338,13 @@ func runLevel(ctx context.Context, c *redisrig.Cluster, level string, rate float
 		default:
 			return fmt.Errorf("-variants: unknown variant %q", v)
 		}
-		if err := runVariant(ctx, c, noise, level, width); err != nil {
+		if err := runVariant(ctx, c, waiter, level, width); err != nil {
 			return err
 		}
 	}
 	if noise != nil {
-		failed, skipped := noise.Errors()
-		fmt.Printf("noise %s, slow commands sent: %v; failed %d, dropped with 8 in flight %d\n\n", level, noise.Counts(), failed, skipped)
+		sent, failed, skipped := noise.Counts()
+		fmt.Printf("noise %s, slow commands sent: %v; failed %d, dropped with 8 in flight %d\n\n", level, sent, failed, skipped)
 	}
 	return nil
 }
@@ -311,7 +353,7 @@ func runLevel(ctx context.Context, c *redisrig.Cluster, level string, rate float
 var sweepQ = []float64{90, 95, 97, 99}
 var sweepNames = []string{"p90", "p95", "p97", "p99"}
 
-func runVariant(ctx context.Context, c *redisrig.Cluster, noise *redisrig.Noise, level string, width int) error {
+func runVariant(ctx context.Context, c *redisrig.Cluster, noise redisrig.Waiter, level string, width int) error {
 	spec := redisrig.Spec{Requests: max(*flagGets/width, 1), Width: width, Workers: *flagWorkers, Seed: *flagSeed}
 	// The fixed delays come from the GETs' latency in an unhedged run of
 	// the same variant, not measured in the table.

@@ -175,6 +175,15 @@ func (c *Cluster) seed(ctx context.Context, cl *redis.Client) error {
 	return nil
 }
 
+// Addrs returns the replicas' addresses.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Replicas))
+	for i, r := range c.Replicas {
+		out[i] = r.Addr
+	}
+	return out
+}
+
 // Key returns the name of GET key i (mod the number of keys).
 func (c *Cluster) Key(i int) string { return keyPrefix + strconv.Itoa(i%c.Opts.Keys) }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,7 +51,6 @@ type interval struct{ start, end int64 }
 // Noise is the noisy neighbours of a cluster, running until Stop.
 type Noise struct {
 	cfg     NoiseConfig
-	c       *Cluster
 	clients []*redis.Client
 	// Cost is the measured length of SORT, KEYS and SUNIONSTORE on an
 	// idle replica (the fastest of five).
@@ -58,6 +58,7 @@ type Noise struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	rate   atomic.Uint64 // float64 bits: slow commands a second per replica
 
 	mu        sync.Mutex
 	intervals [][]interval // per replica
@@ -66,14 +67,20 @@ type Noise struct {
 	errs      int64
 }
 
-// StartNoise measures the fixed-cost commands on an idle replica and
-// starts a noisy neighbour per replica of c.
-func StartNoise(c *Cluster, cfg NoiseConfig) (*Noise, error) {
-	n := &Noise{cfg: cfg, c: c, Cost: map[string]time.Duration{},
-		intervals: make([][]interval, len(c.Replicas)), counts: make([]int64, len(noiseKinds))}
-	for _, r := range c.Replicas {
-		n.clients = append(n.clients, newClient(r.Addr, 8))
+// StartNoise measures the fixed-cost commands on the first replica and
+// starts a noisy neighbour per replica of addrs, in this process. Its CPU
+// then counts in the process's: [StartNoiseProcess] runs it in a process
+// of its own.
+func StartNoise(addrs []string, cfg NoiseConfig) (*Noise, error) {
+	n := &Noise{cfg: cfg, Cost: map[string]time.Duration{},
+		intervals: make([][]interval, len(addrs)), counts: make([]int64, len(noiseKinds))}
+	for _, a := range addrs {
+		n.clients = append(n.clients, newClient(a, 8))
 	}
+	if !(cfg.Rate > 0) {
+		return nil, fmt.Errorf("redisrig: noise Rate %v, want > 0", cfg.Rate)
+	}
+	n.SetRate(cfg.Rate)
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	for _, kind := range noiseKinds[2:] {
@@ -107,6 +114,13 @@ func (n *Noise) Stop() {
 	}
 }
 
+// Rate returns the slow commands a second per replica.
+func (n *Noise) Rate() float64 { return math.Float64frombits(n.rate.Load()) }
+
+// SetRate sets the slow commands a second per replica, from each
+// neighbour's next event on; rate must be positive.
+func (n *Noise) SetRate(rate float64) { n.rate.Store(math.Float64bits(rate)) }
+
 // Counts returns how many commands of each kind were sent, by name.
 func (n *Noise) Counts() map[string]int64 {
 	n.mu.Lock()
@@ -139,7 +153,7 @@ func (n *Noise) loop(ctx context.Context, i int, r *rand.Rand) {
 	defer t.Stop()
 	<-t.C
 	for {
-		t.Reset(time.Duration(r.ExpFloat64() / n.cfg.Rate * float64(time.Second)))
+		t.Reset(time.Duration(r.ExpFloat64() / n.Rate() * float64(time.Second)))
 		select {
 		case <-ctx.Done():
 			return
@@ -222,17 +236,23 @@ type Send struct {
 
 // WaitedShare returns the share of sends that reached their replica while
 // one of the neighbour's slow commands held it (by the spans recorded so
-// far).
-func (n *Noise) WaitedShare(sends []Send) float64 {
-	if len(sends) == 0 {
+// far); the error is always nil.
+func (n *Noise) WaitedShare(sends []Send) (float64, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return waitedShare(n.intervals, sends), nil
+}
+
+// waitedShare returns the share of sends that fall in a span of their
+// replica's intervals.
+func waitedShare(intervals [][]interval, sends []Send) float64 {
+	if len(sends) == 0 || len(intervals) == 0 {
 		return 0
 	}
-	n.mu.Lock()
-	merged := make([][]interval, len(n.intervals))
-	for i, iv := range n.intervals {
+	merged := make([][]interval, len(intervals))
+	for i, iv := range intervals {
 		merged[i] = mergeIntervals(iv)
 	}
-	n.mu.Unlock()
 	waited := 0
 	for _, s := range sends {
 		iv := merged[s.Replica%len(merged)]

@@ -17,6 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	MaybeServeNoise() // the test binary is the noisy neighbours' child process too
 	redis.SetLogger(&logging.VoidLogger{})
 	goleak.VerifyTestMain(m)
 }
@@ -28,7 +29,8 @@ func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 // neighbours: the replicas run under the PIDs reported and are gone once
 // stopped; every GET the servers executed was sent by the client, and
 // every GET sent reached a server (hedged and unhedged, single and
-// fan-out); the neighbours' slow commands ran and held the replicas.
+// fan-out); the neighbours' slow commands ran, in a child process that is
+// gone once stopped, and held the replicas.
 func TestRig(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server not found on PATH; install it (apt-get install -y redis-server) to run the real-server rig test")
@@ -49,7 +51,7 @@ func TestRig(t *testing.T) {
 			t.Fatalf("replica %d (PID %d) is not running", i, r.PID)
 		}
 	}
-	noise, err := StartNoise(c, NoiseConfig{Rate: 300, Scale: 200 * time.Microsecond, Alpha: 1.5, Cap: 2 * time.Millisecond, Seed: 1})
+	noise, err := StartNoiseProcess(c.Addrs(), NoiseConfig{Rate: 300, Scale: 200 * time.Microsecond, Alpha: 1.5, Cap: 2 * time.Millisecond, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,17 +98,21 @@ func TestRig(t *testing.T) {
 		t.Errorf("hedged run: %d GETs sent for %d requests and %d hedges; extra load at the servers %.4f, hedge rate %.4f",
 			res.Attempts, res.GETs, res.Hedges, res.ExtraLoad(), res.HedgeRate())
 	}
-	if res.CPU <= 0 || res.Hist.TotalCount() != 600 {
-		t.Errorf("CPU %v, %d latencies recorded of 600", res.CPU, res.Hist.TotalCount())
+	if res.CPU <= 0 || res.Hist.TotalCount() != 600 || !(res.Waited > 0 && res.Waited < 1) {
+		t.Errorf("CPU %v, %d latencies recorded of 600, %.3f of the GETs waited behind a slow command (want some, not all)", res.CPU, res.Hist.TotalCount(), res.Waited)
 	}
 
-	noise.Stop()
-	var sent int64
-	for _, n := range noise.Counts() {
-		sent += n
+	sent, failed, _ := noise.Counts()
+	var total int64
+	for _, n := range sent {
+		total += n
 	}
-	if failed, _ := noise.Errors(); sent == 0 || failed != 0 {
-		t.Errorf("noise: %d slow commands sent, %d failed; want some, none failed", sent, failed)
+	if total == 0 || failed != 0 {
+		t.Errorf("noise: %d slow commands sent, %d failed; want some, none failed", total, failed)
+	}
+	noise.Stop()
+	if alive(noise.PID()) {
+		t.Errorf("noise child (PID %d) still running after Stop", noise.PID())
 	}
 	if usec, err := c.NoiseUsec(ctx); err != nil || usec == 0 {
 		t.Errorf("servers' time in slow commands %d µs (%v), want some", usec, err)

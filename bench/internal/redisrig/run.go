@@ -67,7 +67,9 @@ func (r *Result) HedgeRate() float64 { return float64(r.Hedges) / float64(max(r.
 // CPUPerGET is the client CPU time per GET requested.
 func (r *Result) CPUPerGET() time.Duration { return r.CPU / time.Duration(max(r.GETs, 1)) }
 
-func cpuTime() time.Duration {
+// CPUTime returns the process's user and system CPU time so far
+// (getrusage RUSAGE_SELF), or 0 if it cannot be read.
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -75,12 +77,18 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// Waiter tells the share of GETs whose primary reached its replica while
+// a noisy neighbour's slow command held it: a [Noise] or a [NoiseProcess].
+type Waiter interface {
+	WaitedShare(sends []Send) (float64, error)
+}
+
 // Run sends spec.Requests requests through req from spec.Workers workers
 // (closed loop), each request reading random keys, waits until every
 // attempt sent has its answer (losers included), and returns the run's
-// figures. noise may be nil. A request's error ends nothing: it counts in
+// figures. noise may be nil (no neighbours). A request's error ends nothing: it counts in
 // Result.Errors. Run returns early with ctx's error when ctx ends.
-func Run(ctx context.Context, c *Cluster, noise *Noise, spec Spec, req Request) (*Result, error) {
+func Run(ctx context.Context, c *Cluster, noise Waiter, spec Spec, req Request) (*Result, error) {
 	width := max(spec.Width, 1)
 	res := &Result{Hist: hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3),
 		Requests: int64(spec.Requests), GETs: int64(spec.Requests * width)}
@@ -98,7 +106,7 @@ func Run(ctx context.Context, c *Cluster, noise *Noise, spec Spec, req Request) 
 	var next, rr atomic.Int64
 	var errs atomic.Int64
 	var histMu sync.Mutex
-	cpu0 := cpuTime()
+	cpu0 := CPUTime()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range spec.Workers {
@@ -137,7 +145,7 @@ func Run(ctx context.Context, c *Cluster, noise *Noise, spec Spec, req Request) 
 		return nil, err
 	}
 	res.Took = time.Since(start)
-	res.CPU = cpuTime() - cpu0
+	res.CPU = CPUTime() - cpu0
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -157,7 +165,9 @@ func Run(ctx context.Context, c *Cluster, noise *Noise, spec Spec, req Request) 
 	res.Errors = errs.Load()
 	res.NoiseBusy = float64(busy1-busy0) / (float64(res.Took.Microseconds()) * float64(len(c.Replicas)))
 	if noise != nil {
-		res.Waited = noise.WaitedShare(sends)
+		if res.Waited, err = noise.WaitedShare(sends); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }
