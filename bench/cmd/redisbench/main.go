@@ -258,8 +258,9 @@ func run(ctx context.Context) error {
 		pids[i] = strconv.Itoa(r.PID)
 	}
 	fmt.Fprintf(os.Stderr, "redis-server replicas started, PIDs %s\n", strings.Join(pids, ", "))
-	fmt.Printf("tailcut against real redis-server replicas: %d replicas on loopback, %d closed-loop workers, %d GETs per run, %d interleaved repetitions, medians (min–max); %s, %d CPUs\n\n",
-		*flagReplicas, *flagWorkers, *flagGets, *flagReps, runtime.Version(), runtime.NumCPU())
+	fmt.Printf("tailcut against real redis-server replicas: %d replicas on loopback, %d closed-loop workers, %d GETs per run, %d interleaved repetitions, medians (min–max); %s, %d CPUs, load average %s at the start\n\n",
+		*flagReplicas, *flagWorkers, *flagGets, *flagReps, runtime.Version(), runtime.NumCPU(), loadAvg())
+	defer func() { fmt.Printf("load average %s at the end\n", loadAvg()) }()
 	for lv := range strings.SplitSeq(*flagNoise, ",") {
 		lv = strings.TrimSpace(lv)
 		target, ok := levels[lv]
@@ -307,6 +308,16 @@ func calibrate(ctx context.Context, c *redisrig.Cluster, noise *redisrig.NoisePr
 	return w, nil
 }
 
+// loadAvg returns the machine's 1, 5 and 15 minute load averages, or "?"
+// where /proc/loadavg cannot be read.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
 func runLevel(ctx context.Context, c *redisrig.Cluster, level string, target float64) error {
 	var noise *redisrig.NoiseProcess
 	var waiter redisrig.Waiter // nil without neighbours
@@ -324,10 +335,10 @@ func runLevel(ctx context.Context, c *redisrig.Cluster, level string, target flo
 		if err != nil {
 			return err
 		}
-		fmt.Printf("## noise %s: %.1f slow commands a second per replica at Poisson times (calibrated for %.1f %% of an unhedged run's GETs to reach a replica held by one: %.1f %% in the last calibration run): 35 %% DEBUG SLEEP, 35 %% Lua busy loops (Pareto lengths, scale %v, shape %g, at most %v), 10 %% each SORT of a %d-long list (%s), KEYS over %d keys (%s), SUNIONSTORE of two %d-member sets (%s); lengths measured before the neighbours start. The neighbours run in a child process (PID %d), whose CPU is not the client's\n\n",
+		fmt.Printf("Noise %s: %.1f slow commands a second per replica at Poisson times (calibrated for %.1f %% of an unhedged run's GETs to reach a replica held by one: %.1f %% in the last calibration run): 35 %% DEBUG SLEEP, 35 %% Lua busy loops (Pareto lengths, scale %v, shape %g, at most %v), 10 %% each SORT of a %d-long list (%s), KEYS over %d keys (%s), SUNIONSTORE of two %d-member sets (%s); lengths measured before the neighbours start. The neighbours run in a child process (PID %d), whose CPU is not the client's.\n\n",
 			level, noise.Rate(), 100*target, 100*waited, *flagNoiseScale, *flagNoiseAlpha, *flagNoiseCap, c.Opts.ListLen, fmtDur(noise.Cost["SORT"]), c.Opts.Keys+4, fmtDur(noise.Cost["KEYS"]), c.Opts.SetSize, fmtDur(noise.Cost["SUNIONSTORE"]), noise.PID())
 	} else {
-		fmt.Printf("## noise %s: no noisy neighbour\n\n", level)
+		fmt.Printf("Noise %s: no noisy neighbour.\n\n", level)
 	}
 	for v := range strings.SplitSeq(*flagVariants, ",") {
 		width := 1
@@ -423,7 +434,7 @@ func abs(x int64) int64 {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func printTable(level, name string, spec redisrig.Spec, sweep []time.Duration, sts []strategy, figs []figures) {
-	fmt.Printf("### noise %s, %s: %d requests per run\n\n", level, name, spec.Requests)
+	fmt.Printf("#### noise %s, %s: %d requests per run\n\n", level, name, spec.Requests)
 	parts := make([]string, len(sweep))
 	for i, d := range sweep {
 		parts[i] = sweepNames[i] + " " + fmtDur(d)

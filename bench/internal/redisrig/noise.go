@@ -53,7 +53,7 @@ type Noise struct {
 	cfg     NoiseConfig
 	clients []*redis.Client
 	// Cost is the measured length of SORT, KEYS and SUNIONSTORE on an
-	// idle replica (the fastest of five).
+	// replica before the neighbours start (the fastest of ten).
 	Cost map[string]time.Duration
 
 	cancel context.CancelFunc
@@ -85,7 +85,7 @@ func StartNoise(addrs []string, cfg NoiseConfig) (*Noise, error) {
 	n.cancel = cancel
 	for _, kind := range noiseKinds[2:] {
 		best := time.Duration(math.MaxInt64)
-		for range 5 {
+		for range 10 {
 			t0 := time.Now()
 			if err := n.fixed(ctx, n.clients[0], kind); err != nil {
 				n.Stop()

@@ -124,7 +124,7 @@ func parseStart(line string) (NoiseConfig, []string, error) {
 // [MaybeServeNoise]).
 type NoiseProcess struct {
 	// Cost is the measured length of SORT, KEYS and SUNIONSTORE on the
-	// first replica before the neighbours started (the fastest of five).
+	// first replica before the neighbours started (the fastest of ten).
 	Cost map[string]time.Duration
 
 	cmd    *exec.Cmd
