@@ -323,8 +323,8 @@ func runLevel(ctx context.Context, c *redisrig.Cluster, level string, target flo
 	var waiter redisrig.Waiter // nil without neighbours
 	if target > 0 {
 		var err error
-		// 40 slow commands a second per replica hold about 4.5 % of the
-		// GETs on an idle 2-core machine; calibrate scales it.
+		// 40 slow commands a second per replica for 4.5 % is the first
+		// guess; calibrate scales it to what this machine gives.
 		noise, err = redisrig.StartNoiseProcess(c.Addrs(), redisrig.NoiseConfig{Rate: 40 * target / 0.045, Scale: *flagNoiseScale, Alpha: *flagNoiseAlpha, Cap: *flagNoiseCap, Seed: *flagSeed})
 		if err != nil {
 			return err
