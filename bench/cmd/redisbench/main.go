@@ -96,7 +96,7 @@ type runner struct {
 }
 
 // legs runs get for every GET of a request: inline for one, each on its
-// own goroutine for a fan-out, and returns the first error.
+// own goroutine for a fan-out, and returns their errors joined.
 func legs(ctx context.Context, n int, get func(ctx context.Context, l int) error) error {
 	if n == 1 {
 		return get(ctx, 0)
@@ -137,7 +137,9 @@ func (s strategy) runner(c *redisrig.Cluster) runner {
 	case kindTailcut:
 		p, err := tailcut.New(s.cfg)
 		if err != nil {
-			log.Fatal(err) // a bug in the strategies' configs, before any replica is started
+			// run checks every config before it starts the replicas; a
+			// panic still runs its deferred stops.
+			panic(err)
 		}
 		r.wins = nil
 		r.stats = p.Stats
@@ -248,6 +250,13 @@ func main() {
 // run starts the replicas, runs every noise level and variant, and stops
 // the replicas, whatever happens.
 func run(ctx context.Context) error {
+	for _, st := range strategies(nil, nil) {
+		if st.kind == kindTailcut {
+			if _, err := tailcut.New(st.cfg); err != nil {
+				return fmt.Errorf("%s: %w", st.name, err)
+			}
+		}
+	}
 	c, err := redisrig.Start(ctx, *flagReplicas, redisrig.Options{})
 	if err != nil {
 		return err
