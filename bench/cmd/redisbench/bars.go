@@ -23,8 +23,7 @@ type point struct {
 // against 1.25 × the least at which a fixed delay reaches its p99; its p99
 // against no hedging's (and 0.9 × it where a fixed delay within the
 // budget's extra load reaches 0.85 × it); its client CPU per GET against
-// the fixed delays' at the same hedge rate (interpolated linearly between
-// the two fixed delays whose hedge rates are nearest) + 5 µs.
+// the fixed delays' at the same hedge rate (see cpuAt) + 5 µs.
 func bars(sts []strategy, figs []figures) []string {
 	var fixed []point
 	none99 := 0.0
@@ -103,10 +102,12 @@ func barsOf(t point, fixed []point, none99 float64) []string {
 }
 
 // cpuAt returns the fixed delays' client CPU per GET at hedge rate hr,
-// interpolated linearly between the two whose hedge rates are nearest
-// (extrapolated from the two nearest when hr is outside their range).
+// interpolated linearly between the two whose hedge rates are nearest on
+// either side. Outside the sweep's hedge rates it returns the nearest fixed
+// delay's, and says so: the fixed hedger's CPU grows with its hedge rate,
+// so against a tailcut hedging more often it is a lower bound.
 func cpuAt(hr float64, fixed []point) (float64, string, bool) {
-	if len(fixed) < 2 {
+	if len(fixed) == 0 {
 		return 0, "", false
 	}
 	ps := slices.Clone(fixed)
@@ -119,16 +120,19 @@ func cpuAt(hr float64, fixed []point) (float64, string, bool) {
 		}
 		return 0
 	})
+	lo, hi := ps[0], ps[len(ps)-1]
+	switch {
+	case hr <= lo.hr:
+		return lo.cpu, fmt.Sprintf("no fixed delay of the sweep hedges that rarely: the rarest, %s's at %.1f %%", lo.name, 100*lo.hr), true
+	case hr >= hi.hr:
+		return hi.cpu, fmt.Sprintf("no fixed delay of the sweep hedges that often: the most often, %s's at %.1f %%", hi.name, 100*hi.hr), true
+	}
 	k := 1
-	for k < len(ps)-1 && ps[k].hr < hr {
+	for ps[k].hr < hr {
 		k++
 	}
 	a, b := ps[k-1], ps[k]
-	how := "interpolated"
-	if hr < a.hr || hr > b.hr {
-		how = "extrapolated"
-	}
-	how += fmt.Sprintf(" between %s's %.1f µs at %.1f %% and %s's %.1f µs at %.1f %%", a.name, a.cpu, 100*a.hr, b.name, b.cpu, 100*b.hr)
+	how := fmt.Sprintf("interpolated between %s's %.1f µs at %.1f %% and %s's %.1f µs at %.1f %%", a.name, a.cpu, 100*a.hr, b.name, b.cpu, 100*b.hr)
 	if b.hr == a.hr {
 		return (a.cpu + b.cpu) / 2, how, true
 	}

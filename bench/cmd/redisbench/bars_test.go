@@ -43,4 +43,12 @@ func TestBarsOf(t *testing.T) {
 	if !strings.Contains(strings.Join(got, "\n"), "no fixed delay of the sweep is that cheap") {
 		t.Errorf("want the first bar to find no fixed delay that cheap:\n%s", strings.Join(got, "\n"))
 	}
+	// A hedge rate beyond the sweep's is compared with the nearest fixed
+	// delay's CPU, not extrapolated.
+	if cpu, how, _ := cpuAt(0.20, fixed); cpu != 60 || !strings.Contains(how, "the most often, p90's at 12.0 %") {
+		t.Errorf("cpuAt(20 %%) = %.1f, %q; want p90's 60.0", cpu, how)
+	}
+	if cpu, how, _ := cpuAt(0.001, fixed); cpu != 50 || !strings.Contains(how, "the rarest, p99's at 1.0 %") {
+		t.Errorf("cpuAt(0.1 %%) = %.1f, %q; want p99's 50.0", cpu, how)
+	}
 }
