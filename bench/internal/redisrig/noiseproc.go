@@ -181,7 +181,10 @@ func StartNoiseProcess(addrs []string, cfg NoiseConfig) (*NoiseProcess, error) {
 
 func (p *NoiseProcess) readCost() error {
 	if !p.out.Scan() {
-		return fmt.Errorf("noise child: no answer to start (%v)", p.out.Err())
+		if err := p.out.Err(); err != nil {
+			return fmt.Errorf("noise child: no answer to start: %w", err)
+		}
+		return errors.New("noise child: no answer to start")
 	}
 	f := strings.Fields(p.out.Text())
 	if len(f) >= 1 && f[0] == "error" {
@@ -252,7 +255,10 @@ func (p *NoiseProcess) dump() error {
 			return fmt.Errorf("noise child: bad line %q", p.out.Text())
 		}
 	}
-	return fmt.Errorf("noise child: output ended (%v)", p.out.Err())
+	if err := p.out.Err(); err != nil {
+		return fmt.Errorf("noise child: output ended: %w", err)
+	}
+	return errors.New("noise child: output ended")
 }
 
 // WaitedShare returns the share of sends that reached their replica while
