@@ -210,6 +210,16 @@ type Paths struct {
 	Semicolons string `yaml:"semicolons"`
 }
 
+// DefaultMaxHedges is a route's most hedges per request when its policy
+// sets no max_hedges: one, where the library's default
+// (tailcut.DefaultMaxHedges) is two. A sidecar multiplies the traffic of
+// every client behind it onto a shared upstream, and a second hedge goes
+// out only when the first has also been slow — most often when the
+// upstream as a whole is slow, the moment extra load hurts most. One hedge
+// takes most of the tail cut from a single straggling replica; a route that
+// has measured the gain of a second sets max_hedges: 2.
+const DefaultMaxHedges = 1
+
 // DefaultMaxInFlight is a listener's bound on requests in flight when its
 // max_in_flight is not set.
 const DefaultMaxInFlight = 2048
@@ -321,7 +331,9 @@ type Policy struct {
 	// route's recent latency. Zero means tailcut's auto delay (the delay
 	// predicted to give the lowest p99 within the budget).
 	Quantile float64 `yaml:"quantile"`
-	// MaxHedges is the most hedges per request, 1 to 4. Zero means 1.
+	// MaxHedges is the most hedges per request, 1 to 4. Zero means
+	// DefaultMaxHedges (1), where the library and tailcut load default to
+	// tailcut.DefaultMaxHedges (2): see DefaultMaxHedges for why.
 	MaxHedges int `yaml:"max_hedges"`
 	// Budget is the extra load hedges may add, as a fraction of the
 	// route's requests: 0.1 or "10%", at most 1. Unset means 10 %. Zero is
@@ -352,6 +364,15 @@ type Policy struct {
 	// Timeout, if set, is a hard timeout per request, all attempts
 	// together.
 	Timeout time.Duration `yaml:"timeout"`
+}
+
+// maxHedges returns the most hedges per request the policy allows:
+// MaxHedges, or DefaultMaxHedges when it is not set.
+func (p Policy) maxHedges() int {
+	if p.MaxHedges == 0 {
+		return DefaultMaxHedges
+	}
+	return p.MaxHedges
 }
 
 // Hedging reports whether the policy hedges.
@@ -803,7 +824,7 @@ func (pol *Policy) validate(v *validator, p path) {
 		v.add(at("quantile"), "must be in (0, 1), got %v", q)
 	}
 	if m := pol.MaxHedges; m < 0 || m > tailcut.MaxHedgesLimit {
-		v.add(at("max_hedges"), "must be in [1, %d], got %d", tailcut.MaxHedgesLimit, m)
+		v.add(at("max_hedges"), "must be in [1, %d] (unset means %d), got %d", tailcut.MaxHedgesLimit, DefaultMaxHedges, m)
 	}
 	if b := float64(pol.Budget); b != 0 && !(b > 0 && b <= 1) {
 		v.add(at("budget"), "must be in (0, 1] (or 0%%–100%%), got %v", b)

@@ -386,3 +386,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A route whose policy sets no max_hedges hedges at most once, as
+// Policy.MaxHedges and the example config say (DefaultMaxHedges), and one
+// that sets it gets what it set.
+func TestRouteMaxHedgesDefault(t *testing.T) {
+	s := newServer(t, `
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: ["http://127.0.0.1:1"]}]
+routes:
+  - {name: zero, upstream: u, path_prefix: /a/}
+  - {name: three, upstream: u, path_prefix: /b/, policy: {max_hedges: 3}}
+`)
+	rt := s.router.Load()
+	if got := rt.byName["zero"].policy.Config().MaxHedges; got != 1 {
+		t.Errorf("zero-config route: MaxHedges %d, want the documented default 1", got)
+	}
+	if got := rt.byName["three"].policy.Config().MaxHedges; got != 3 {
+		t.Errorf("max_hedges: 3: MaxHedges %d", got)
+	}
+}

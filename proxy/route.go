@@ -196,7 +196,7 @@ func newPolicy(rc Route, logger *slog.Logger) (*tailcut.Policy, error) {
 	}
 	p, err := tailcut.New(tailcut.Config{
 		Quantile:    pc.Quantile,
-		MaxHedges:   pc.MaxHedges,
+		MaxHedges:   pc.maxHedges(),
 		WarmupDelay: pc.WarmupDelay,
 		MinDelay:    pc.MinDelay,
 		MaxDelay:    pc.MaxDelay,
