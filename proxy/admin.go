@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -131,8 +132,9 @@ type DebugRoute struct {
 	Upstream   string `json:"upstream"`
 	Hedging    bool   `json:"hedging"`
 	// DelayMS is the hedge delay in force; Warm is false while it is
-	// still the warm-up delay (too few samples).
-	DelayMS float64 `json:"delay_ms"`
+	// still the warm-up delay (too few samples). Both are zero, and
+	// delay_ms absent, on a route that does not hedge.
+	DelayMS float64 `json:"delay_ms,omitempty"`
 	Warm    bool    `json:"warm"`
 	// Requests, Attempts and Hedges count since the route's policy was
 	// made; HedgeRate is hedges ÷ requests, ExtraLoad attempts ÷
@@ -188,7 +190,9 @@ func (s *Server) Debug() Debug {
 			Abandoned: st.Abandoned,
 			Denials:   map[string]int64{},
 			Diagnosis: tailcut.DiagnosisUnknown.String(), Breaker: tailcut.BreakerClosed.String(),
-			DelayMS: ms(r.policy.Config().WarmupDelay),
+		}
+		if r.hedging {
+			dr.DelayMS = ms(r.policy.Config().WarmupDelay)
 		}
 		for reason, n := range st.Denied {
 			if n > 0 {
@@ -197,7 +201,9 @@ func (s *Server) Debug() Debug {
 		}
 		for _, k := range st.Keys {
 			if k.Key == r.cfg.Name {
-				dr.DelayMS, dr.Warm = ms(k.Delay), k.Warm
+				if r.hedging {
+					dr.DelayMS, dr.Warm = ms(k.Delay), k.Warm
+				}
 				dr.Diagnosis, dr.TriggerRate, dr.Breaker = k.Diagnosis.String(), k.WindowTriggerRate, k.Breaker.String()
 			}
 		}
@@ -276,10 +282,29 @@ var (
 
 func (c *collector) Describe(chan<- *prometheus.Desc) {}
 
+// collectWithoutDelay passes on the metrics of c but its hedge delay: a
+// route that does not hedge has no delay in force.
+func collectWithoutDelay(c prometheus.Collector, ch chan<- prometheus.Metric) {
+	all := make(chan prometheus.Metric)
+	go func() {
+		c.Collect(all)
+		close(all)
+	}()
+	for m := range all {
+		if !strings.Contains(m.Desc().String(), `"tailcut_hedge_delay_seconds"`) {
+			ch <- m
+		}
+	}
+}
+
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := (*Server)(c)
 	for _, r := range s.router.Load().routes {
-		r.prom.Collect(ch)
+		if r.hedging {
+			r.prom.Collect(ch)
+		} else {
+			collectWithoutDelay(r.prom, ch)
+		}
 		for _, u := range r.meter.counters() {
 			l := []string{r.cfg.Name, u.url}
 			ch <- prometheus.MustNewConstMetric(descUpAttempts, prometheus.CounterValue, float64(u.attempts.Load()), l...)

@@ -5,11 +5,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -384,7 +384,7 @@ type Fraction float64
 // UnmarshalYAML reads 0.1 or "10%".
 func (f *Fraction) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a fraction such as 0.1 or 10%%", n.Line)
+		return typeError(n, "want a fraction such as 0.1 or 10%%")
 	}
 	s := strings.TrimSpace(n.Value)
 	scale := 1.0
@@ -393,10 +393,16 @@ func (f *Fraction) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return fmt.Errorf("line %d: want a fraction such as 0.1 or 10%%, got %q", n.Line, n.Value)
+		return typeError(n, "want a fraction such as 0.1 or 10%%, got %q", n.Value)
 	}
 	*f = Fraction(v * scale)
 	return nil
+}
+
+// typeError is the error of a value at n that is not of its field's type:
+// a *yaml.TypeError, with which the decoder goes on to the other fields.
+func typeError(n *yaml.Node, format string, args ...any) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}}
 }
 
 // ByteSize is a size in bytes, written 65536, "64KiB", "1MiB" or "off"
@@ -406,11 +412,11 @@ type ByteSize int64
 // UnmarshalYAML reads a byte size.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a size such as 65536, 64KiB or 1MiB", n.Line)
+		return typeError(n, "want a size such as 65536, 64KiB or 1MiB")
 	}
 	v, err := ParseByteSize(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		return typeError(n, "%v", err)
 	}
 	*b = v
 	return nil
@@ -467,17 +473,25 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, yamlError(file, err)
 	}
+	if len(root.Content) == 0 {
+		return nil, fmt.Errorf("%s: empty config: want at least listeners, upstreams and routes", file)
+	}
+	v := validator{file: file, root: &root}
+	// Unknown fields, values of the wrong type and values out of range are
+	// reported together; a check whose field had a type error is not (its
+	// value is the zero one, not what the file says).
+	v.fields(&root, reflect.TypeFor[Config](), nil)
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
+	dec.KnownFields(true) // what fields missed (an alias's keys) fails all the same
 	if err := dec.Decode(&c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: empty config: want at least listeners, upstreams and routes", file)
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, errors.Join(append(v.errs, yamlError(file, err))...)
 		}
-		return nil, yamlError(file, err)
+		v.skip = v.typeErrors(te)
 	}
 	c.file = file
-	v := validator{file: file, root: &root}
 	c.validate(&v)
 	if len(v.errs) > 0 {
 		return nil, errors.Join(v.errs...)
@@ -508,6 +522,10 @@ type validator struct {
 	file string
 	root *yaml.Node
 	errs []error
+	at   map[int][]located // the values on each line and their paths (see fields)
+	skip map[int]bool      // lines with a type error: no other error there
+	// unknown has the lines of the unknown fields reported (see fields).
+	unknown map[int]bool
 }
 
 // path is a field path such as routes[0].policy.quantile, as a list of map
@@ -532,12 +550,24 @@ func (p path) String() string {
 
 // add records an error at p.
 func (v *validator) add(p path, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	if line := v.line(p); line > 0 {
-		v.errs = append(v.errs, fmt.Errorf("%s:%d: %s: %s", v.file, line, p, msg))
+	line := v.line(p)
+	if v.skip[line] {
 		return
 	}
-	v.errs = append(v.errs, fmt.Errorf("%s: %s: %s", v.file, p, msg))
+	v.addAt(line, p, format, args...)
+}
+
+// addAt records an error at p, on line (0: unknown).
+func (v *validator) addAt(line int, p path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	where := v.file
+	if line > 0 {
+		where += ":" + strconv.Itoa(line)
+	}
+	if len(p) > 0 {
+		where += ": " + p.String()
+	}
+	v.errs = append(v.errs, fmt.Errorf("%s: %s", where, msg))
 }
 
 // has reports whether the field at p is written in the config.
@@ -827,7 +857,7 @@ func (pol *Policy) validate(v *validator, p path) {
 		v.add(at("max_hedges"), "must be in [1, %d] (unset means %d), got %d", tailcut.MaxHedgesLimit, DefaultMaxHedges, m)
 	}
 	if b := float64(pol.Budget); b != 0 && !(b > 0 && b <= 1) {
-		v.add(at("budget"), "must be in (0, 1] (or 0%%–100%%), got %v", b)
+		v.add(at("budget"), "must be above 0 and at most 1 (0.1 or 10%%; at most 100%%), got %v", b)
 	} else if b == 0 && v.has(at("budget")) {
 		v.add(at("budget"), "must be above 0 (unset means 10%%); to turn hedging off, write hedge: false")
 	}
@@ -873,9 +903,13 @@ func checkAddr(a string) error {
 // checkUpstreamURL validates a replica URL, with the same rules as
 // hedgehttp.WithEndpoints.
 func checkUpstreamURL(s string) error {
+	if !strings.Contains(s, "://") {
+		// "127.0.0.1:9001" parses as a scheme "127.0.0.1" or not at all.
+		return fmt.Errorf("%q has no scheme: write http://%s (or https://)", s, s)
+	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("bad URL %q", s)
+		return fmt.Errorf("bad URL %q: %v", s, errors.Unwrap(err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("want an absolute http or https URL such as http://10.0.0.7:8080, got %q", s)

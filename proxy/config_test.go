@@ -99,7 +99,7 @@ routes:
     upstream: u
     policy:
       quantle: 0.9
-`, []string{"c.yaml:8:", "quantle"}},
+`, []string{"c.yaml:8: routes[0].policy.quantle: unknown field: did you mean quantile?"}},
 		{"bad quantile", `
 listeners: [{listen: ":8080"}]
 upstreams: [{name: u, urls: ["http://h:1"]}]
@@ -133,7 +133,33 @@ routes:
   - name: r
     upstream: u
     policy: {max_delay: soon}
-`, []string{"c.yaml:7:", "soon"}},
+`, []string{`c.yaml:7: routes[0].policy.max_delay: want a duration such as 250ms or 1m30s, got "soon"`}},
+		{"typos, types and ranges together", `
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["127.0.0.1:19001"]}]
+routes:
+  - name: r
+    upstream: nope
+    policy:
+      quantle: 0.9
+      max_delay: soon
+      budget: lots
+      max_hedges: 9
+      replay_limit: 12 parsecs
+`, []string{
+			`c.yaml:3: upstreams[0].urls[0]: "127.0.0.1:19001" has no scheme: write http://127.0.0.1:19001 (or https://)`,
+			`c.yaml:6: routes[0].upstream: no upstream named "nope"`,
+			"c.yaml:8: routes[0].policy.quantle: unknown field: did you mean quantile?",
+			`c.yaml:9: routes[0].policy.max_delay: want a duration such as 250ms or 1m30s, got "soon"`,
+			`c.yaml:10: routes[0].policy.budget: want a fraction such as 0.1 or 10%, got "lots"`,
+			"c.yaml:11: routes[0].policy.max_hedges: must be in [1, 4] (unset means 1), got 9",
+			`c.yaml:12: routes[0].policy.replay_limit: want a size such as 65536, 64KiB or 1MiB, got "12 parsecs"`,
+		}},
+		{"unknown field far from any", `
+listeners: [{listen: ":8080", colour: blue}]
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes: [{name: r, upstream: u}]
+`, []string{"c.yaml:2: listeners[0].colour: unknown field: want one of listen, max_in_flight, name, shed"}},
 		{"bad budget", `
 listeners: [{listen: ":8080"}]
 upstreams: [{name: u, urls: ["http://h:1"]}]
@@ -142,7 +168,7 @@ routes:
     upstream: u
     policy:
       budget: 150%
-`, []string{"c.yaml:8: routes[0].policy.budget: must be in (0, 1]"}},
+`, []string{"c.yaml:8: routes[0].policy.budget: must be above 0 and at most 1 (0.1 or 10%; at most 100%), got 1.5"}},
 		{"bad size", `
 listeners: [{listen: ":8080"}]
 upstreams: [{name: u, urls: ["http://h:1"]}]
@@ -166,7 +192,7 @@ routes:
 			"c.yaml:2: listeners[0].listen: want host:port",
 			"c.yaml:3: upstreams[0].urls: at least one replica URL",
 			"c.yaml:7: routes[0].path_prefix: must start with /",
-			"c.yaml:8: routes[0].policy.max_hedges: must be in [1, 4], got 9",
+			"c.yaml:8: routes[0].policy.max_hedges: must be in [1, 4] (unset means 1), got 9",
 			`c.yaml:8: routes[0].policy.methods[0]: want an upper-case method such as PUT, got "put"`,
 			"c.yaml:8: routes[0].policy.min_delay: 2s exceeds max_delay 1s",
 			`c.yaml:9: routes[1].name: route "r" defined twice`,
@@ -218,7 +244,7 @@ routes: [{name: r, upstream: u}]
 		{"empty", ``, []string{"c.yaml: empty config"}},
 		{"nothing", `log: {format: json}`, []string{"c.yaml:1: listeners: at least one", "upstreams: at least one", "routes: at least one"}},
 		{"not yaml", "listeners: [", []string{"c.yaml:"}},
-		{"wrong type", `listeners: 3`, []string{"c.yaml:1:", "cannot unmarshal"}},
+		{"wrong type", `listeners: 3`, []string{`c.yaml:1: listeners: want a list, got "3"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("c.yaml", []byte(c.yaml))
@@ -228,6 +254,12 @@ routes: [{name: r, upstream: u}]
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			// The config's words, never Go's.
+			for _, goWord := range []string{"proxy.", "time.Duration", "cannot unmarshal", "!!"} {
+				if strings.Contains(err.Error(), goWord) {
+					t.Errorf("error speaks Go (%q):\n%v", goWord, err)
 				}
 			}
 		})
@@ -350,6 +382,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("routes: [{name: r, policy: {budget: 10%, replay_limit: 1KiB}}]")
 	f.Add("listeners: [{listen: \":8080\"}]\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nroutes: [{name: r, upstream: u}]\nidempotency: {store: redis, redis: {addrs: [\"h:1\"]}, ttl: 1h, max_body: 1KiB}\n")
 	f.Add("listeners: &a [*a]")
+	f.Add("listeners: [{listen: \":8080\", colour: blue}]\nupstreams: [{name: u, urls: [\"127.0.0.1:1\"]}]\nroutes: [{name: r, upstream: u, policy: {quantle: 0.9, max_delay: soon, budget: lots}}]\n")
+	f.Add("listeners: [{listen: \":8080\"}]\nupstreams: [{name: u, urls: [\"http://h:1\"]}]\nx: &m {name: r, upstream: u, colour: 1}\nroutes: [*m]\n")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := Parse("f.yaml", []byte(s))

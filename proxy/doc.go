@@ -64,5 +64,7 @@
 // Safety: only configured replicas are ever contacted; requests that are
 // not safe to repeat (a POST without Idempotency-Key) or whose body is past
 // the route's replay limit are sent once, intact; a Hedge-Attempt header
-// sent by the client is replaced by the proxy's own.
+// sent by the client is replaced by the proxy's own. Every response relayed
+// from an upstream carries Tailcut-Attempt, the attempt that answered (0
+// the primary, 1 a hedge; [AttemptResponseHeader]): curl -i shows it.
 package proxy

@@ -810,3 +810,91 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	}
 	s.stop(t)
 }
+
+// A route with hedge: false reports no hedge delay, in /debug/tailcut nor
+// in /metrics; a hedging route reports its own.
+func TestProxyNoDelayWithoutHedging(t *testing.T) {
+	u := startUpstream(t, "u", nil)
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams: [{name: u, urls: [%q]}]
+routes:
+  - {name: on, upstream: u, path_prefix: /on/}
+  - {name: off, upstream: u, path_prefix: /off/, policy: {hedge: false}}
+`, u.URL))
+	p.get(t, "/on/x")
+	p.get(t, "/off/x")
+	for _, r := range p.Debug().Routes {
+		if got, want := r.DelayMS > 0, r.Name == "on"; got != want {
+			t.Errorf("route %s (hedging %v): delay_ms %v", r.Name, r.Hedging, r.DelayMS)
+		}
+	}
+	resp, err := http.Get(p.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `tailcut_hedge_delay_seconds{key="on",route="on"}`) {
+		t.Error("/metrics lacks the hedging route's delay")
+	}
+	if strings.Contains(string(b), `tailcut_hedge_delay_seconds{key="off"`) {
+		t.Error("/metrics reports a hedge delay for a route with hedge: false")
+	}
+	if !strings.Contains(string(b), `tailcut_requests_total{key="off",route="off"} 1`) {
+		t.Error("/metrics lacks the non-hedging route's requests")
+	}
+}
+
+// Every relayed response says which attempt answered in Tailcut-Attempt:
+// 1 when a hedge beat a stalled primary, 0 when the primary answered. An
+// upstream's own Tailcut-Attempt is replaced, and a client's never reaches
+// the upstream.
+func TestProxyAttemptResponseHeader(t *testing.T) {
+	slow := startUpstream(t, "slow", stallUntilCanceled)
+	fast := startUpstream(t, "fast", func(w http.ResponseWriter, r *http.Request) {
+		if v, ok := r.Header[AttemptResponseHeader]; ok {
+			t.Errorf("upstream got the client's %s: %q", AttemptResponseHeader, v)
+		}
+		w.Header().Set(AttemptResponseHeader, "9")
+		io.WriteString(w, "fast "+r.URL.Path)
+	})
+	p := startProxy(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0"}]
+upstreams:
+  - {name: pool, urls: [%q, %q]}
+  - {name: one, urls: [%q]}
+routes:
+  - {name: r, upstream: pool, policy: {warmup_delay: 5ms, budget: 100%%}}
+  - {name: once, upstream: one, path_prefix: /once/}
+`, slow.URL, fast.URL, fast.URL))
+	attempt := func(path string) string {
+		req, err := http.NewRequest(http.MethodGet, p.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(AttemptResponseHeader, "7")
+		resp, err := p.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return resp.Header.Get(AttemptResponseHeader)
+	}
+	if got := attempt("/once/x"); got != "0" {
+		t.Errorf("primary's answer: %s %q, want 0", AttemptResponseHeader, got)
+	}
+	// The pool's primary goes to the stalled replica on some requests:
+	// those are answered by a hedge.
+	seen := map[string]bool{}
+	for range 20 {
+		seen[attempt("/x")] = true
+	}
+	if !seen["1"] || len(seen) > 2 || len(seen) == 2 && !seen["0"] {
+		t.Errorf("%s values over 20 requests: %v, want 1 (hedges) and maybe 0", AttemptResponseHeader, seen)
+	}
+}

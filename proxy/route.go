@@ -23,6 +23,15 @@ import (
 	"github.com/tailcut/tailcut/hedgeprom"
 )
 
+// AttemptResponseHeader is the header of every response the proxy relays
+// from an upstream: which attempt answered, "0" for the primary and "k"
+// for the k-th hedge (or the attempt sent at once after attempt k−1
+// failed), so that a client (curl -i) sees that a hedge answered. The
+// proxy sets it on the way back, replacing an upstream's own, and removes
+// a client's on the way in; the attempt number the upstream sees is its
+// request's Hedge-Attempt.
+const AttemptResponseHeader = "Tailcut-Attempt"
+
 // route is one configured route, ready to serve.
 type route struct {
 	cfg      Route
@@ -116,6 +125,21 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 			// the transport sets its own on hedged requests, and requests
 			// sent once go as primaries.
 			pr.Out.Header[hedgehttp.AttemptHeader] = []string{"0"}
+			// The response header is the proxy's word to its client, never
+			// a client's to the upstream.
+			pr.Out.Header.Del(AttemptResponseHeader)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// Which attempt answered: the Hedge-Attempt of the winning
+			// attempt's request, replacing whatever the upstream said.
+			k := "0"
+			if resp.Request != nil {
+				if v := resp.Request.Header.Get(hedgehttp.AttemptHeader); v != "" {
+					k = v
+				}
+			}
+			resp.Header[AttemptResponseHeader] = []string{k}
+			return nil
 		},
 		Transport: r.tr,
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
