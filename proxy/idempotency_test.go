@@ -63,7 +63,7 @@ idempotency:
 		{"idempotency:\n  max_body: 2MiB\n  max_buffered: 1MiB\n", "idempotency.max_buffered: 1048576 bytes is below max_body (2097152 bytes)"},
 		{"idempotency:\n  methods: [POST, post]\n", `c.yaml:6: idempotency.methods[1]: want an upper-case method such as POST, got "post"`},
 		{"idempotency:\n  scope_header: \"a b\"\n", `c.yaml:6: idempotency.scope_header: want a header name`},
-		{"idempotency:\n  tll: 1h\n", "c.yaml:6: field tll not found"},
+		{"idempotency:\n  tll: 1h\n", "c.yaml:6: idempotency.tll: unknown field: did you mean ttl?"},
 	} {
 		_, err := Parse("c.yaml", []byte(base+tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
