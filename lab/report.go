@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -267,15 +268,31 @@ func (log10Ticks) Ticks(min, max float64) []plot.Tick {
 }
 
 // SeriesChart plots a policy's hedge delay over a run against the
-// scenario's true quantile.
+// scenario's true quantile: what a delay pinned to that quantile aims at.
 func SeriesChart(title string, series []SeriesPoint, quantileLabel string) (Chart, error) {
+	return delayChart(title, series, "true "+quantileLabel+" of service time", func(s SeriesPoint) time.Duration { return s.True })
+}
+
+// LimitDelayChart plots a policy's hedge delay over a run against the
+// first delay of the idealised limit at the run's extra load (l.Delay): the
+// best fixed delay on the unhedged run's latencies, what the auto delay
+// (the delay predicted to give the lowest p99 within the budget) aims at.
+func LimitDelayChart(title string, series []SeriesPoint, l Limit) (Chart, error) {
+	label := fmt.Sprintf("best fixed delay at %.1f %% extra load (limit)", l.ExtraLoad*100)
+	return delayChart(title, series, label, func(SeriesPoint) time.Duration { return l.Delay })
+}
+
+// delayChart plots series' delay over time and, beside it, ref of each
+// point, labelled refLabel.
+func delayChart(title string, series []SeriesPoint, refLabel string, ref func(SeriesPoint) time.Duration) (Chart, error) {
 	p := newPlot(title, "time (s)", "ms")
 	var d, tq plotter.XYs
 	top := 0.0
 	for _, s := range series {
+		r := float64(ref(s)) / 1e6
 		d = append(d, plotter.XY{X: s.T.Seconds(), Y: float64(s.Delay) / 1e6})
-		tq = append(tq, plotter.XY{X: s.T.Seconds(), Y: float64(s.True) / 1e6})
-		top = max(top, float64(s.Delay)/1e6, float64(s.True)/1e6)
+		tq = append(tq, plotter.XY{X: s.T.Seconds(), Y: r})
+		top = max(top, float64(s.Delay)/1e6, r)
 	}
 	// From zero, with room above the highest line, which would otherwise
 	// run along the top edge under the title.
@@ -291,7 +308,7 @@ func SeriesChart(title string, series []SeriesPoint, quantileLabel string) (Char
 		l.Width = vg.Points(1.5)
 		l.Color = palette[1+i]
 		p.Add(l)
-		p.Legend.Add([]string{"hedge delay", "true " + quantileLabel + " of service time"}[i], l)
+		p.Legend.Add([]string{"hedge delay", refLabel}[i], l)
 	}
 	svg, err := renderSVG(p, 7*vg.Inch, 3.6*vg.Inch)
 	return Chart{Title: title, SVG: svg}, err

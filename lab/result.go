@@ -110,6 +110,18 @@ func (r *Result) Quantile(q float64) time.Duration {
 	return pct(r.sorted, q)
 }
 
+// NewResult returns a Result of a run measured elsewhere (tailcut load)
+// that holds only its strategy's name and its request latencies, for
+// [TailChart].
+func NewResult(strategy string, latencies []time.Duration) *Result {
+	r := &Result{Strategy: strategy, sorted: make([]int64, len(latencies))}
+	for i, d := range latencies {
+		r.sorted[i] = int64(d)
+	}
+	slices.Sort(r.sorted)
+	return r
+}
+
 // Latencies returns the request latencies, sorted. The slice is shared:
 // do not modify it.
 func (r *Result) Latencies() []int64 { return r.sorted }
@@ -340,14 +352,24 @@ func WriteTable(w io.Writer, results []*Result) error {
 		}
 	}
 	for _, r := range results {
-		if l := r.Limit; l != nil {
-			if _, err := fmt.Fprintf(w, "%-*s  limit at %.1f %% extra load: p99 %s, p99.9 %s ms — the best fixed delays on the unhedged run's latencies, attempts independent (p99 %+.1f %% from it)\n",
-				width, r.Strategy, l.ExtraLoad*100, Millis(l.P99), Millis(l.P999), 100*(float64(r.P99)/float64(l.P99)-1)); err != nil {
+		if l := r.LimitLine(); l != "" {
+			if _, err := fmt.Fprintf(w, "%-*s  %s\n", width, r.Strategy, l); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// LimitLine says how r compares with the idealised limit at its extra
+// load (r.Limit), as the table's last lines do; "" without a limit.
+func (r *Result) LimitLine() string {
+	l := r.Limit
+	if l == nil {
+		return ""
+	}
+	return fmt.Sprintf("limit at %.1f %% extra load: p99 %s, p99.9 %s ms — the best fixed delays on the unhedged run's latencies, attempts independent (p99 %+.1f %% from it)",
+		l.ExtraLoad*100, Millis(l.P99), Millis(l.P999), 100*(float64(r.P99)/float64(l.P99)-1))
 }
 
 // JSONResult is one strategy in the `tailcut lab --json` output.

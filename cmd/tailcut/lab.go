@@ -128,7 +128,7 @@ func parseBudget(s string) (float64, error) {
 	}
 	v *= scale
 	if !(v > 0 && v <= 1) {
-		return 0, usagef("--budget: must be in (0, 1] (or 0%%–100%%), got %q", s)
+		return 0, usagef("--budget: must be above 0 and at most 1 (0.1 or 10%%; at most 100%%), got %q", s)
 	}
 	return v, nil
 }
@@ -372,13 +372,31 @@ func labReport(cfg lab.Config, results []*lab.Result) *lab.Report {
 	if c, err := lab.TailChart("Latency tail: fraction of requests slower than x (log–log)", results); err == nil {
 		sec.Charts = append(sec.Charts, c)
 	}
+	var limits []string
+	for _, r := range results {
+		if l := r.LimitLine(); l != "" {
+			limits = append(limits, r.Strategy+": "+l)
+		}
+	}
+	sec.Tables[0].Note = strings.Join(limits, "; ")
 	for _, r := range results {
 		// Only a policy's delay moves: a static delay, none or the
 		// oracle would draw a flat line.
-		if len(r.Series) > 1 && r.PolicyStats != nil {
-			if c, err := lab.SeriesChart("Hedge delay over time against the true quantile ("+r.Strategy+")", r.Series, fmt.Sprintf("p%g", cfg.Threshold()*100)); err == nil {
-				sec.Charts = append(sec.Charts, c)
-			}
+		if len(r.Series) <= 1 || r.PolicyStats == nil {
+			continue
+		}
+		var c lab.Chart
+		var err error
+		if cfg.Quantile == 0 && r.Limit != nil {
+			// The auto delay aims at the lowest p99 within the budget,
+			// not at a quantile: draw the best fixed delay at the run's
+			// extra load beside it.
+			c, err = lab.LimitDelayChart("Hedge delay over time against the best fixed delay ("+r.Strategy+")", r.Series, *r.Limit)
+		} else {
+			c, err = lab.SeriesChart("Hedge delay over time against the true quantile ("+r.Strategy+")", r.Series, fmt.Sprintf("p%g", cfg.Threshold()*100))
+		}
+		if err == nil {
+			sec.Charts = append(sec.Charts, c)
 		}
 	}
 	return &lab.Report{Title: "tailcut lab — " + cfg.Scenario.Name, Sections: []lab.Section{sec}}

@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +43,7 @@ type loadFlags struct {
 	maxHedges   int
 	timeout     time.Duration
 	json        bool
+	html        string
 }
 
 func newLoadCmd(e *env) *cobra.Command {
@@ -85,6 +88,7 @@ against an unhedged route, and compare.`,
 	fl.IntVar(&f.maxHedges, "max-hedges", tailcut.DefaultMaxHedges, "most extra attempts per request (1–4)")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of the table")
+	fl.StringVar(&f.html, "html", "", "also write a self-contained HTML report (the table and the latency tails) to `FILE`")
 	return cmd
 }
 
@@ -191,6 +195,8 @@ type loadResult struct {
 	Span             time.Duration
 	Verdict          string
 	hist             *hdrhistogram.Histogram
+	lat              []time.Duration // every request's latency, for --html
+	firstErr         string          // the first failure, for the message when all failed
 }
 
 // attemptCounter is the base transport of a run: it counts the attempts
@@ -243,13 +249,17 @@ func (p *loadPlan) runOne(ctx context.Context, strategy string, progress func(do
 
 	res := &loadResult{Strategy: strategy, hist: newLoadHistogram()}
 	var mu sync.Mutex
-	record := func(lat time.Duration, failed bool) int64 {
+	record := func(lat time.Duration, failure string) int64 {
 		mu.Lock()
 		defer mu.Unlock()
 		res.Requests++
-		if failed {
+		if failure != "" {
 			res.Errors++
+			if res.firstErr == "" {
+				res.firstErr = failure
+			}
 		}
+		res.lat = append(res.lat, lat)
 		_ = res.hist.RecordValue(min(max(lat.Microseconds(), 1), res.hist.HighestTrackableValue()))
 		return res.Requests
 	}
@@ -299,7 +309,7 @@ func (p *loadPlan) newRequest(ctx context.Context) (*http.Request, error) {
 
 // openLoop sends requests at a constant rate with vegeta: requests leave on
 // schedule whatever the latency of those before them.
-func (p *loadPlan) openLoop(ctx context.Context, client *http.Client, record func(time.Duration, bool) int64, progress func(int)) {
+func (p *loadPlan) openLoop(ctx context.Context, client *http.Client, record func(time.Duration, string) int64, progress func(int)) {
 	tgt := vegeta.Target{Method: p.method, URL: p.target.String(), Body: p.body, Header: p.header.Clone()}
 	targeter := vegeta.NewStaticTargeter(tgt)
 	var pacer vegeta.Pacer = vegeta.ConstantPacer{Freq: int(math.Round(p.rate * 1000)), Per: 1000 * time.Second}
@@ -311,7 +321,7 @@ func (p *loadPlan) openLoop(ctx context.Context, client *http.Client, record fun
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
 	for r := range results {
-		n := record(r.Latency, r.Error != "")
+		n := record(r.Latency, r.Error) // vegeta's Error covers statuses ≥ 400
 		if progress != nil {
 			progress(int(n))
 		}
@@ -333,7 +343,7 @@ func (c countPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, boo
 
 // closedLoop runs p.clients clients, each sending its next request when the
 // previous one is answered.
-func (p *loadPlan) closedLoop(ctx context.Context, client *http.Client, record func(time.Duration, bool) int64, progress func(int)) {
+func (p *loadPlan) closedLoop(ctx context.Context, client *http.Client, record func(time.Duration, string) int64, progress func(int)) {
 	if p.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.duration)
@@ -353,16 +363,21 @@ func (p *loadPlan) closedLoop(ctx context.Context, client *http.Client, record f
 				}
 				start := time.Now()
 				resp, err := client.Do(req)
-				failed := err != nil
+				var failure string
 				if err == nil {
 					_, err = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
-					failed = err != nil || resp.StatusCode >= 400
+					if err == nil && resp.StatusCode >= 400 {
+						failure = resp.Status
+					}
+				}
+				if err != nil {
+					failure = err.Error()
 				}
 				if ctx.Err() != nil && p.duration > 0 {
 					return // cut off by the end of the run: not a sample
 				}
-				n := record(time.Since(start), failed)
+				n := record(time.Since(start), failure)
 				if progress != nil {
 					progress(int(n))
 				}
@@ -453,6 +468,11 @@ func runLoad(ctx context.Context, e *env, cmd *cobra.Command, f *loadFlags, rawU
 		if err != nil {
 			return err
 		}
+		if r.Requests > 0 && r.Errors == r.Requests {
+			// Latencies of failures compared with each other say nothing.
+			return fmt.Errorf("every one of the %d requests of the %s run to %s failed, the first with: %s",
+				r.Requests, runName(st), p.target, r.firstErr)
+		}
 		results = append(results, r)
 	}
 	var base *loadResult
@@ -464,13 +484,50 @@ func runLoad(ctx context.Context, e *env, cmd *cobra.Command, f *loadFlags, rawU
 	for _, r := range results {
 		r.Verdict = verdictOf(r, base, p.budget)
 	}
+	if f.html != "" {
+		if err := writeHTML(f.html, loadReport(p, results)); err != nil {
+			return err
+		}
+	}
 	if f.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(loadJSONReport(p, results))
 	}
 	fmt.Fprintf(e.stdout, "target %s %s: %s\n\n", p.method, p.target, p.describe())
-	return writeLoadTable(e.stdout, results)
+	if err := writeLoadTable(e.stdout, results); err != nil {
+		return err
+	}
+	if f.html != "" {
+		fmt.Fprintf(e.stdout, "\nreport written to %s\n", f.html)
+	}
+	return nil
+}
+
+// runName names a strategy's run in messages.
+func runName(strategy string) string {
+	if strategy == "none" {
+		return "unhedged"
+	}
+	return "hedged"
+}
+
+// loadReport is the --html report of one `tailcut load` run: the table,
+// the verdicts and the latency tails.
+func loadReport(p *loadPlan, results []*loadResult) *lab.Report {
+	t := lab.Table{Header: []string{"strategy", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "p99.9 ms", "mean ms", "extra load", "hedge rate", "errors", "req/s", "verdict"},
+		Note: "extra load = attempts sent ÷ requests − 1"}
+	var tails []*lab.Result
+	for _, r := range results {
+		t.Rows = append(t.Rows, []string{r.Strategy, lab.Millis(r.P50), lab.Millis(r.P90), lab.Millis(r.P95), lab.Millis(r.P99), lab.Millis(r.P999), lab.Millis(r.Mean),
+			fmt.Sprintf("%.1f %%", r.ExtraLoad*100), fmt.Sprintf("%.1f %%", r.HRate*100), strconv.FormatInt(r.Errors, 10), fmt.Sprintf("%.0f", r.Throughput), r.Verdict})
+		tails = append(tails, lab.NewResult(r.Strategy, r.lat))
+	}
+	sec := lab.Section{ID: "load", Title: fmt.Sprintf("Target %s %s", p.method, p.target), Setup: p.describe(), Tables: []lab.Table{t}}
+	if c, err := lab.TailChart("Latency tail: fraction of requests slower than x (log–log)", tails); err == nil {
+		sec.Charts = append(sec.Charts, c)
+	}
+	return &lab.Report{Title: "tailcut load — " + p.target.String(), Sections: []lab.Section{sec}}
 }
 
 // describe is the setup line printed above the table.
@@ -482,6 +539,9 @@ func (p *loadPlan) describe() string {
 	span := fmt.Sprintf("for %v", p.duration)
 	if p.requests > 0 {
 		span = fmt.Sprintf("%d requests", p.requests)
+	}
+	if !slices.Contains(p.strategies, "adaptive") {
+		return fmt.Sprintf("%s, %s; hedging off", load, span)
 	}
 	delay := "auto delay"
 	if q := p.policy.Quantile; q != 0 {

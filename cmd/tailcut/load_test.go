@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,6 +29,7 @@ func TestLoadUsageErrors(t *testing.T) {
 		{[]string{"load", "--max-hedges", "5", "http://x"}, "--max-hedges"},
 		{[]string{"load", "--budget", "off", "http://x"}, "--budget"},
 		{[]string{"load", "-H", "no colon", "http://x"}, "--header"},
+		{[]string{"load", "--budget", "0%", "http://x"}, "--budget: must be above 0 and at most 1"},
 	} {
 		code, _, errs := runCLI(t, c.args...)
 		if code != 2 || !strings.Contains(errs, c.want) {
@@ -122,6 +126,73 @@ func TestLoadDefaultsToTheLibrarysPolicy(t *testing.T) {
 		}
 		if !strings.Contains(out, c.want) {
 			t.Errorf("%v: output lacks %q:\n%s", args, c.want, out)
+		}
+	}
+}
+
+// With --hedge off the header says hedging is off and names no hedging
+// setting.
+func TestLoadHedgeOffHeader(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	code, out, errs := runCLI(t, "load", "--concurrency", "2", "--requests", "20", "--hedge", "off", srv.URL)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	header, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(header, "hedging off") {
+		t.Errorf("header %q does not say hedging is off", header)
+	}
+	for _, setting := range []string{"auto delay", "max hedges", "budget"} {
+		if strings.Contains(header, setting) {
+			t.Errorf("header %q names a hedging setting (%s) of a run without hedging", header, setting)
+		}
+	}
+}
+
+// Against a port nobody listens on every request fails: load says so and
+// exits non-zero, instead of a verdict computed from the failures.
+func TestLoadAllFailed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String() + "/"
+	ln.Close()
+	for _, mode := range [][]string{{"--concurrency", "2"}, {"--rate", "200"}} {
+		args := append(append([]string{"load"}, mode...), "--requests", "20", refused)
+		code, out, errs := runCLI(t, args...)
+		if code != 1 {
+			t.Errorf("%v: exit %d, want 1", args, code)
+		}
+		if !strings.Contains(errs, "every one of the 20 requests of the unhedged run") || !strings.Contains(errs, "refused") {
+			t.Errorf("%v: stderr %q: want every request failed, and why", args, errs)
+		}
+		if strings.Contains(out, "FAIL") || strings.Contains(out, "PASS") {
+			t.Errorf("%v: a verdict from failures:\n%s", args, out)
+		}
+	}
+}
+
+// --html writes the table, the verdicts and the latency tails.
+func TestLoadHTML(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	report := filepath.Join(t.TempDir(), "load.html")
+	code, out, errs := runCLI(t, "load", "--concurrency", "2", "--requests", "50", "--html", report, srv.URL)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "report written to "+report) {
+		t.Errorf("output does not name the report:\n%s", out)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "Latency tail", "p99 ms", "baseline", srv.URL, "adaptive"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report lacks %q", want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"html"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,5 +95,45 @@ func TestLabOracleBeatenIsSaid(t *testing.T) {
 	}
 	if strings.Contains(out, "oracle       LIMIT") || !strings.Contains(out, "NOT A LIMIT here") || !strings.Contains(out, "above adaptive's") {
 		t.Errorf("the oracle's verdict does not say it lost:\n%s", out)
+	}
+}
+
+// TestLabHTMLAutoDelayAgainstItsAim: under the auto delay the report draws
+// the delay against what it aims at, the best fixed delay at the run's
+// extra load, not a quantile of service time; and it carries the
+// terminal's limit line. A pinned quantile is drawn against that quantile.
+func TestLabHTMLAutoDelayAgainstItsAim(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.html")
+	code, out, errs := runCLI(t, "lab", "--requests", "3000", "--html", report)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if !strings.Contains(s, "best fixed delay at") || strings.Contains(s, "of service time") {
+		t.Error("auto delay: the chart does not draw the best fixed delay, or draws a quantile of service time")
+	}
+	i := strings.Index(out, "limit at ")
+	if i < 0 {
+		t.Fatalf("the terminal has no limit line:\n%s", out)
+	}
+	line := out[i:]
+	line = line[:strings.IndexByte(line, '\n')]
+	if !strings.Contains(html.UnescapeString(s), line) {
+		t.Errorf("the report lacks the terminal's limit line %q", line)
+	}
+
+	code, _, errs = runCLI(t, "lab", "--requests", "3000", "--quantile", "0.9", "--html", report)
+	if code != 0 {
+		t.Fatalf("--quantile 0.9: exit %d: %s", code, errs)
+	}
+	if b, err = os.ReadFile(report); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "true p90 of service time") {
+		t.Error("pinned quantile 0.9: the chart does not draw the true p90")
 	}
 }
