@@ -68,6 +68,42 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
+// A merge key (<<: *anchor) is YAML, not an unknown field.
+func TestParseMergeKey(t *testing.T) {
+	_, err := Parse("t.yaml", []byte(`
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://10.0.0.1:80"]}]
+x-policy: &p {max_hedges: 2}
+routes:
+  - name: r
+    upstream: u
+    policy:
+      <<: *p
+      budget: 5%
+`))
+	if err == nil {
+		t.Fatal("x-policy accepted: want an unknown-field error for it alone")
+	}
+	if msg := err.Error(); strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "t.yaml:4: x-policy: unknown field") {
+		t.Errorf("error %q: want only x-policy's", msg)
+	}
+	c, err := Parse("t.yaml", []byte(`
+listeners: [{listen: ":8080"}]
+upstreams: [{name: u, urls: ["http://10.0.0.1:80"]}]
+routes:
+  - &r {name: r, upstream: u, path_prefix: /a/, policy: {max_hedges: 2}}
+  - <<: *r
+    name: s
+    path_prefix: /b/
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Routes[1].Policy.MaxHedges != 2 || c.Routes[1].Upstream != "u" {
+		t.Errorf("merged route %+v", c.Routes[1])
+	}
+}
+
 func TestParseDefaults(t *testing.T) {
 	c, err := Parse("t.yaml", []byte(`
 listeners: [{listen: ":8080"}]

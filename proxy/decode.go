@@ -60,6 +60,9 @@ func (v *validator) fields(n *yaml.Node, t reflect.Type, p path) {
 		known := yamlFields(t)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
+			if k.Tag == "!!merge" || k.Value == "<<" {
+				continue // a merge key: its mapping's keys land here, checked where written
+			}
 			kp := append(append(path{}, p...), k.Value)
 			ft, ok := known[k.Value]
 			if !ok {
