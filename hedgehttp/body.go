@@ -18,6 +18,7 @@ type body struct {
 	npeek         int
 	release       func()
 	cancelTimeout context.CancelFunc
+	cancelReq     context.CancelFunc // a hedge's own request context (roundTrip.graceful)
 	released      atomic.Bool
 	// failed marks the body of a failed attempt's response (judge), which
 	// discard closes unread.
@@ -57,6 +58,9 @@ func (b *body) done() {
 		}
 		if b.cancelTimeout != nil {
 			b.cancelTimeout()
+		}
+		if b.cancelReq != nil {
+			b.cancelReq()
 		}
 	}
 }

@@ -8,8 +8,9 @@
 // policy's delay for the request's host (chosen from its recent latency),
 // if the policy's budget and fuses allow it. The first final answer wins; the others
 // are cancelled. A loser that had answered is drained (at most 1 MiB) and
-// its connection goes back to the pool; one still waiting for its answer
-// is aborted, which over HTTP/1.1 closes its connection, so a later request
+// its connection goes back to the pool, and so, with [WithLoserGrace], is
+// a losing hedge whose answer comes within a grace; any other loser is
+// aborted, which over HTTP/1.1 closes its connection, so a later request
 // opens a new one (a TLS handshake over https). Over HTTP/2 an aborted
 // loser costs a RST_STREAM frame, not a connection: prefer HTTP/2 where the
 // server offers it (a nil base does, over TLS), and give a base of your own

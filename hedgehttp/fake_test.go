@@ -293,6 +293,7 @@ func TestInvalidOptions(t *testing.T) {
 		{WithEndpoints("ftp://x"), "WithEndpoints"},
 		{WithEndpoints("http://x/?q=1"), "WithEndpoints"},
 		{WithBufferLimit(-1), "WithBufferLimit"},
+		{WithLoserGrace(-time.Millisecond), "WithLoserGrace"},
 		{WithTimeout(0), "WithTimeout"},
 		{WithQuantileTimeout(1, 3), "WithQuantileTimeout"},
 		{WithQuantileTimeout(0.99, 0.5), "WithQuantileTimeout"},

@@ -42,6 +42,7 @@ type config struct {
 	timeoutMult float64
 	features    func(*http.Request) tailcut.Features // nil: DefaultFeatures
 	inline      int8                                 // WithInlinePrimary: 0 by the base's type, 1 on, -1 off
+	loserGrace  time.Duration                        // WithLoserGrace
 	observer    tailcut.AttemptObserver              // WithObserver; nil: none
 	err         error                                // the first invalid option
 }
@@ -207,6 +208,30 @@ func WithInlinePrimary(on bool) Option {
 		} else {
 			c.inline = -1
 		}
+	}
+}
+
+// WithLoserGrace gives a hedge that lost a grace: its request goes on for
+// the key's hedge delay, at most d, after the race is decided, and if its
+// answer comes meanwhile the body is drained (at most [DrainLimit] bytes)
+// and its connection goes back to the pool. Over HTTP/1.1 cancelling a
+// request in flight closes its connection, so a loser cut off costs a
+// later request a new connection (a TLS handshake over https). The price:
+// the server works on the loser up to that much longer, where a handler
+// that watches its request's context would have stopped at once, and the
+// loser's goroutine outlives RoundTrip by as much. The primary on the
+// caller's goroutine (see [NewTransport]) is cut off at once: the caller
+// would wait for it. The grace ends at once when the caller's context ends
+// or the hard timeout fires. Without this option (or with d = 0) losers
+// are cancelled at once. TestLosingHedgeKeepsItsConnection shows the
+// connection kept.
+func WithLoserGrace(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail("WithLoserGrace: grace must not be negative, got %v", d)
+			return
+		}
+		c.loserGrace = d
 	}
 }
 

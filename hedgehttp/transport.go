@@ -106,7 +106,8 @@ var _ http.RoundTripper = (*Transport)(nil)
 // closes its HTTP/1.1 connection — HTTP/1.1 has no other way to abort a
 // request — so each such loser costs a new connection (a TLS handshake
 // over https) for a later request. A loser that had answered is drained
-// (at most [DrainLimit] bytes) and its connection goes back to the pool.
+// (at most [DrainLimit] bytes) and its connection goes back to the pool;
+// a losing hedge gets a grace for its answer first ([WithLoserGrace]).
 // Over HTTP/2 a cancelled loser costs a RST_STREAM frame and its
 // connection stays open. A hedge also holds a second connection per host
 // for a moment, which http.DefaultTransport (MaxIdleConnsPerHost 2)
@@ -290,6 +291,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// new goroutine starts on a small stack, and building a map there can
 	// cost a stack copy.
 	rt.header0 = withAttempt(req.Header, 0)
+	rt.ctx, rt.key = ctx, key
 	resp, err := rt.hedge(ctx, key)
 	resp, err = rt.settle(resp, err)
 	return rt.endTimeout(ctx, cancelTimeout, timeout, resp, err)
@@ -460,8 +462,10 @@ type roundTrip struct {
 	req      *http.Request
 	buf      []byte // the buffered body, if buffered
 	buffered bool
-	once     bool        // WithoutHedging: the primary only, sent once
-	header0  http.Header // the primary's header
+	once     bool            // WithoutHedging: the primary only, sent once
+	header0  http.Header     // the primary's header
+	ctx      context.Context // the call's context (with the hard timeout)
+	key      string
 
 	mu   sync.Mutex
 	used uint64 // endpoints used by the attempts so far (bit set)
@@ -574,6 +578,10 @@ func (rt *roundTrip) useEndpoint(r *http.Request, now time.Time) *endpoint {
 // decision waits for no byte of the body.
 func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Response, error) {
 	t := rt.t
+	var cancelReq context.CancelFunc
+	if k > 0 && t.cfg.loserGrace > 0 {
+		r, cancelReq = rt.graceful(ctx, r)
+	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && !rt.once {
 		// net/http can, rarely, fail a request with another attempt's
@@ -590,6 +598,16 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Re
 			b = new(body)
 		}
 		wrapBody(resp, b)
+		if cancelReq != nil {
+			// The request's context ends with its body (read or
+			// closed: the winner's by the caller, a loser's by discard),
+			// or at once without one.
+			if resp.Body == b {
+				b.cancelReq = cancelReq
+			} else {
+				cancelReq()
+			}
+		}
 		if t.cfg.firstByte && !failedStatus(resp.StatusCode, k) {
 			if err = peekFirstByte(resp); err != nil {
 				resp = nil
@@ -597,6 +615,30 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Re
 		}
 	}
 	return resp, err
+}
+
+// graceful returns hedge request r, whose attempt context is actx, under a
+// context of its own that ends a grace period after actx (see
+// [WithLoserGrace]), or with it when the call itself is over (the caller
+// gone, the hard timeout): a hedge that lost while its answer was nearly
+// there gets the answer, which the Hedger hands to discard, whose drain
+// puts the connection back in the pool instead of closing it. The context
+// also ends with the response's body (see send), and the cancel function
+// returned ends it at once. The grace is
+// the key's hedge delay, at most the WithLoserGrace bound: a loser still
+// unanswered one more delay later is a straggler itself. A hedge runs on a
+// goroutine of its own, so nobody waits for it meanwhile.
+func (rt *roundTrip) graceful(actx context.Context, r *http.Request) (*http.Request, context.CancelFunc) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(actx))
+	context.AfterFunc(actx, func() {
+		if rt.ctx.Err() != nil {
+			cancel()
+			return
+		}
+		now := time.Now()
+		time.AfterFunc(min(rt.t.policy.Delay(rt.key, now), rt.t.cfg.loserGrace), cancel)
+	})
+	return r.WithContext(rctx), cancel
 }
 
 // judge sorts attempt a's response, sent at start and received at now
