@@ -494,6 +494,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	c.file = file
 	c.validate(&v)
 	if len(v.errs) > 0 {
+		v.sortByLine()
 		return nil, errors.Join(v.errs...)
 	}
 	return &c, nil

@@ -3,6 +3,7 @@ package proxy
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -290,6 +291,17 @@ routes: [{name: r, upstream: u}]
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			// In the order of the file's lines.
+			last := 0
+			for _, l := range strings.Split(err.Error(), "\n") {
+				num, _, _ := strings.Cut(strings.TrimPrefix(l, "c.yaml:"), ":")
+				if n, e := strconv.Atoi(num); e == nil {
+					if n < last {
+						t.Errorf("line %d reported after line %d:\n%v", n, last, err)
+					}
+					last = n
 				}
 			}
 			// The config's words, never Go's.

@@ -247,3 +247,18 @@ func yamlKind(tag string) string {
 	}
 	return tag
 }
+
+// sortByLine orders the errors by the line they name, in the order found
+// within a line; those naming no line come first.
+func (v *validator) sortByLine() {
+	line := func(err error) int {
+		rest, ok := strings.CutPrefix(err.Error(), v.file+":")
+		if !ok {
+			return 0
+		}
+		num, _, _ := strings.Cut(rest, ":")
+		n, _ := strconv.Atoi(num)
+		return n
+	}
+	slices.SortStableFunc(v.errs, func(a, b error) int { return line(a) - line(b) })
+}
