@@ -7,7 +7,7 @@
 // Idempotency-Key header) once, and a hedge when no answer has come by the
 // policy's delay for the request's host (chosen from its recent latency),
 // if the policy's budget and fuses allow it. The first final answer wins; the others
-// are cancelled. A loser that had answered is drained (at most 1 MiB) and
+// are cancelled. A loser that had answered with a final status is drained (at most 1 MiB) and
 // its connection goes back to the pool, and so, with [WithLoserGrace], is
 // a losing hedge whose answer comes within a grace; any other loser is
 // aborted, which over HTTP/1.1 closes its connection, so a later request
@@ -17,9 +17,10 @@
 // enough idle connections per host (see [NewTransport]). Measured by
 // BenchmarkConnectionChurn (go test -run '^$' -bench ConnectionChurn
 // -benchtime=1x ./hedgehttp): over HTTP/1.1 about one connection per hedge
-// whose primary was still running, and with 16 clients over
-// http.DefaultTransport as it is (2 idle connections per host) about twice
-// as many; over HTTP/2 one per client. Every attempt carries a Hedge-Attempt
+// whose primary was still running (about half that many with 16 clients
+// and WithLoserGrace), and with 16 clients over http.DefaultTransport as
+// it is (2 idle connections per host) about twice as many; over HTTP/2 one
+// per client. Every attempt carries a Hedge-Attempt
 // header (0 for the primary) so that servers and traces can tell a hedge from
 // a primary. Requests that are not safe to repeat, or whose body cannot be
 // replayed, are passed to the base transport untouched.
