@@ -910,7 +910,7 @@ func checkUpstreamURL(s string) error {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("bad URL %q: %v", s, errors.Unwrap(err))
+		return fmt.Errorf("bad URL %q: %w", s, errors.Unwrap(err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("want an absolute http or https URL such as http://10.0.0.7:8080, got %q", s)
