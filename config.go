@@ -138,11 +138,23 @@ type Config struct {
 	// all keys of the policy.
 	Budget budget.Budget
 
-	// MaxKeys bounds the number of keys the policy tracks; past it the key
-	// used least recently (of a small random sample) is forgotten. Zero
-	// means 1,024. Each key holds at most 32 KiB of sketch, and with the
-	// cycle forecast (Period not negative) a tracker: its history of a few
-	// KiB and, once a cycle is known, up to 32 phase sketches.
+	// MaxKeys bounds the number of keys the policy tracks. Zero means
+	// 1,024. Up to it, every key is tracked from its first request. Past
+	// it, a key not tracked is admitted only when it comes back soon —
+	// before about MaxKeys requests to other untracked keys have passed
+	// (a doorkeeper of MaxKeys hashes, 8 bytes each) — and then the key
+	// used least recently (of a small random sample) is forgotten: a key
+	// asked for once, a scan or a key per object, never evicts one that
+	// has learned. The requests to keys not tracked learn into one state
+	// they share and hedge from its delay, as do the tracked keys that
+	// have not learned their own yet, instead of the warm-up delay;
+	// [Policy.Stats] lists it as [UntrackedKey], and a Pushback for one
+	// of them pauses them all.
+	//
+	// Each key holds at most 32 KiB of sketch (BenchmarkKeyMemory measures
+	// a key's heap after a few hundred answers), and with the cycle
+	// forecast (Period not negative) a tracker: its history of a few KiB
+	// and, once a cycle is known, up to 32 phase sketches.
 	MaxKeys int
 
 	// Warm, if set, seeds every new key's estimator, so a fresh process

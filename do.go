@@ -122,8 +122,8 @@ type Hedger[T any] struct {
 // "users-db:by-id", one per replica set), never the item asked for (a
 // Redis key, a row ID). Each key needs MinSamples answers before its delay
 // is learned rather than the warm-up delay, and the policy keeps MaxKeys
-// keys: a key per item leaves most keys cold and evicts them before they
-// learn. To fan out over many items under one key, use [GatherOver]; to
+// keys: with a key per item, most items share the state of the keys not
+// tracked and hedge at their delay together, never at their own. To fan out over many items under one key, use [GatherOver]; to
 // send each attempt to another replica, [DoReplicas].
 //
 // Cancelling a loser saves the downstream's work only if the client

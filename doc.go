@@ -31,7 +31,11 @@
 // distribution for — one downstream and operation ("redis:GET",
 // "users-db:by-id"), never the item asked for. Each key needs MinSamples
 // (20) answers before its delay is learned, and at most MaxKeys (1,024)
-// are kept: a key per item stays cold and is evicted before it learns.
+// are kept. Past MaxKeys a key is tracked only once it comes back soon,
+// so that keys asked for once do not evict keys that learn; the others
+// share one state ([UntrackedKey]) that learns from them all and gives
+// them its delay: a key per item hedges at the delay of its items
+// together, never its own.
 // [GatherOver] fans out over items under one key; [DoReplicas] sends each
 // attempt to another replica, the primary to the faster by recent
 // latency, with at most one hedge fewer than replicas.
@@ -198,7 +202,9 @@
 // # Memory
 //
 // A key holds at most 32 KiB of sketch (two windows and their censored
-// parts, latency.DefaultMaxBins bins each); at most MaxKeys keys are kept.
+// parts, latency.DefaultMaxBins bins each; BenchmarkKeyMemory measures a
+// key's heap); at most MaxKeys keys are kept, plus the state the keys not
+// tracked share, and past MaxKeys a doorkeeper of 8 bytes per key.
 // With Predictive, each feature bucket holds at most about 9 KiB (18 KiB
 // for a Where bucket), and the regression about 300 bytes per key. From
 // its first finished window on, a key of the auto delay keeps a cycle

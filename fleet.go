@@ -38,9 +38,14 @@ func (p *Policy) Snapshot(key string, now time.Time) (s *latency.Snapshot, ok bo
 // while its own windows hold fewer than MinSamples observations — a fresh or
 // quiet instance hedges at the fleet's delay instead of at WarmupDelay — and
 // ignores it once its own windows are trustworthy. s must not be modified
-// afterwards; a nil s forgets the fleet's distribution.
+// afterwards; a nil s forgets the fleet's distribution. Past MaxKeys, a
+// key the policy does not track ignores it: the state the untracked keys
+// share is not one key's.
 func (p *Policy) SetFleet(key string, s *latency.Snapshot, now time.Time) {
-	ks := p.key(key, now)
+	ks, tracked := p.keyOf(key, now)
+	if !tracked {
+		return
+	}
 	ks.fleet.Store(s)
 	ks.validUntil.Store(0) // recompute the delay at the next request
 }

@@ -1,7 +1,9 @@
 package tailcut
 
 import (
+	"hash/maphash"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,6 +165,13 @@ type Policy struct {
 	// a new key, which becomes last: last is never an evicted key.
 	last atomic.Pointer[keyState]
 
+	// Past MaxKeys (keyOf's admission rule): seen is the doorkeeper of
+	// the keys not tracked, nil until the policy first tracks MaxKeys
+	// keys; untracked is the state they share, their parent, nil until
+	// the first of them.
+	seen      atomic.Pointer[doorkeeper]
+	untracked atomic.Pointer[keyState]
+
 	// evicted sums the counters of the keys evicted so far; Stats adds
 	// the live keys' to make the totals. Requests keep no total of their
 	// own: two atomic adds per request on a line every core shares.
@@ -285,6 +294,7 @@ func (p *Policy) Config() Config { return p.cfg }
 // at a time.
 type Request struct {
 	ks       *keyState
+	name     string // the key, for a request to an untracked key (ks is the parent's); "" otherwise
 	delay    time.Duration
 	gap      time.Duration // from hedge k−1 to hedge k, k ≥ 2; 0 means delay
 	limit    int           // most hedges for this request
@@ -356,8 +366,8 @@ func (r *Request) WouldHedges() int { return int(r.would) }
 
 // Key returns the key the request was begun with.
 func (r *Request) Key() string {
-	if r.ks == nil {
-		return ""
+	if r.name != "" || r.ks == nil {
+		return r.name
 	}
 	return r.ks.key
 }
@@ -366,7 +376,7 @@ func (r *Request) Key() string {
 // record, which carries the hedge delay to use. Begin pays the request's
 // deposit into the budget.
 func (p *Policy) Begin(key string, now time.Time) Request {
-	ks := p.key(key, now)
+	ks, tracked := p.keyOf(key, now)
 	n := now.UnixNano()
 	if n >= ks.diagEnd.Load() {
 		p.rollDiagnosis(ks, n)
@@ -379,7 +389,10 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
-	if p.guess && !ks.warm.Load() && ks.est.Added() == 0 {
+	if !tracked {
+		r.name = key
+	}
+	if p.guess && !ks.warm.Load() && ks.est.Added() == 0 && !p.fromParent(ks) {
 		r.blind, r.start = true, n
 	}
 	if p.auto && ks.warm.Load() {
@@ -456,7 +469,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		d = DenyBreaker
 	case p.sampleBelow != 0 && !p.sampled(r):
 		d = DenySampling
-	case p.cfg.Overloaded != nil && p.cfg.Overloaded(ks.key):
+	case p.cfg.Overloaded != nil && p.cfg.Overloaded(r.Key()):
 		d = DenyLoad
 	case !p.cfg.DryRun && !p.takeInflight():
 		d = DenyInflight
@@ -665,7 +678,11 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 			d = time.Duration(float64(d) * p.cfg.Multiplier)
 		}
 	}
-	if !ok {
+	if !ok && p.fromParent(ks) {
+		// A key learning past MaxKeys hedges from what the untracked
+		// keys learned together, not from the warm-up guess.
+		d = time.Duration(p.untracked.Load().cached.Load())
+	} else if !ok {
 		d = p.cfg.WarmupDelay
 		if p.guess {
 			if m, n := ks.est.Partial(0.5, now); n > 0 {
@@ -714,31 +731,56 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 	return d
 }
 
-// key returns the state of key, creating it (and evicting an old key when
-// the policy tracks MaxKeys) if needed.
+// key returns the state of key: its own, or, for a key the policy does
+// not track (see keyOf), the state its untracked keys share.
 func (p *Policy) key(key string, now time.Time) *keyState {
+	ks, _ := p.keyOf(key, now)
+	return ks
+}
+
+// keyOf returns the state of key, creating it (and evicting an old key
+// when the policy tracks MaxKeys) if needed, and whether it is the key's
+// own. Once the policy tracks MaxKeys keys, a key it does not track is
+// admitted only when the doorkeeper has seen it recently (admit); until
+// then its requests share the parent state (untrackedState), and nothing
+// is evicted.
+func (p *Policy) keyOf(key string, now time.Time) (*keyState, bool) {
 	if ks := p.last.Load(); ks != nil && ks.key == key {
-		return ks
+		return ks, true
 	}
 	p.mu.RLock()
 	ks := p.keys[key]
 	p.mu.RUnlock()
 	if ks != nil {
-		return ks
+		return ks, true
+	}
+	if d := p.seen.Load(); d != nil && !d.admit(key) {
+		return p.untrackedState(now), false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ks = p.keys[key]; ks != nil {
-		return ks
+		return ks, true
 	}
 	if len(p.keys) >= p.cfg.MaxKeys {
 		p.evictLocked()
 	}
+	ks = p.newKeyState(key, now)
+	p.keys[key] = ks
+	p.last.Store(ks)
+	if len(p.keys) >= p.cfg.MaxKeys && p.seen.Load() == nil {
+		p.seen.Store(newDoorkeeper(p.cfg.MaxKeys))
+	}
+	return ks, true
+}
+
+// newKeyState returns the state of a key with no observation yet.
+func (p *Policy) newKeyState(key string, now time.Time) *keyState {
 	est, _ := latency.New(p.cfg.estimatorConfig()) // validated in New
 	if p.cfg.Warm != nil {
 		_ = est.Seed(p.cfg.Warm) // a snapshot of another accuracy is ignored
 	}
-	ks = &keyState{key: key, est: est}
+	ks := &keyState{key: key, est: est}
 	// Until the key's first computation (delayOf), which a Begin racing
 	// it does not wait for, its delay is the warm-up delay: never zero.
 	d := max(p.cfg.WarmupDelay, p.cfg.MinDelay)
@@ -747,9 +789,72 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 	}
 	ks.cached.Store(int64(d))
 	ks.lastUsed.Store(now.UnixNano())
-	p.keys[key] = ks
-	p.last.Store(ks)
 	return ks
+}
+
+// UntrackedKey is the key under which [Policy.Stats] reports the requests
+// to keys the policy does not track (see Config.MaxKeys): they learn into
+// and hedge from one state they share, listed under this name.
+const UntrackedKey = "(untracked)"
+
+// untrackedState returns the state the untracked keys share, creating it
+// at the first of them.
+func (p *Policy) untrackedState(now time.Time) *keyState {
+	if ks := p.untracked.Load(); ks != nil {
+		return ks
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ks := p.untracked.Load(); ks != nil {
+		return ks
+	}
+	ks := p.newKeyState(UntrackedKey, now)
+	p.untracked.Store(ks)
+	return ks
+}
+
+// fromParent reports whether ks, not warm, hedges from the state its
+// policy's untracked keys share: once the policy has tracked MaxKeys keys
+// (below that, a key warms up alone) and that state is warm.
+func (p *Policy) fromParent(ks *keyState) bool {
+	if p.seen.Load() == nil {
+		return false
+	}
+	u := p.untracked.Load()
+	return u != nil && u != ks && u.warm.Load()
+}
+
+// doorkeeper remembers which keys not tracked were asked for recently: a
+// direct-mapped table of key hashes, one slot per tracked key (MaxKeys,
+// rounded up to a power of two). A key is admitted when its own hash is
+// still in its slot — it came back before as many other untracked
+// requests as the policy tracks keys had, on average, overwritten it: a
+// key that returns that soon would have stayed in a tracked set of
+// MaxKeys least recently used keys. A key asked for once (a scan, a key
+// per item) never is, and so never evicts a key that learns. A
+// collision of two keys on a slot only delays their admission: a slot
+// holds a 64-bit hash, never a false match but by a 2⁻⁶⁴ chance.
+type doorkeeper struct {
+	seed  maphash.Seed
+	mask  uint64
+	slots []atomic.Uint64
+}
+
+func newDoorkeeper(maxKeys int) *doorkeeper {
+	n := uint64(1) << bits.Len64(uint64(max(maxKeys, 1))-1) // maxKeys rounded up to a power of two
+	return &doorkeeper{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint64, n)}
+}
+
+// admit records key and reports whether it was recorded last in its slot.
+func (d *doorkeeper) admit(key string) bool {
+	h := maphash.String(d.seed, key) | 1 // 0 marks an empty slot
+	s := &d.slots[h&d.mask]
+	if s.Load() == h {
+		s.Store(0) // admitted: its next miss, after an eviction of it, starts again
+		return true
+	}
+	s.Store(h)
+	return false
 }
 
 // evictSample is how many keys eviction compares: Redis's approximated LRU.

@@ -14,7 +14,9 @@ type Stats struct {
 	// the figure Config.MaxInflightHedges caps.
 	InflightHedges int64
 	// Keys holds the per-key figures of the keys the policy tracks now,
-	// sorted by key. Keys evicted earlier still count in the totals.
+	// sorted by key, and under [UntrackedKey] those of the keys it does
+	// not track (Config.MaxKeys), once it has had one. Keys evicted
+	// earlier still count in the totals.
 	Keys []KeyStats
 }
 
@@ -165,8 +167,14 @@ func (p *Policy) Stats() Stats {
 	p.mu.RLock()
 	s.Counts = p.evicted.load()
 	s.Keys = make([]KeyStats, 0, len(p.keys))
-	states := make([]*keyState, 0, len(p.keys))
+	states := make([]*keyState, 0, len(p.keys)+1)
 	for _, ks := range p.keys {
+		states = append(states, ks)
+	}
+	if u := p.untracked.Load(); u != nil {
+		states = append(states, u) // the keys not tracked (UntrackedKey)
+	}
+	for _, ks := range states {
 		last := ks.lastUsed.Load()
 		delay, used := time.Duration(ks.cached.Load()), ks.used.Load()
 		if used != 0 {
@@ -185,7 +193,6 @@ func (p *Policy) Stats() Stats {
 			Shifts:            ks.sched.Shifts(),
 			Period:            p.periodOf(ks),
 		})
-		states = append(states, ks)
 		s.Counts.add(&s.Keys[len(s.Keys)-1].Counts)
 	}
 	p.mu.RUnlock()

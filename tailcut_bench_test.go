@@ -31,29 +31,6 @@ func BenchmarkDecisionPath(b *testing.B) {
 	}
 }
 
-// BenchmarkDecisionPathParallel is the same from every core at once, on
-// 64 keys.
-func BenchmarkDecisionPathParallel(b *testing.B) {
-	p, _ := New(Config{})
-	keys := make([]string, 64)
-	for i := range keys {
-		keys[i] = "backend-" + strconv.Itoa(i)
-	}
-	t0 := time.Unix(1_700_000_000, 0)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
-			r := p.Begin(keys[i%len(keys)], now)
-			lat := time.Duration(1+i%10) * time.Millisecond
-			p.Observe(&r, 0, lat, Completed, now.Add(lat))
-			p.End(&r, 0, now.Add(lat))
-			i++
-		}
-	})
-}
-
 // BenchmarkDoFastPath measures what Do adds to a call that answers before
 // the hedge delay, against calling the function directly.
 func BenchmarkDoFastPath(b *testing.B) {
