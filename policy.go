@@ -754,7 +754,7 @@ func (p *Policy) keyOf(key string, now time.Time) (*keyState, bool) {
 	if ks != nil {
 		return ks, true
 	}
-	if d := p.seen.Load(); d != nil && !d.admit(key) {
+	if d := p.seen.Load(); d != nil && !d.admit(key, now.UnixNano()) {
 		return p.untrackedState(now), false
 	}
 	p.mu.Lock()
@@ -825,15 +825,16 @@ func (p *Policy) fromParent(ks *keyState) bool {
 }
 
 // doorkeeper remembers which keys not tracked were asked for recently: a
-// direct-mapped table of key hashes, one slot per tracked key (MaxKeys,
-// rounded up to a power of two). A key is admitted when its own hash is
-// still in its slot — it came back before as many other untracked
-// requests as the policy tracks keys had, on average, overwritten it: a
-// key that returns that soon would have stayed in a tracked set of
-// MaxKeys least recently used keys. A key asked for once (a scan, a key
-// per item) never is, and so never evicts a key that learns. A
-// collision of two keys on a slot only delays their admission: a slot
-// holds a 64-bit hash, never a false match but by a 2⁻⁶⁴ chance.
+// table of key hashes, one slot per tracked key (MaxKeys, rounded up to a
+// power of two). A key is admitted when its own hash is still in one of
+// its two slots — it came back before as many other untracked requests as
+// the policy tracks keys had, on average, overwritten it: a key that
+// returns that soon would have stayed in a tracked set of MaxKeys least
+// recently used keys. A key asked for once (a scan, a key per object)
+// never is, and so never evicts a key that learns. Each miss writes one of
+// the key's two slots, picked from the time of the request, so that two
+// keys sharing a slot and asked for in turn do not keep erasing each
+// other. A slot holds a 64-bit hash: a false match is a 2⁻⁶⁴ chance.
 type doorkeeper struct {
 	seed  maphash.Seed
 	mask  uint64
@@ -845,15 +846,21 @@ func newDoorkeeper(maxKeys int) *doorkeeper {
 	return &doorkeeper{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint64, n)}
 }
 
-// admit records key and reports whether it was recorded last in its slot.
-func (d *doorkeeper) admit(key string) bool {
+// admit records key, asked for at now (ns), and reports whether it was
+// recorded before in one of its slots.
+func (d *doorkeeper) admit(key string, now int64) bool {
 	h := maphash.String(d.seed, key) | 1 // 0 marks an empty slot
-	s := &d.slots[h&d.mask]
-	if s.Load() == h {
-		s.Store(0) // admitted: its next miss, after an eviction of it, starts again
-		return true
+	a, b := &d.slots[h&d.mask], &d.slots[(h>>32)&d.mask]
+	for _, s := range [2]*atomic.Uint64{a, b} {
+		if s.Load() == h {
+			s.Store(0) // admitted: its next miss, after an eviction of it, starts again
+			return true
+		}
 	}
-	s.Store(h)
+	if uint64(now)*0x9e3779b97f4a7c15>>63 != 0 {
+		a = b
+	}
+	a.Store(h)
 	return false
 }
 
