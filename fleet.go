@@ -42,7 +42,7 @@ func (p *Policy) Snapshot(key string, now time.Time) (s *latency.Snapshot, ok bo
 // key the policy does not track ignores it: the state the untracked keys
 // share is not one key's.
 func (p *Policy) SetFleet(key string, s *latency.Snapshot, now time.Time) {
-	ks, tracked := p.keyOf(key, now)
+	ks, tracked := p.keyOf(key, now, false)
 	if !tracked {
 		return
 	}

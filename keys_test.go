@@ -154,6 +154,11 @@ func TestKeyAdmittedWhenBack(t *testing.T) {
 	if _, ok := p.keys["back"]; ok {
 		t.Fatal("a key asked for once past MaxKeys was tracked")
 	}
+	p.Pushback("back", now)
+	p.Delay("back", now)
+	if _, ok := p.keys["back"]; ok {
+		t.Fatal("a Pushback or a Delay got a key asked for once past MaxKeys tracked")
+	}
 	roundRobin(p, back, 1, &now)
 	if _, ok := p.keys["back"]; !ok {
 		t.Fatal("a key asked for again at once was not tracked")

@@ -376,7 +376,7 @@ func (r *Request) Key() string {
 // record, which carries the hedge delay to use. Begin pays the request's
 // deposit into the budget.
 func (p *Policy) Begin(key string, now time.Time) Request {
-	ks, tracked := p.keyOf(key, now)
+	ks, tracked := p.keyOf(key, now, true)
 	n := now.UnixNano()
 	if n >= ks.diagEnd.Load() {
 		p.rollDiagnosis(ks, n)
@@ -732,19 +732,21 @@ func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
 }
 
 // key returns the state of key: its own, or, for a key the policy does
-// not track (see keyOf), the state its untracked keys share.
+// not track (see keyOf), the state its untracked keys share. Only a
+// request (Begin) counts as a sighting of a key not tracked: a Pushback
+// or a Delay for it does not get it tracked.
 func (p *Policy) key(key string, now time.Time) *keyState {
-	ks, _ := p.keyOf(key, now)
+	ks, _ := p.keyOf(key, now, false)
 	return ks
 }
 
 // keyOf returns the state of key, creating it (and evicting an old key
 // when the policy tracks MaxKeys) if needed, and whether it is the key's
 // own. Once the policy tracks MaxKeys keys, a key it does not track is
-// admitted only when the doorkeeper has seen it recently (admit); until
-// then its requests share the parent state (untrackedState), and nothing
-// is evicted.
-func (p *Policy) keyOf(key string, now time.Time) (*keyState, bool) {
+// admitted only when the doorkeeper has seen it recently (admit; seen
+// records the sighting); until then its requests share the parent state
+// (untrackedState), and nothing is evicted.
+func (p *Policy) keyOf(key string, now time.Time, seen bool) (*keyState, bool) {
 	if ks := p.last.Load(); ks != nil && ks.key == key {
 		return ks, true
 	}
@@ -754,7 +756,7 @@ func (p *Policy) keyOf(key string, now time.Time) (*keyState, bool) {
 	if ks != nil {
 		return ks, true
 	}
-	if d := p.seen.Load(); d != nil && !d.admit(key, now.UnixNano()) {
+	if d := p.seen.Load(); d != nil && (!seen || !d.admit(key, now.UnixNano())) {
 		return p.untrackedState(now), false
 	}
 	p.mu.Lock()
