@@ -307,22 +307,30 @@ func TestPhaseLimitSolve(t *testing.T) {
 	}
 }
 
-// TestPhaseLimitBeatsUniform: ten phases can always do what one does, so
-// the phase limit never needs more extra load than the best mixture of
-// the same delays applied alike in every phase.
-func TestPhaseLimitBeatsUniform(t *testing.T) {
-	sc := shortPeriodic(t, "diurnal")
-	cfg := Config{Scenario: sc, Requests: 12000, Seed: 2}
+// phaseLimitRuns runs none, static 60 ms and static 120 ms on 12,000
+// requests of a short-period scenario, and returns the runs and their
+// phase limit of ten phases.
+func phaseLimitRuns(t *testing.T, name string, seed uint64) ([]*Result, *phaseLimit) {
+	t.Helper()
+	cfg := Config{Scenario: shortPeriodic(t, name), Requests: 12000, Seed: seed}
 	sts := []Strategy{{Kind: None}, {Kind: Static, Delay: 60 * time.Millisecond}, {Kind: Static, Delay: 120 * time.Millisecond}}
 	rs, err := runEach(cfg, sts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	one, err := newPhaseLimit(cfg, 1, rs, sts)
+	ten, err := newPhaseLimit(cfg, 10, rs, sts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ten, err := newPhaseLimit(cfg, 10, rs, sts)
+	return rs, ten
+}
+
+// TestPhaseLimitBeatsUniform: ten phases can always do what one does, so
+// the phase limit never needs more extra load than the best mixture of
+// the same delays applied alike in every phase.
+func TestPhaseLimitBeatsUniform(t *testing.T) {
+	rs, ten := phaseLimitRuns(t, "diurnal", 2)
+	one, err := newPhaseLimit(Config{}, 1, rs, ten.options)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,6 +347,31 @@ func TestPhaseLimitBeatsUniform(t *testing.T) {
 	_, p, ok := ten.forExtra(rs[2].ExtraLoad)
 	if !ok || p > target+float64(10*time.Microsecond) { // the search's resolution
 		t.Errorf("ten phases at static 120ms's extra load: p99 %v (%v) > %v", time.Duration(p), ok, rs[2].P99)
+	}
+}
+
+// TestPhaseLimitPooledIsOnePhase: the phase limit's runs read as one
+// phase give the limit of one phase on the same runs, figure for figure,
+// with none listed twice or once (the periodic experiment reads its
+// static row so).
+func TestPhaseLimitPooledIsOnePhase(t *testing.T) {
+	rs, ten := phaseLimitRuns(t, "batch", 3)
+	twice := append([]*Result{rs[0]}, rs...)
+	one, err := newPhaseLimit(Config{}, 1, twice, make([]Strategy, len(twice)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := ten.pooledView()
+	for _, r := range rs {
+		for _, f := range []float64{0.9, 1, 1.1} {
+			_, e1, ok1 := one.forP99(f * float64(r.P99))
+			_, ep, okp := pooled.forP99(f * float64(r.P99))
+			_, p1, ok3 := one.forExtra(f * r.ExtraLoad)
+			_, pp, ok4 := pooled.forExtra(f * r.ExtraLoad)
+			if e1 != ep || ok1 != okp || p1 != pp && !(math.IsNaN(p1) && math.IsNaN(pp)) || ok3 != ok4 {
+				t.Errorf("%s ×%v: one phase %v %v, %v %v; pooled %v %v, %v %v", r.Strategy, f, e1, ok1, p1, ok3, ep, okp, pp, ok4)
+			}
+		}
 	}
 }
 
@@ -401,7 +434,7 @@ func TestPeriodicExperimentFull(t *testing.T) {
 	longtest.Skip(t, "the periodic experiment on seed 1: 2 scenarios × 19 runs of 240,000 requests")
 	for _, name := range []string{"diurnal", "batch"} {
 		cfg := Config{Scenario: builtinScenario(name), Seed: 1}
-		ps, err := periodicOne(cfg)
+		ps, err := periodicOne(cfg, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -116,6 +116,7 @@ func expPredictive(o Options) (*Outcome, error) {
 		// The most per-label fixed delays could close, at adaptive's
 		// extra load.
 		u.limit, u.limited = perClassLimit(sc, seed, o.requests(limitDraws), u.ad.ExtraLoad)
+		forgetRequests(rs...) // the table reads the runs' figures only
 		return nil
 	})
 	if err != nil {
@@ -273,6 +274,7 @@ func valuesTable(o Options) (Table, error) {
 		o.step("predictive (values) %s seed %d", sc.Name, seed)
 		var err error
 		runs[k], err = runEach(Config{Scenario: sc, Requests: o.runRequests(predictiveRequests), Seed: seed}, sts)
+		forgetRequests(runs[k]...) // the table reads the runs' figures only
 		return err
 	})
 	if err != nil {

@@ -11,7 +11,11 @@ const radixBits = 11
 // the 10⁵-element arrays of the per-class limit and of the runs'
 // latencies, where comparison sorting took most of the predictive
 // experiment's time (BenchmarkRadixSort). It allocates one copy of a.
-func radixSort[T ~int64](a []T) {
+func radixSort[T ~int64](a []T) { radixSortBuf(a, nil) }
+
+// radixSortBuf is radixSort with buf as its scratch space when buf holds
+// len(a) values, so that a caller sorting many slices allocates once.
+func radixSortBuf[T ~int64](a, buf []T) {
 	if len(a) < 64 {
 		for i := 1; i < len(a); i++ {
 			for j := i; j > 0 && a[j] < a[j-1]; j-- {
@@ -32,8 +36,10 @@ func radixSort[T ~int64](a []T) {
 		flip, width = 1<<63, 64
 	}
 	passes := (width + radixBits - 1) / radixBits
-	buf := make([]T, len(a))
-	src, dst := a, buf
+	if cap(buf) < len(a) {
+		buf = make([]T, len(a))
+	}
+	src, dst := a, buf[:len(a)]
 	var count [1 << radixBits]int
 	for p := range passes {
 		shift := uint(p * radixBits)
