@@ -141,9 +141,12 @@ func newPhaseLimit(cfg Config, phases int, rs []*Result, sts []Strategy) (*phase
 		}
 		return pl, nil
 	}
-	arr, err := ArrivalTimes(cfg)
-	if err != nil {
-		return nil, err
+	arr := cfg.arrivals
+	if arr == nil {
+		var err error
+		if arr, err = ArrivalTimes(cfg); err != nil {
+			return nil, err
+		}
 	}
 	period := cfg.Scenario.Period()
 	pl.n, pl.phase, pl.count = len(arr), make([]uint8, len(arr)), make([]int, phases)
@@ -589,6 +592,9 @@ func expPeriodic(o Options) (*Outcome, error) {
 		}
 		o.step("periodic %s seed %d", names[i], o.Seed+uint64(s))
 		cfg := Config{Scenario: sc, Requests: o.runRequests(periodicExpRequests), Seed: o.Seed + uint64(s)}
+		if cfg.arrivals, err = ArrivalTimes(cfg); err != nil {
+			return err
+		}
 		ps, err := periodicOne(cfg, s == 0)
 		if err != nil {
 			return fmt.Errorf("%s seed %d: %w", names[i], cfg.Seed, err)

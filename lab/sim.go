@@ -93,6 +93,11 @@ type Config struct {
 	// Progress, if set, is called now and then with the number of requests
 	// finished so far.
 	Progress func(done int)
+
+	// arrivals, if set, are ArrivalTimes of this configuration, drawn
+	// once for the runs of a seed that all draw the same (the periodic
+	// experiment's 21).
+	arrivals []time.Duration
 }
 
 // Resolve returns c with defaults filled in from its scenario, or an error
@@ -507,6 +512,9 @@ func (s *sim) run() {
 }
 
 func (s *sim) interarrival() int64 {
+	if a := s.cfg.arrivals; len(a) == s.cfg.Requests {
+		return int64(a[s.issued]) - s.now
+	}
 	if c := s.sc.Cycle; c != nil {
 		return c.next(s.arrRng, s.now, s.cfg.Rate) - s.now
 	}
