@@ -105,5 +105,7 @@
 // "once" holds: [MemoryStore] (the default) within one process, enough when
 // every copy reaches the same server; package hedgehttp/idemredis across a
 // fleet, so that hedges sent to other replicas ([WithEndpoints]) still run
-// once. BenchmarkIdempotent measures its cost.
+// once. BenchmarkIdempotent measures its cost. A handler behind it that
+// forwards keyed writes sends them through [SendOnce], or net/http may send
+// one a second time by itself.
 package hedgehttp

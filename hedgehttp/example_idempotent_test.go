@@ -6,6 +6,8 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,4 +143,43 @@ func ExampleMarkOutcomeUnknown() {
 	// 504 false
 	// 504 true
 	// sent upstream: 1
+}
+
+// A proxy made idempotent forwards keyed writes through SendOnce: net/http
+// would otherwise send a keyed DELETE (or any keyed request without a
+// body) a second time by itself when the upstream's reused connection
+// fails, and the upstream would run it twice.
+func ExampleSendOnce() {
+	var deletes atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		deletes.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = hedgehttp.SendOnce(nil) // nil: http.DefaultTransport
+	h, err := hedgehttp.NewIdempotent(rp, nil, hedgehttp.IdempotencyOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Close()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	for range 2 { // a retry gets the stored answer
+		req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/orders/42", nil)
+		req.Header.Set("Idempotency-Key", "d1f0c2a4-5b6e-4f7a-8c9d-0e1f2a3b4c5d")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("%d replayed=%q\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"))
+	}
+	fmt.Println("deletes run upstream:", deletes.Load())
+	// Output:
+	// 204 replayed=""
+	// 204 replayed="true"
+	// deletes run upstream: 1
 }

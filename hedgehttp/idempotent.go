@@ -189,10 +189,13 @@ type IdempotencyOptions struct {
 // TTL. The key never runs twice; the client checks what happened and
 // sends the write again under a new key if it was not done.
 //
-// The request the handler gets has no GetBody: net/http's Transport
-// replays a request carrying an Idempotency-Key by itself when it has
-// GetBody (or no body) and a reused connection fails, and a keyed write
-// the handler forwards must reach the next hop once.
+// The request the handler gets has no GetBody, but it keeps its
+// Idempotency-Key header: net/http's Transport replays a request carrying
+// that header by itself when a reused connection fails and the request
+// has GetBody or no body — a keyed DELETE, or any request whose
+// ContentLength is 0 (httputil.ReverseProxy then sends it with no body).
+// A handler that forwards keyed writes sends them through [SendOnce], so
+// that each reaches the next hop once.
 //
 // Requests that are not keyed pass through: a request without the header
 // costs a header lookup or two and no allocation (BenchmarkIdempotent).

@@ -66,28 +66,37 @@ func TestSentOnceNeverReplayedByNetHTTP(t *testing.T) {
 	}
 }
 
-// Behind Idempotent, a handler's request has no GetBody: a handler that
-// forwards it with a plain http.Transport (httputil.ReverseProxy) sends it
-// once even when the upstream's reused connection dies after the write.
+// Behind Idempotent, a handler's request has no GetBody, and a handler
+// that forwards it through SendOnce (httputil.ReverseProxy) sends it once
+// even when the upstream's reused connection dies after the write: a POST
+// with a body, and a DELETE without one, which net/http would resend by
+// itself for its Idempotency-Key.
 func TestIdempotentRequestNotReplayable(t *testing.T) {
-	up := idemtest.StartCutAfterWrite(t)
-	u, _ := url.Parse(up.URL)
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = base
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	h, err := NewIdempotent(rp, nil, IdempotencyOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	c := srv.Client()
-	warm(t, c, srv.URL)
-	a := idemtest.Send(t, c, context.Background(), http.MethodPost, srv.URL+"/orders", "order-7", `{"amount":10}`)
-	if n := up.Runs("order-7"); n != 1 {
-		t.Errorf("the upstream ran the write %d times (client got %d), want 1", n, a.Status)
+	for _, tc := range []struct{ name, method, body string }{
+		{"POST with body", http.MethodPost, `{"amount":10}`},
+		{"DELETE without body", http.MethodDelete, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := idemtest.StartCutAfterWrite(t)
+			u, _ := url.Parse(up.URL)
+			base := &http.Transport{}
+			defer base.CloseIdleConnections()
+			rp := httputil.NewSingleHostReverseProxy(u)
+			rp.Transport = SendOnce(base)
+			rp.ErrorLog = log.New(io.Discard, "", 0)
+			h, err := NewIdempotent(rp, nil, IdempotencyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			c := srv.Client()
+			warm(t, c, srv.URL)
+			a := idemtest.Send(t, c, context.Background(), tc.method, srv.URL+"/orders", "order-7", tc.body)
+			if n := up.Runs("order-7"); n != 1 {
+				t.Errorf("the upstream ran the write %d times (client got %d), want 1", n, a.Status)
+			}
+		})
 	}
 }

@@ -910,6 +910,30 @@ func closeBody(req *http.Request) {
 	}
 }
 
+// SendOnce returns an [http.RoundTripper] that sends each request through
+// base (http.DefaultTransport when nil) such that net/http's Transport
+// does not send it again by itself when a reused connection fails: a
+// write (a method other than GET, HEAD, OPTIONS and TRACE) with an
+// Idempotency-Key or X-Idempotency-Key header goes as a copy without
+// GetBody and, when it has no body, with the key's header name in lower
+// case (the same field to HTTP; base sees it under that name, so
+// Header.Get in base does not find it). Other requests go as they are.
+// A handler behind [Idempotent] that forwards requests
+// (httputil.ReverseProxy's Transport, say) sends them through it: a keyed
+// write must reach the next hop once.
+func SendOnce(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return onceTransport{base}
+}
+
+type onceTransport struct{ base http.RoundTripper }
+
+func (o onceTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return o.base.RoundTrip(onceOnly(r))
+}
+
 // onceOnly returns r, or a shallow copy of it, such that net/http's
 // Transport does not send it again by itself. It replays a request whose
 // reused connection fails when the request is "idempotent" — GET, HEAD,
