@@ -700,9 +700,16 @@ func newToken() string {
 }
 
 // fingerprint is the fingerprint of a keyed request with this raw query
-// and body: their SHA-256, the query length-prefixed so that no two pairs
-// meet.
+// and body: the SHA-256 of the body alone when there is no query (the
+// fingerprint keys stored before queries counted have, so that a retry
+// after an upgrade, or a copy handled by an older replica sharing the
+// store, still matches), else of the query length-prefixed and the body.
+// A body-only and a query-and-body pair meet only when the body is the
+// other's prefix, query and body: under one key, a client's own doing.
 func fingerprint(query string, body []byte) Fingerprint {
+	if query == "" {
+		return sha256.Sum256(body)
+	}
 	hs := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	hs.Write(n[:binary.PutUvarint(n[:], uint64(len(query)))])
