@@ -285,8 +285,16 @@ func (c *Config) estimatorConfig() latency.Config {
 	return latency.Config{Window: c.Window, MinSamples: c.MinSamples}
 }
 
-// Config returns the configuration in force, with defaults filled in.
-func (p *Policy) Config() Config { return p.cfg }
+// Config returns the configuration in force, with defaults filled in —
+// but Target left zero when Quantile is set (the pair is refused), so that
+// New(p.Config()) makes a policy configured as p.
+func (p *Policy) Config() Config {
+	c := p.cfg
+	if c.Quantile != 0 {
+		c.Target = 0
+	}
+	return c
+}
 
 // Request is the policy's record of one request in flight, returned by
 // [Policy.Begin]. It is a small value meant to live on the caller's stack;

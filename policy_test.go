@@ -47,6 +47,26 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// New(p.Config()) makes a policy configured as p, a Quantile policy too
+// (its Config does not carry the default Target, which New refuses
+// alongside Quantile).
+func TestConfigRoundTrips(t *testing.T) {
+	for _, cfg := range []Config{{}, {Quantile: 0.95}, {Target: 0.999}} {
+		p, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := New(p.Config())
+		if err != nil {
+			t.Errorf("New(%+v.Config()) = %v", cfg, err)
+			continue
+		}
+		if a, b := p.Config(), q.Config(); a.Quantile != b.Quantile || a.Target != b.Target || a.Window != b.Window {
+			t.Errorf("New(%+v.Config()).Config() = %+v, want %+v", cfg, b, a)
+		}
+	}
+}
+
 // observe feeds n completed primaries of latency lat to key at now.
 func observe(p *Policy, key string, lat time.Duration, n int, now time.Time) {
 	for range n {
