@@ -25,7 +25,10 @@ type Client struct {
 // keep hedgedhttp's behaviour apart from the budget (see the package
 // documentation).
 type Config struct {
-	// Transport sends the attempts. Nil means [http.DefaultTransport].
+	// Transport sends the attempts. Nil means the transport
+	// hedgehttp.NewTransport uses for a nil base (a clone of
+	// [http.DefaultTransport] keeping more idle connections per host), and
+	// [http.DefaultTransport] for requests sent with an upto of 0.
 	Transport http.RoundTripper
 
 	// Upto is how many attempts a request may make, the first included.
@@ -123,8 +126,8 @@ func NewClientAndStats(timeout time.Duration, upto int, client *http.Client) (*h
 	return client, stats, nil
 }
 
-// NewRoundTripper returns a hedged RoundTripper over rt (nil means
-// [http.DefaultTransport]) that waits timeout before each next attempt and
+// NewRoundTripper returns a hedged RoundTripper over rt (nil as
+// Config.Transport) that waits timeout before each next attempt and
 // sends at most upto.
 func NewRoundTripper(timeout time.Duration, upto int, rt http.RoundTripper) (http.RoundTripper, error) {
 	r, _, err := NewRoundTripperAndStats(timeout, upto, rt)
@@ -177,9 +180,6 @@ type leg struct {
 var _ http.RoundTripper = (*hedgedTransport)(nil)
 
 func newTransport(cfg Config) (*hedgedTransport, error) {
-	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport
-	}
 	if cfg.Budget == nil {
 		b, err := budget.NewWindowed(0, 0, 0)
 		if err != nil {
@@ -253,6 +253,9 @@ func (ht *hedgedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		upto, delay = ht.cfg.Next()
 	}
 	if upto <= 0 {
+		if ht.base == nil {
+			return http.DefaultTransport.RoundTrip(req)
+		}
 		return ht.base.RoundTrip(req)
 	}
 	l, err := ht.leg(hedgesOf(upto))
@@ -284,9 +287,20 @@ func (ht *hedgedTransport) Policy() *tailcut.Policy {
 }
 
 // CloseIdleConnections closes the idle connections of the base transport,
-// if it has such a method.
+// if it has such a method: with no Transport configured, those of the
+// legs' transport and of [http.DefaultTransport].
 func (ht *hedgedTransport) CloseIdleConnections() {
-	if c, ok := ht.base.(interface{ CloseIdleConnections() }); ok {
+	base := ht.base
+	if base == nil {
+		base = http.DefaultTransport
+		for i := range ht.legs {
+			if l := ht.legs[i].Load(); l != nil {
+				l.t.CloseIdleConnections()
+				break // the legs share one base
+			}
+		}
+	}
+	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
 }
