@@ -16,6 +16,9 @@ type Attempt struct {
 	Index int
 	// Key is the key the request was begun with.
 	Key string
+	// Delay is the request's hedge delay: the one set for it
+	// ([WithDelay]), or the policy's ([Request.Delay]).
+	Delay time.Duration
 }
 
 // Class is how a [Hedger] treats the result of one attempt.
@@ -471,6 +474,15 @@ func (st *state[T]) recycle(quick bool) {
 	p.states.Put(st)
 }
 
+// hedgeDelay is the request's hedge delay: the one set for it
+// (WithDelay), or the policy's.
+func (st *state[T]) hedgeDelay() time.Duration {
+	if st.delay > 0 {
+		return st.delay
+	}
+	return st.req.Delay()
+}
+
 // at returns when hedge slot k is due, from the start.
 func (st *state[T]) at(k int) time.Duration {
 	if st.delay > 0 {
@@ -543,10 +555,11 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	actx, cancel := newAttemptContext(pctx)
 	st.attempts[0] = attempt{cancel: cancel, start: start, running: true}
 	st.launched, st.running = 1, 1
+	a := Attempt{Index: 0, Key: key, Delay: st.hedgeDelay()} // before the timer may re-time st.req
 	if st.maxAttempts > 1 {
 		w.arm(start, st.at(1)) // every field of st that fire reads is set by now
 	}
-	v, err := fn(actx, Attempt{Index: 0, Key: key})
+	v, err := fn(actx, a)
 	end := time.Now()
 	if st.maxAttempts > 1 && !w.claim() {
 		return st.handOver(v, err, end)
@@ -719,7 +732,7 @@ func (st *state[T]) launch(now time.Time, r SendReason) {
 	}
 	actx, cancel := newAttemptContext(ctx)
 	st.attempts[st.launched] = attempt{cancel: cancel, start: now, running: true}
-	go st.run(actx, Attempt{Index: st.launched, Key: st.key}, st.fn)
+	go st.run(actx, Attempt{Index: st.launched, Key: st.key, Delay: st.hedgeDelay()}, st.fn)
 	st.launched++
 	st.running++
 }

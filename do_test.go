@@ -419,8 +419,16 @@ func TestDoWithoutHedgingAndWithDelay(t *testing.T) {
 		if got, _ := Do(WithDelay(t.Context(), 30*time.Millisecond), p, "k", slow); got != 1 || time.Since(t0) != 30*time.Millisecond {
 			t.Errorf("WithDelay(30ms): winner %d after %v, want the hedge after 30ms", got, time.Since(t0))
 		}
+		var delays [2]time.Duration // each attempt's Attempt.Delay: the request's delay
+		Do(WithDelay(t.Context(), 30*time.Millisecond), p, "k", func(ctx context.Context, a Attempt) (int, error) {
+			delays[a.Index] = a.Delay
+			return slow(ctx, a)
+		})
 		synctest.Wait()
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the losing primaries end
+		if delays != [2]time.Duration{30 * time.Millisecond, 30 * time.Millisecond} {
+			t.Errorf("WithDelay(30ms): the attempts' Delay is %v, want 30ms each", delays)
+		}
 	})
 }
 

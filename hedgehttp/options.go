@@ -212,18 +212,20 @@ func WithInlinePrimary(on bool) Option {
 }
 
 // WithLoserGrace gives a hedge that lost a grace: its request goes on for
-// the key's hedge delay, at most d, after the race is decided, and if its
-// answer comes meanwhile the body is drained (at most [DrainLimit] bytes)
-// and its connection goes back to the pool. Over HTTP/1.1 cancelling a
-// request in flight closes its connection, so a loser cut off costs a
-// later request a new connection (a TLS handshake over https). The price:
-// the server works on the loser up to that much longer, where a handler
-// that watches its request's context would have stopped at once, and the
-// loser's goroutine outlives RoundTrip by as much. The primary on the
-// caller's goroutine (see [NewTransport]) is cut off at once: the caller
-// would wait for it. The grace ends at once when the caller's context ends
-// or the hard timeout fires. Without this option (or with d = 0) losers
-// are cancelled at once. TestLosingHedgeKeepsItsConnection shows the
+// the request's hedge delay, at most d, after the race is decided, and if
+// its answer comes meanwhile the body is drained (at most [DrainLimit]
+// bytes) and its connection goes back to the pool. Over HTTP/1.1
+// cancelling a request in flight closes its connection, so a loser cut off
+// costs a later request a new connection (a TLS handshake over https).
+// The price: the server works on the loser up to that much longer, where
+// a handler that watches its request's context would have stopped at
+// once, and the loser's goroutine outlives RoundTrip by as much. Only
+// hedges get a grace: a losing primary is cut off at once (on the
+// caller's goroutine, see [NewTransport], the caller would wait for it).
+// The grace keeps the call's deadline (the caller's, or the hard
+// timeout's) and ends at once when the caller's context ends, before or
+// after the caller has its answer. Without this option (or with d = 0)
+// losers are cancelled at once. TestLosingHedgeKeepsItsConnection shows the
 // connection kept.
 func WithLoserGrace(d time.Duration) Option {
 	return func(c *config) {

@@ -519,7 +519,7 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 		defer ep.Inflight.Add(-1)
 	}
 
-	resp, err := rt.send(ctx, r, a.Index)
+	resp, err := rt.send(ctx, r, a)
 	if !start.IsZero() {
 		now = time.Now()
 	}
@@ -576,11 +576,11 @@ func (rt *roundTrip) useEndpoint(r *http.Request, now time.Time) *endpoint {
 // the response's body (see wrapBody), reading its first byte under
 // WithFirstByte unless the status line says the attempt failed: that
 // decision waits for no byte of the body.
-func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Response, error) {
-	t := rt.t
+func (rt *roundTrip) send(ctx context.Context, r *http.Request, a tailcut.Attempt) (*http.Response, error) {
+	t, k := rt.t, a.Index
 	var cancelReq context.CancelFunc
 	if k > 0 && t.cfg.loserGrace > 0 {
-		r, cancelReq = rt.graceful(ctx, r)
+		r, cancelReq = rt.graceful(ctx, r, a.Delay)
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && !rt.once {
@@ -619,24 +619,35 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, k int) (*http.Re
 
 // graceful returns hedge request r, whose attempt context is actx, under a
 // context of its own that ends a grace period after actx (see
-// [WithLoserGrace]), or with it when the call itself is over (the caller
-// gone, the hard timeout): a hedge that lost while its answer was nearly
-// there gets the answer, which the Hedger hands to discard, whose drain
-// puts the connection back in the pool instead of closing it. The context
-// also ends with the response's body (see send), and the cancel function
-// returned ends it at once. The grace is
-// the key's hedge delay, at most the WithLoserGrace bound: a loser still
-// unanswered one more delay later is a straggler itself. A hedge runs on a
-// goroutine of its own, so nobody waits for it meanwhile.
-func (rt *roundTrip) graceful(actx context.Context, r *http.Request) (*http.Request, context.CancelFunc) {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(actx))
+// [WithLoserGrace]): a hedge that lost while its answer was nearly there
+// gets the answer, which the Hedger hands to discard, whose drain puts the
+// connection back in the pool instead of closing it. The grace is delay,
+// the request's hedge delay, at most the WithLoserGrace bound: a loser
+// still unanswered one more delay later is a straggler itself. The context
+// keeps actx's values and the call's deadline (the caller's, or the hard
+// timeout's), and ends at once when the caller's context ends, whenever
+// that is; it also ends with the response's body (see send), and the
+// cancel function returned ends it at once. A hedge runs on a goroutine of
+// its own, so nobody waits for it meanwhile.
+func (rt *roundTrip) graceful(actx context.Context, r *http.Request, delay time.Duration) (*http.Request, context.CancelFunc) {
+	var rctx context.Context
+	var end context.CancelFunc
+	if d, ok := rt.ctx.Deadline(); ok {
+		rctx, end = context.WithDeadline(context.WithoutCancel(actx), d)
+	} else {
+		rctx, end = context.WithCancel(context.WithoutCancel(actx))
+	}
+	stop := context.AfterFunc(rt.req.Context(), end) // the caller gone: no grace
+	cancel := func() {
+		stop()
+		end()
+	}
 	context.AfterFunc(actx, func() {
-		if rt.ctx.Err() != nil {
+		if rt.req.Context().Err() != nil || errors.Is(context.Cause(rt.ctx), errHardTimeout) {
 			cancel()
 			return
 		}
-		now := time.Now()
-		time.AfterFunc(min(rt.t.policy.Delay(rt.key, now), rt.t.cfg.loserGrace), cancel)
+		time.AfterFunc(min(delay, rt.t.cfg.loserGrace), cancel)
 	})
 	return r.WithContext(rctx), cancel
 }
