@@ -37,9 +37,15 @@ const AttemptHeader = "Hedge-Attempt"
 // buffer limit ([WithBufferLimit], 64 KiB by default), which is then read
 // into memory. Other requests, and protocol upgrades (WebSocket), are passed
 // to the base transport as they are: sent once, body intact, no header
-// added, not counted by the policy. A request sent once — one of those, or
-// one under [WithoutHedging] — is never sent twice by net/http either (see
-// onceOnly). A buffered body shorter or longer than
+// added, not counted by the policy. A keyed write (a method other than GET,
+// HEAD, OPTIONS and TRACE with an Idempotency-Key or X-Idempotency-Key)
+// sent once — under [WithoutHedging], or with a body too long to buffer —
+// is never sent twice by net/http either: it goes without GetBody and,
+// without a body, with its key's header name in lower case, under which
+// the base transport sees it (Header.Get("Idempotency-Key") there does not
+// find it; see [SendOnce]). net/http may still resend a GET, HEAD, OPTIONS
+// or TRACE sent once when a reused connection fails, as it would without
+// this Transport. A buffered body shorter or longer than
 // the request's ContentLength fails the request before anything is sent,
 // with net/http's error ("http: ContentLength=60000 with Body length
 // 40000"); one of unknown length is sent with its length unknown (chunked
