@@ -3,7 +3,6 @@ package tailcut
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/tailcut/tailcut/internal/p2c"
@@ -91,24 +90,17 @@ func DoReplicas[T, R any](ctx context.Context, p *Policy, key string, rs *Replic
 type replicaCall[T, R any] struct {
 	rs   *Replicas[T]
 	call func(context.Context, T, Attempt) (R, error)
-	mu   sync.Mutex
-	used uint64 // bit i: backend i has had an attempt
+	used p2c.Used // the backends its attempts have had
 }
 
 // attempt runs attempt a on the backend the set picks for it, and teaches
 // the set what it took.
 func (c *replicaCall[T, R]) attempt(ctx context.Context, a Attempt) (R, error) {
 	start := time.Now()
-	c.mu.Lock()
-	i := c.rs.set.Pick(c.used, start)
-	if i < 64 {
-		c.used |= 1 << i
-	}
-	c.mu.Unlock()
+	i := c.rs.set.Use(&c.used, start)
 	r := c.rs.set.Replicas[i]
-	r.Inflight.Add(1)
+	defer r.Inflight.Add(-1) // a panicking call does not leave the backend busy
 	v, err := c.call(ctx, c.rs.backends[i], a)
-	r.Inflight.Add(-1)
 	end := time.Now()
 	switch d := end.Sub(start); {
 	case ctx.Err() != nil:

@@ -115,3 +115,30 @@ func TestGatherOverOneKey(t *testing.T) {
 		t.Errorf("keys %+v, want one key with 8 requests", s.Keys)
 	}
 }
+
+// A call that panics on the caller's goroutine (the primary runs there)
+// does not leave its backend counted in flight: a server that recovers
+// the panic would otherwise see the backend busy forever.
+func TestDoReplicasPanicEndsInflight(t *testing.T) {
+	p, err := tailcut.New(tailcut.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := tailcut.NewReplicas("only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the call's panic did not reach the caller")
+			}
+		}()
+		tailcut.DoReplicas(t.Context(), p, "k", rs, func(ctx context.Context, b string, a tailcut.Attempt) (int, error) {
+			panic("backend client bug")
+		})
+	}()
+	if n := rs.Stats()[0].Inflight; n != 0 {
+		t.Errorf("after a panicking call the backend has %d attempts in flight, want 0", n)
+	}
+}

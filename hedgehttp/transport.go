@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/internal/p2c"
 )
 
 // AttemptHeader is the header every attempt of a hedged request carries:
@@ -474,8 +475,9 @@ type roundTrip struct {
 	key      string
 
 	mu   sync.Mutex
-	used uint64 // endpoints used by the attempts so far (bit set)
-	done bool   // RoundTrip has its answer: hedges not yet started give up
+	done bool // RoundTrip has its answer: hedges not yet started give up
+
+	used p2c.Used // endpoints used by the attempts so far
 
 	// The primary's shallow copy of req and the wrapper of its response
 	// body live here, so that the no-hedge path allocates neither on its
@@ -566,15 +568,8 @@ func (rt *roundTrip) request(ctx context.Context, k int) (*http.Request, error) 
 // attempt in its Inflight; the caller takes it out when the attempt ends.
 func (rt *roundTrip) useEndpoint(r *http.Request, now time.Time) *endpoint {
 	eps := rt.t.eps
-	rt.mu.Lock()
-	i := eps.pick(rt.used, now)
-	if i < 64 {
-		rt.used |= 1 << i
-	}
-	rt.mu.Unlock()
-	ep := eps.list[i]
+	ep := eps.list[eps.set.Use(&rt.used, now)]
 	r.URL = ep.rewrite(r.URL)
-	ep.Inflight.Add(1)
 	return ep
 }
 

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -186,6 +187,28 @@ func (s *Set) Pick(used uint64, now time.Time) int {
 		}
 	}
 	return s.Draw(used, now)
+}
+
+// Used is the replicas one request's attempts have used, for attempts
+// that pick at the same time. The zero Used is ready for use.
+type Used struct {
+	mu   sync.Mutex
+	bits uint64 // bit i: s.Replicas[i] (past the 64th, never marked)
+}
+
+// Use picks the replica for a request's next attempt at now ([Set.Pick],
+// avoiding the replicas in u), marks it in u and counts the attempt in its
+// Inflight: the caller takes it out (Inflight.Add(-1)) when the attempt
+// ends, deferred, so that a panicking attempt does not leave it counted.
+func (s *Set) Use(u *Used, now time.Time) int {
+	u.mu.Lock()
+	i := s.Pick(u.bits, now)
+	if i < 64 {
+		u.bits |= 1 << i
+	}
+	u.mu.Unlock()
+	s.Replicas[i].Inflight.Add(1)
+	return i
 }
 
 // free returns used, or 0 if it leaves no replica free.
