@@ -2,6 +2,7 @@ package tailcut
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -68,4 +69,22 @@ func TestStatsReportWithDelay(t *testing.T) {
 			t.Fatalf("KeyStats %+v, want Delay 40ms pinned", s.Keys)
 		}
 	})
+}
+
+// Counts is Stats().Counts, evicted keys included, and allocates nothing.
+func TestCountsAreStatsTotals(t *testing.T) {
+	p := newTestPolicy(t, Config{MaxKeys: 4})
+	now := time.Unix(0, 0)
+	for k := range 10 {
+		observe(p, "k"+strconv.Itoa(k), time.Duration(1+k)*time.Millisecond, 3+k, now)
+	}
+	if got, want := p.Counts(), p.Stats().Counts; got != want {
+		t.Errorf("Counts() = %+v, want Stats().Counts %+v", got, want)
+	}
+	if got := p.Counts(); got.Requests != 3*10+45 {
+		t.Errorf("Counts().Requests = %d, want %d", got.Requests, 3*10+45)
+	}
+	if n := testing.AllocsPerRun(10, func() { p.Counts() }); n != 0 {
+		t.Errorf("Counts allocates %v times, want 0", n)
+	}
 }

@@ -77,15 +77,24 @@ func BenchmarkDoFastPath(b *testing.B) {
 
 // BenchmarkStatsManyKeys measures Policy.Stats over MaxKeys warm keys: it
 // reads every key's p99 and its prediction from the key's sketches, the
-// cost of a metrics scrape or a /debug/tailcut request.
+// cost of a metrics scrape or a /debug/tailcut request; and Policy.Counts
+// over the same keys, the totals alone (what hedgedhttp's Stats read).
 func BenchmarkStatsManyKeys(b *testing.B) {
 	p, _ := New(Config{})
 	now := time.Unix(0, 0)
 	for k := range DefaultMaxKeys {
 		observe(p, "k"+strconv.Itoa(k), time.Duration(1+k%7)*time.Millisecond, 200, now)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		p.Stats()
-	}
+	b.Run("Stats", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p.Stats()
+		}
+	})
+	b.Run("Counts", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p.Counts()
+		}
+	})
 }

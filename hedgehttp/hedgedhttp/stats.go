@@ -42,7 +42,7 @@ func (s *Stats) totals() totals {
 		if l == nil {
 			continue
 		}
-		c := l.p.Stats().Counts
+		c := l.p.Counts()
 		t.requests += uint64(c.Requests)
 		t.attempts += uint64(c.Attempts)
 		t.originalWins += uint64(c.Wins[0])
