@@ -76,7 +76,11 @@ type IdempotencyOptions struct {
 	// MaxBuffered bounds the bytes of keyed request bodies held in memory
 	// at once, across every keyed request (read, waiting for a first run,
 	// or running): a keyed request whose body would go past it gets 503
-	// with Retry-After, unread and unrun. What the middleware holds is
+	// with Retry-After, its body read no further, unrun. A body counts for
+	// the buffer it has taken so far, which grows by doubling as its
+	// bytes arrive (64 KiB at most to start, whatever length it declares):
+	// a body trickling in holds about what has come. What the
+	// middleware holds is
 	// then at most MaxBuffered of bodies, plus up to MaxStoredResponse of
 	// response per run, plus a fixed cost per request that
 	// BenchmarkIdempotentHeld measures. Zero means DefaultMaxBuffered
@@ -415,8 +419,10 @@ func (h *Idempotent) idempotencyKey(w http.ResponseWriter, vs []string) (string,
 // the memory it takes in h.buffered (the caller takes cap(body) out when
 // it is done with the request, also when ok is false), or answers 400
 // (unreadable), 413 (larger than MaxBody) or 503 (MaxBuffered reached)
-// and reports false. A body of declared length takes that much; one of
-// unknown length grows by doubling, each step counted before it is made.
+// and reports false. The buffer grows as bytes arrive, by doubling from
+// 512 bytes, or from the declared length up to 64 KiB, up to the
+// declared length while below it, each step counted before it is made:
+// a body trickling in holds about what has come, not what it declares.
 func (h *Idempotent) readKeyedBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
@@ -428,7 +434,7 @@ func (h *Idempotent) readKeyedBody(w http.ResponseWriter, r *http.Request) (body
 	}
 	size := int64(512)
 	if r.ContentLength > 0 {
-		size = r.ContentLength
+		size = min(r.ContentLength, firstBodyBuffer)
 	}
 	var err error
 	for err == nil {
@@ -448,7 +454,11 @@ func (h *Idempotent) readKeyedBody(w http.ResponseWriter, r *http.Request) (body
 			h.tooLarge(w)
 			return body, false
 		}
-		size = min(max(size, 2*int64(cap(body))), limit)
+		size = max(size, 2*int64(cap(body)))
+		if n := int64(cap(body)); n < r.ContentLength {
+			size = min(size, r.ContentLength)
+		}
+		size = min(size, limit)
 		if !h.reserve(size - int64(cap(body))) {
 			h.stats.overloaded.Add(1)
 			h.problem(w, http.StatusServiceUnavailable, true, "Too many keyed request bodies in memory",
@@ -463,6 +473,10 @@ func (h *Idempotent) readKeyedBody(w http.ResponseWriter, r *http.Request) (body
 	}
 	return body, true
 }
+
+// firstBodyBuffer is the most a keyed body's buffer takes before bytes
+// past it arrive, whatever length the request declares.
+const firstBodyBuffer = 64 << 10
 
 func (h *Idempotent) unreadable(w http.ResponseWriter, err error) {
 	h.problem(w, http.StatusBadRequest, false, "Unreadable request body", "The request body could not be read: "+err.Error())
