@@ -21,11 +21,62 @@ type body struct {
 	cancelReq     context.CancelFunc // a hedge's own request context (roundTrip.graceful)
 	released      atomic.Bool
 	// failed marks the body of a failed attempt's response (judge), which
-	// discard closes unread.
+	// discard closes without waiting for it.
 	failed bool
+	// ahead, when not nil, is closed once readAhead has read the body into
+	// buf (aheadErr: the read's error, nil for the whole body).
+	ahead    chan struct{}
+	buf      []byte
+	aheadErr error
+	state    atomic.Int32 // readAhead's: aheadRunning, aheadDone or aheadAbandoned
+}
+
+// The states of a body's readAhead.
+const (
+	aheadRunning = iota
+	aheadDone
+	aheadAbandoned // closed before the read ended: readAhead closes rc
+)
+
+// FailedDrainLimit is the largest declared body of a failed attempt
+// (judge) that is read ahead, so that its HTTP/1.1 connection can go back
+// to the pool instead of being closed.
+const FailedDrainLimit = 4 << 10
+
+// readAhead reads the body, of declared length n, on a goroutine of its
+// own: nobody waits for it. Read hands back what it read once it is done;
+// a Close before then leaves the read to end with the attempt's context
+// (which closing the body ends) and the goroutine to close the body.
+// The attempt's result is reported meanwhile: a body whose bytes came with
+// the status line is read at once and its connection kept, a slow one
+// costs its connection as if closed unread, and the decision waits for
+// neither.
+func (b *body) readAhead(n int64) {
+	b.ahead = make(chan struct{})
+	go func() {
+		b.buf, b.aheadErr = io.ReadAll(io.LimitReader(b.rc, n+1))
+		close(b.ahead)
+		if !b.state.CompareAndSwap(aheadRunning, aheadDone) {
+			b.rc.Close()
+		}
+	}()
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	if b.ahead != nil {
+		<-b.ahead
+		if len(b.buf) > 0 {
+			n := copy(p, b.buf)
+			b.buf = b.buf[n:]
+			return n, nil
+		}
+		err := b.aheadErr
+		if err == nil {
+			err = io.EOF
+		}
+		b.done()
+		return 0, err
+	}
 	if b.npeek > 0 && len(p) > 0 {
 		p[0] = b.peek[0]
 		b.npeek = 0
@@ -46,6 +97,10 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error {
+	if b.ahead != nil && b.state.CompareAndSwap(aheadRunning, aheadAbandoned) {
+		b.done() // ends the attempt's context, and with it the read
+		return nil
+	}
 	err := b.rc.Close()
 	b.done()
 	return err

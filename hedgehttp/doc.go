@@ -64,7 +64,9 @@
 //     budget permitting, on the status line alone (a failed attempt's
 //     body is never waited for); if every attempt fails the caller gets
 //     the primary's response, its body unread, or error, and a final 5xx
-//     counts for the breaker.
+//     counts for the breaker. A failed body declaring at most
+//     [FailedDrainLimit] bytes is read on a goroutine of its own meanwhile,
+//     so that its HTTP/1.1 connection is kept when it came at once.
 //   - A winning hedge never waits for the primary: the primary runs on the
 //     caller's goroutine only over a base that returns when cancelled.
 //   - A 429 or 503 with Retry-After (seconds or an HTTP date, capped at

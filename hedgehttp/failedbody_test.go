@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -61,56 +65,61 @@ func TestFailedBodyDoesNotHoldTheAnswer(t *testing.T) {
 	for _, proto := range protocols {
 		for _, firstByte := range []bool{false, true} {
 			for _, tc := range cases {
-				name := fmt.Sprintf("%s/firstByte=%v/%s", proto.name, firstByte, tc.name)
-				t.Run(name, func(t *testing.T) {
-					release := make(chan struct{})
-					var h hits
-					srv, tr := startServer(t, proto.h2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-						k := h.add(r)
-						code := tc.status(k)
-						if code == http.StatusOK {
-							fmt.Fprintf(w, "fine, attempt %d", k)
-							return
+				for _, declared := range []bool{false, true} { // declared: a small Content-Length, read ahead (readAhead)
+					name := fmt.Sprintf("%s/firstByte=%v/declared=%v/%s", proto.name, firstByte, declared, tc.name)
+					t.Run(name, func(t *testing.T) {
+						release := make(chan struct{})
+						var h hits
+						srv, tr := startServer(t, proto.h2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+							k := h.add(r)
+							code := tc.status(k)
+							if code == http.StatusOK {
+								fmt.Fprintf(w, "fine, attempt %d", k)
+								return
+							}
+							if tc.retryAfter {
+								w.Header().Set("Retry-After", "30")
+							}
+							if declared {
+								w.Header().Set("Content-Length", strconv.Itoa(len(fmt.Sprintf("down, attempt %d", k))))
+							}
+							w.WriteHeader(code)
+							w.(http.Flusher).Flush()
+							select {
+							case <-release:
+							case <-r.Context().Done():
+								return
+							}
+							fmt.Fprintf(w, "down, attempt %d", k)
+						}))
+						// Runs before startServer's cleanup, which waits for
+						// the handlers.
+						released := false
+						t.Cleanup(func() {
+							if !released {
+								close(release)
+							}
+						})
+						var opts []Option
+						if firstByte {
+							opts = append(opts, WithFirstByte())
 						}
-						if tc.retryAfter {
-							w.Header().Set("Retry-After", "30")
+						c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, time.Hour), opts...)}
+						resp := guardedGet(t, c, srv.URL)
+						if resp.StatusCode != tc.wantCode {
+							t.Errorf("status %d, want %d", resp.StatusCode, tc.wantCode)
 						}
-						w.WriteHeader(code)
-						w.(http.Flusher).Flush()
-						select {
-						case <-release:
-						case <-r.Context().Done():
-							return
+						if got := h.total(); got != tc.wantHits {
+							t.Errorf("server hits = %d, want %d", got, tc.wantHits)
 						}
-						fmt.Fprintf(w, "down, attempt %d", k)
-					}))
-					// Runs before startServer's cleanup, which waits for
-					// the handlers.
-					released := false
-					t.Cleanup(func() {
-						if !released {
-							close(release)
+						close(release)
+						released = true
+						b, err := io.ReadAll(resp.Body)
+						if err != nil || string(b) != tc.wantBody {
+							t.Errorf("body %q (%v), want %q", b, err, tc.wantBody)
 						}
 					})
-					var opts []Option
-					if firstByte {
-						opts = append(opts, WithFirstByte())
-					}
-					c := &http.Client{Transport: NewTransport(tr, fixedPolicy(t, time.Hour), opts...)}
-					resp := guardedGet(t, c, srv.URL)
-					if resp.StatusCode != tc.wantCode {
-						t.Errorf("status %d, want %d", resp.StatusCode, tc.wantCode)
-					}
-					if got := h.total(); got != tc.wantHits {
-						t.Errorf("server hits = %d, want %d", got, tc.wantHits)
-					}
-					close(release)
-					released = true
-					b, err := io.ReadAll(resp.Body)
-					if err != nil || string(b) != tc.wantBody {
-						t.Errorf("body %q (%v), want %q", b, err, tc.wantBody)
-					}
-				})
+				}
 			}
 		}
 	}
@@ -150,4 +159,40 @@ func TestEndlessFailedBodyHandedOver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A failed attempt's small body of declared length, there with its status
+// line, is read so that its HTTP/1.1 connection goes back to the pool:
+// ten requests whose primary gets a 40-byte 503 and whose next attempt
+// answers reuse their connections instead of opening one per 503.
+func TestSmallFailedBodyKeepsItsConnection(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if attemptOf(r) == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, strings.Repeat("x", 40))
+			return
+		}
+		io.WriteString(w, "fine")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	base := srv.Client().Transport.(*http.Transport).Clone()
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: NewTransport(base, fixedPolicy(t, time.Hour))}
+	for i := range 10 {
+		if code, body := get(t, client, t.Context(), srv.URL); code != 200 || body != "fine" {
+			t.Fatalf("request %d: %d %q", i, code, body)
+		}
+	}
+	// Closed unread, each 503 costs its connection: 11 in all.
+	if n := conns.Load(); n > 7 {
+		t.Errorf("10 requests with a failed primary opened %d connections, want a few reused", n)
+	}
+	t.Logf("%d connections", conns.Load())
 }

@@ -29,7 +29,11 @@ const AttemptHeader = "Hedge-Attempt"
 // request's key and the policy grants it, a hedge; the first final answer
 // wins and the other attempts are cancelled, their bodies drained (at most
 // [DrainLimit] bytes) and closed; a failed attempt's body (see below) is
-// closed unread (over HTTP/1.1 its connection is then closed, not reused).
+// closed without waiting for it: read, when it declares at most
+// [FailedDrainLimit] bytes, on a goroutine of its own meanwhile, so that a
+// small error page that came with its status line keeps its HTTP/1.1
+// connection; any other is closed unread, and over HTTP/1.1 its
+// connection with it.
 //
 // Which requests are hedged: GET, HEAD and OPTIONS requests, requests with
 // an Idempotency-Key (or X-Idempotency-Key) header, and requests with a
@@ -62,11 +66,10 @@ const AttemptHeader = "Hedge-Attempt"
 // Connection errors and 502, 503 and 504 responses are not final: the next
 // attempt goes at once if the policy grants it, and if every attempt fails
 // that way the caller gets the primary's response or error. Other
-// responses are final. A response is judged on its status line alone: a
-// failed attempt's body is not read (nor its first byte awaited under
+// responses are final. A response is judged on its status line alone: no
+// byte of a failed attempt's body is awaited (nor its first byte under
 // [WithFirstByte]) before the next attempt goes, and the response kept for
-// the caller reaches it with its body unread, however slow or endless that
-// body is; the attempt's context lives on until the caller closes it. A 429 or 503 with Retry-After pauses hedging for the
+// the caller reaches it at once, however slow or endless that body is; the attempt's context lives on until the caller closes it. A 429 or 503 with Retry-After pauses hedging for the
 // key for that long ([tailcut.Policy.Pushback]); primaries are not
 // affected.
 //
@@ -660,10 +663,12 @@ func (rt *roundTrip) graceful(actx context.Context, r *http.Request, delay time.
 // other response is the attempt's answer. A 429 or 503 with Retry-After
 // pauses hedging for the key.
 //
-// A failed response goes to the Hedger with its body unread: the Hedger
+// A failed response goes to the Hedger at once, its body unread or, when
+// it declares at most FailedDrainLimit bytes, being read ahead on a
+// goroutine of its own (body.readAhead): the Hedger
 // keeps the primary's (or the first) failed result, its attempt's context
 // alive, in case every attempt fails (settle), and hands any other to
-// discard, which closes it without reading (its body may never end).
+// discard, which closes it without waiting (its body may never end).
 func (rt *roundTrip) judge(resp *http.Response, a tailcut.Attempt, start, now time.Time) (*http.Response, error) {
 	t := rt.t
 	code := resp.StatusCode
@@ -680,6 +685,9 @@ func (rt *roundTrip) judge(resp *http.Response, a tailcut.Attempt, start, now ti
 	if failedStatus(code, a.Index) {
 		if b, ok := resp.Body.(*body); ok {
 			b.failed = true
+			if resp.ContentLength > 0 && resp.ContentLength <= FailedDrainLimit {
+				b.readAhead(resp.ContentLength)
+			}
 		}
 		return resp, &statusError{attempt: a.Index, status: resp.Status}
 	}
@@ -885,9 +893,9 @@ func permanent(err error) bool {
 }
 
 // discard drains (at most DrainLimit bytes) and closes a response that lost.
-// A failed attempt's response (judge) is closed unread: its body may be
-// slow or endless, and the Hedger discards on the goroutine that decides
-// the call.
+// A failed attempt's response (judge) is closed without a wait: its body
+// may be slow or endless, and the Hedger discards on the goroutine that
+// decides the call (a small body was read ahead, see body.readAhead).
 func discard(resp *http.Response) {
 	if resp == nil || resp.Body == nil {
 		return
