@@ -97,7 +97,7 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error {
-	if b.ahead != nil && b.state.CompareAndSwap(aheadRunning, aheadAbandoned) {
+	if b.ahead != nil && (b.state.CompareAndSwap(aheadRunning, aheadAbandoned) || b.state.Load() == aheadAbandoned) {
 		b.done() // ends the attempt's context, and with it the read
 		return nil
 	}
