@@ -23,12 +23,15 @@ type body struct {
 	// failed marks the body of a failed attempt's response (judge), which
 	// discard closes without waiting for it.
 	failed bool
-	// ahead, when not nil, is closed once readAhead has read the body into
-	// buf (aheadErr: the read's error, nil for the whole body).
-	ahead    chan struct{}
-	buf      []byte
-	aheadErr error
-	state    atomic.Int32 // readAhead's: aheadRunning, aheadDone or aheadAbandoned
+	ahead  *aheadRead // a failed attempt's small body, read ahead (readAhead)
+}
+
+// aheadRead is the read of a body's readAhead.
+type aheadRead struct {
+	done  chan struct{} // closed once buf and err are set
+	buf   []byte        // what is left of the body read
+	err   error         // the read's error, nil for the whole body
+	state atomic.Int32  // aheadRunning, aheadDone or aheadAbandoned
 }
 
 // The states of a body's readAhead.
@@ -52,25 +55,26 @@ const FailedDrainLimit = 4 << 10
 // costs its connection as if closed unread, and the decision waits for
 // neither.
 func (b *body) readAhead(n int64) {
-	b.ahead = make(chan struct{})
+	a := &aheadRead{done: make(chan struct{})}
+	b.ahead = a
 	go func() {
-		b.buf, b.aheadErr = io.ReadAll(io.LimitReader(b.rc, n+1))
-		close(b.ahead)
-		if !b.state.CompareAndSwap(aheadRunning, aheadDone) {
+		a.buf, a.err = io.ReadAll(io.LimitReader(b.rc, n+1))
+		close(a.done)
+		if !a.state.CompareAndSwap(aheadRunning, aheadDone) {
 			b.rc.Close()
 		}
 	}()
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	if b.ahead != nil {
-		<-b.ahead
-		if len(b.buf) > 0 {
-			n := copy(p, b.buf)
-			b.buf = b.buf[n:]
+	if a := b.ahead; a != nil {
+		<-a.done
+		if len(a.buf) > 0 {
+			n := copy(p, a.buf)
+			a.buf = a.buf[n:]
 			return n, nil
 		}
-		err := b.aheadErr
+		err := a.err
 		if err == nil {
 			err = io.EOF
 		}
@@ -97,7 +101,7 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) Close() error {
-	if b.ahead != nil && (b.state.CompareAndSwap(aheadRunning, aheadAbandoned) || b.state.Load() == aheadAbandoned) {
+	if a := b.ahead; a != nil && (a.state.CompareAndSwap(aheadRunning, aheadAbandoned) || a.state.Load() == aheadAbandoned) {
 		b.done() // ends the attempt's context, and with it the read
 		return nil
 	}
