@@ -208,14 +208,19 @@ func (p *Policy) Stats() Stats {
 }
 
 // Counts returns the policy's totals, Stats().Counts, alone: the sum of
-// every key's counters and of the keys evicted before, with no per-key
-// list, clock or sketch read and no allocation. For callers that report
-// counters only, often (BenchmarkStatsManyKeys compares it with Stats).
+// every key's counters, of the keys not tracked ([UntrackedKey]) and of the
+// keys evicted before, with no per-key list, clock or sketch read and no
+// allocation. For callers that report counters only, often
+// (BenchmarkStatsManyKeys compares it with Stats).
 func (p *Policy) Counts() Counts {
 	p.mu.RLock()
 	c := p.evicted.load()
 	for _, ks := range p.keys {
 		k := ks.counters.load()
+		c.add(&k)
+	}
+	if u := p.untracked.Load(); u != nil {
+		k := u.counters.load()
 		c.add(&k)
 	}
 	p.mu.RUnlock()
