@@ -243,19 +243,32 @@ type Listener struct {
 	// DefaultMaxInFlight, or shed.hard_limit if that is larger; -1 means
 	// no bound.
 	MaxInFlight int `yaml:"max_in_flight"`
-	// BodyTimeout is the longest the listener waits for the next bytes of
-	// a request body; past it the request gets 408 and its connection is
-	// closed, so that clients that send headers and then stall release
-	// their max_in_flight slots. Zero means DefaultBodyTimeout (30 s). A
-	// request's head must arrive within 10 s, and a keep-alive connection
-	// is closed after 2 min without a request.
+	// BodyTimeout bounds how long the listener waits on a client for a
+	// request body: the client must send min_progress bytes (or the rest
+	// of the body) for every body_timeout the proxy spends waiting for
+	// them; past it the request gets 408 and its connection is closed, so
+	// that clients that send headers and then stall, or send a byte now
+	// and then, release their max_in_flight slots. Zero means
+	// DefaultBodyTimeout (30 s). A request's head must arrive within 10
+	// s, and a keep-alive connection is closed after 2 min without a
+	// request.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
-	// WriteTimeout is the longest the listener waits for a client to take
-	// the next bytes of an answer; past it the connection is closed. Zero
-	// means DefaultWriteTimeout (30 s). Neither bound limits a whole
-	// request or answer: a long upload, a long poll or a stream that keeps
-	// moving is never cut.
+	// WriteTimeout bounds how long the listener waits on a client to take
+	// an answer: the client must take min_progress bytes for every
+	// write_timeout the proxy spends blocked on it; past it the connection
+	// is closed. Zero means DefaultWriteTimeout (30 s). Time the proxy
+	// spends waiting on the upstream is not counted, so a long poll or a
+	// stream with long pauses is not cut, and neither is a long upload or
+	// download that keeps above min_progress per bound. An upgraded
+	// connection (a WebSocket) holds its slot while it is open; it is
+	// closed after 2 min with no traffic either way.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MinProgress is the bytes a client must move per body_timeout or
+	// write_timeout the proxy waits on it (see those). Zero means
+	// DefaultMinProgress (4 KiB: at the default 30 s bounds, a client
+	// slower than about 140 bytes/s is cut); "off" means any byte restarts
+	// the bound.
+	MinProgress ByteSize `yaml:"min_progress"`
 	// Shed, if set, protects the proxy from hedging clients of its own:
 	// requests arriving with Hedge-Attempt ≥ 1 are refused first when the
 	// listener is busy (hedgehttp.Handler), and the listener's requests
@@ -949,6 +962,11 @@ func (l Listener) maxInFlight() int {
 // bodyTimeout and writeTimeout return the listener's stall bounds.
 func (l Listener) bodyTimeout() time.Duration  { return cmp.Or(l.BodyTimeout, DefaultBodyTimeout) }
 func (l Listener) writeTimeout() time.Duration { return cmp.Or(l.WriteTimeout, DefaultWriteTimeout) }
+
+// minProgress returns the listener's min_progress.
+func (l Listener) minProgress() int64 {
+	return max(0, int64(cmp.Or(l.MinProgress, DefaultMinProgress)))
+}
 
 func (c *Config) shutdownTimeout() time.Duration {
 	if c.ShutdownTimeout == 0 {

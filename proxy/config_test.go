@@ -196,7 +196,7 @@ routes:
 listeners: [{listen: ":8080", colour: blue}]
 upstreams: [{name: u, urls: ["http://h:1"]}]
 routes: [{name: r, upstream: u}]
-`, []string{"c.yaml:2: listeners[0].colour: unknown field: want one of ", "listen, max_in_flight, name, shed"}},
+`, []string{"c.yaml:2: listeners[0].colour: unknown field: want one of ", "listen, max_in_flight, min_progress, name, shed"}},
 		{"bad budget", `
 listeners: [{listen: ":8080"}]
 upstreams: [{name: u, urls: ["http://h:1"]}]

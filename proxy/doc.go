@@ -20,11 +20,14 @@
 //
 // A listener serves at most max_in_flight requests at once (2048 by
 // default); past it a request gets 503 with Retry-After at once. A client
-// cannot hold a slot by stalling: a request's head must arrive within
-// 10 s, a request body that sends nothing for body_timeout gets 408, and
-// an answer the client takes nothing of for write_timeout is cut off
-// (30 s each by default; each bound restarts with every progress, so a
-// long upload or stream that keeps moving is not cut). A listener may
+// cannot hold a slot by stalling or trickling: a request's head must
+// arrive within 10 s, a request body gets 408 and an answer is cut off
+// when the client moves fewer than min_progress bytes (4 KiB) per
+// body_timeout or write_timeout (30 s each) the proxy spends waiting on
+// it; time spent waiting on the upstream is not counted, so a long poll,
+// or an upload or stream that keeps moving, is not cut. An upgraded
+// connection (a WebSocket) holds its slot while open and is closed after
+// 2 min with no traffic either way. A listener may
 // also shed load from hedging clients of its own (listeners[].shed, a
 // hedgehttp.Handler): their hedges are refused first.
 //

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -16,6 +18,9 @@ import (
 const (
 	DefaultBodyTimeout  = 30 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultMinProgress is the bytes a client must move per
+	// body_timeout or write_timeout waited on it.
+	DefaultMinProgress = 4 << 10
 	// headerTimeout bounds the reading of a request's head, idleTimeout
 	// a keep-alive connection's wait for its next request.
 	headerTimeout = 10 * time.Second
@@ -34,6 +39,8 @@ var errBodyStalled = errors.New("request body stalled past the listener's body_t
 type front struct {
 	next        http.Handler
 	body, write time.Duration // zero: no bound
+	min         int64         // bytes a client must move per bound waited
+	idle        time.Duration // an upgraded connection's idle bound
 	cut         *cutoffs
 }
 
@@ -52,7 +59,11 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// cut this one (a long poll, an upgraded connection).
 	_ = rc.SetWriteDeadline(time.Time{})
 	if f.body > 0 && r.Body != nil && r.Body != http.NoBody {
-		sb := &stallBody{ReadCloser: r.Body, rc: rc, deadline: deadline{d: f.body}, cut: &f.cut.body}
+		sb := &stallBody{ReadCloser: r.Body, rc: rc, progress: progress{d: f.body, min: f.min}, cut: &f.cut.body}
+		// The deadline is set at once: a handler that never reads the
+		// body (a 404, a 503) leaves net/http to discard it after the
+		// answer, and that must not wait on the client either.
+		sb.arm(time.Now())
 		// A copy (the server keeps its own Body), whose context says
 		// where to look for a stall: the read error that tells it also
 		// cancels the request, so the error a handler sees may be
@@ -61,32 +72,51 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = sb
 	}
 	if f.write > 0 {
-		sw := &stallWriter{ResponseWriter: w, rc: rc, deadline: deadline{d: f.write}, cut: &f.cut.write}
+		sw := &stallWriter{ResponseWriter: w, rc: rc, progress: progress{d: f.write, min: f.min}, idle: f.idle, cut: &f.cut.write}
 		w = sw
 		// The server flushes what is still buffered after the handler
 		// returns: give that its own window.
-		defer sw.arm(true)
+		defer sw.arm(time.Now(), true)
 	}
 	f.next.ServeHTTP(w, r)
 }
 
-// deadline is a connection deadline pushed d past now before each
-// operation, and only when it is an eighth of d stale, so that most
-// operations cost a clock read and no timer change: an operation waits
-// between 7/8 of d and d for its client.
-type deadline struct {
-	d     time.Duration
-	until time.Time
+// progress bounds how long a request's operations (reads of its body,
+// writes of its answer) wait on the client: the client must move min
+// bytes (or the rest of the body) for every d the proxy spends waiting
+// on it. Only the time inside operations counts: while the handler or
+// the upstream is busy the client is not waited on. The deadline is
+// moved only when an eighth of d would be gained, so that most
+// operations cost two clock reads and no timer change: the client gets
+// between 7/8 of d and d per min bytes.
+type progress struct {
+	d      time.Duration
+	min    int64
+	waited time.Duration // waited on the client since the last reset
+	moved  int64         // bytes moved since the last reset
+	until  time.Time     // the deadline set
 }
 
-// next returns the deadline to set before an operation at now, or the
-// zero time and false if the one set is fresh enough (unless force).
-func (dl *deadline) next(now time.Time, force bool) (time.Time, bool) {
-	if !force && dl.until.Sub(now) > dl.d-dl.d/8 {
+// start returns the deadline to set before an operation starting at
+// now, or the zero time and false if the one set is close enough. A
+// reset (min bytes moved, or force) gives the client a fresh d.
+func (p *progress) start(now time.Time, force bool) (time.Time, bool) {
+	if force || p.moved >= p.min {
+		p.waited, p.moved = 0, 0
+	}
+	t := now.Add(p.d - p.waited)
+	if !force && t.Sub(p.until) <= p.d/8 {
 		return time.Time{}, false
 	}
-	dl.until = now.Add(dl.d)
-	return dl.until, true
+	p.until = t
+	return t, true
+}
+
+// took notes an operation that started at start, ended at now and moved
+// n bytes.
+func (p *progress) took(start, now time.Time, n int) {
+	p.waited += now.Sub(start)
+	p.moved += int64(n)
 }
 
 // stallBody is a request body whose reads wait at most body_timeout for
@@ -99,10 +129,17 @@ func (dl *deadline) next(now time.Time, force bool) (time.Time, bool) {
 type stallBody struct {
 	io.ReadCloser
 	rc *http.ResponseController
-	deadline
+	progress
 	done    bool
 	stalled atomic.Bool
 	cut     *atomic.Int64
+}
+
+// arm sets the read deadline for a read starting at now.
+func (b *stallBody) arm(now time.Time) {
+	if t, ok := b.start(now, false); ok {
+		_ = b.rc.SetReadDeadline(t)
+	}
 }
 
 // stallKey is the context key of a request's stallBody.
@@ -119,10 +156,10 @@ func (b *stallBody) Read(p []byte) (int, error) {
 	if b.done {
 		return b.ReadCloser.Read(p)
 	}
-	if t, ok := b.next(time.Now(), false); ok {
-		_ = b.rc.SetReadDeadline(t)
-	}
+	start := time.Now()
+	b.arm(start)
 	n, err := b.ReadCloser.Read(p)
+	b.took(start, time.Now(), n)
 	switch {
 	case err == nil:
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -142,13 +179,14 @@ func (b *stallBody) Read(p []byte) (int, error) {
 type stallWriter struct {
 	http.ResponseWriter
 	rc *http.ResponseController
-	deadline
+	progress
+	idle    time.Duration // an upgraded connection's idle bound
 	stalled bool
 	cut     *atomic.Int64
 }
 
-func (w *stallWriter) arm(force bool) {
-	if t, ok := w.next(time.Now(), force); ok {
+func (w *stallWriter) arm(now time.Time, force bool) {
+	if t, ok := w.start(now, force); ok {
 		_ = w.rc.SetWriteDeadline(t)
 	}
 }
@@ -163,8 +201,10 @@ func (w *stallWriter) check(err error) error {
 }
 
 func (w *stallWriter) Write(p []byte) (int, error) {
-	w.arm(false)
+	start := time.Now()
+	w.arm(start, false)
 	n, err := w.ResponseWriter.Write(p)
+	w.took(start, time.Now(), n)
 	return n, w.check(err)
 }
 
@@ -173,13 +213,60 @@ func (w *stallWriter) Flush() { _ = w.FlushError() }
 
 // FlushError flushes, as http.ResponseController does.
 func (w *stallWriter) FlushError() error {
-	w.arm(false)
-	return w.check(w.rc.Flush())
+	start := time.Now()
+	w.arm(start, false)
+	err := w.rc.Flush()
+	w.took(start, time.Now(), 0)
+	return w.check(err)
 }
 
 // Unwrap returns the server's ResponseWriter (for
 // http.ResponseController: Hijack, deadlines).
 func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack hands over the connection of an upgraded request (a WebSocket
+// relayed by httputil.ReverseProxy), which holds its max_in_flight slot
+// until the tunnel closes: the connection returned closes the tunnel
+// after idle with no read or write started either way.
+func (w *stallWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := w.rc.Hijack()
+	if err != nil || w.idle <= 0 {
+		return c, brw, err
+	}
+	ic := &idleConn{Conn: c, d: w.idle}
+	ic.push()
+	return ic, brw, nil
+}
+
+// idleConn is a hijacked connection whose deadline (both ways) is pushed
+// d past each read or write, when an eighth of d stale.
+type idleConn struct {
+	net.Conn
+	d     time.Duration
+	mu    sync.Mutex
+	until time.Time
+}
+
+func (c *idleConn) push() {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until.Sub(now) > c.d-c.d/8 {
+		return
+	}
+	c.until = now.Add(c.d)
+	_ = c.Conn.SetDeadline(c.until)
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	c.push()
+	return c.Conn.Read(p)
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	c.push()
+	return c.Conn.Write(p)
+}
 
 // framingListener hands out framingConns.
 type framingListener struct{ net.Listener }

@@ -16,7 +16,7 @@ import (
 )
 
 // stallWait bounds every wait of these tests on the proxy: far above the
-// listeners' 300ms bounds, so that only a proxy that never releases a
+// listeners' 2s bounds, so that only a proxy that never releases a
 // stalled client fails them.
 const stallWait = 20 * time.Second
 
@@ -101,7 +101,7 @@ func TestProxyStalledBodiesReleaseSlots(t *testing.T) {
 				io.Copy(io.Discard, r.Body)
 			})
 			s := runServer(t, fmt.Sprintf(`
-listeners: [{listen: "127.0.0.1:0", max_in_flight: 3, body_timeout: 300ms}]
+listeners: [{listen: "127.0.0.1:0", max_in_flight: 3, body_timeout: 2s}]
 admin: {listen: "off"}
 upstreams: [{name: u, urls: [%q]}]
 routes: [{name: r, upstream: u, policy: {hedge: false, replay_limit: %s}}]
@@ -167,7 +167,7 @@ func TestProxyStalledReadersReleaseSlots(t *testing.T) {
 	})
 	closed := make(chan string, 64)
 	s := runServer(t, fmt.Sprintf(`
-listeners: [{listen: "127.0.0.1:0", max_in_flight: 3, write_timeout: 300ms}]
+listeners: [{listen: "127.0.0.1:0", max_in_flight: 3, write_timeout: 2s}]
 admin: {listen: "off"}
 upstreams: [{name: u, urls: [%q]}]
 routes: [{name: r, upstream: u, policy: {hedge: false}}]
@@ -207,6 +207,110 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	}
 	if d := s.Debug(); d.Cut != (DebugCut{Write: 3}) {
 		t.Errorf("debug cut %+v, want 3 writes", d.Cut)
+	}
+	s.stop(t)
+}
+
+// A client that sends its body, or takes its answer, a little at a time
+// but below min_progress per bound is cut like one that stalls: trickling
+// does not hold a max_in_flight slot.
+func TestProxyTricklingClientsReleaseSlots(t *testing.T) {
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path != "/endless" {
+			return
+		}
+		chunk := make([]byte, 32<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	closed := make(chan string, 64)
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", max_in_flight: 2, body_timeout: 2s, write_timeout: 2s, min_progress: 64KiB}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false, replay_limit: "off"}}]
+`, u.URL), func(s *Server) {
+		s.connState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateClosed {
+				closed <- c.RemoteAddr().String()
+			}
+		}
+	})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	// trickle runs f every 100 ms (the client's pace, not a
+	// synchronisation) until it fails, and reports that it did.
+	trickle := func(f func() error) {
+		wg.Go(func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					if f() != nil {
+						return
+					}
+				}
+			}
+		})
+	}
+	// 1 KiB per 100 ms: about 20 KiB per 2 s bound, below 64 KiB.
+	sender := dialRaw(t, s.url(0))
+	fmt.Fprintf(sender, "POST /up HTTP/1.1\r\nHost: app.test\r\nContent-Length: %d\r\n\r\n", 1<<30)
+	kib := strings.Repeat("x", 1<<10)
+	trickle(func() error { _, err := io.WriteString(sender, kib); return err })
+	reader := dialRaw(t, s.url(0))
+	fmt.Fprintf(reader, "GET /endless HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	buf := make([]byte, 1<<10)
+	reader.SetReadDeadline(time.Now().Add(stallWait))
+	trickle(func() error { _, err := io.ReadFull(reader.r, buf); return err })
+	// The proxy closes both connections (the reader may still drain what
+	// the kernel holds: the slot is free once the proxy closes).
+	trickling := map[string]bool{sender.LocalAddr().String(): true, reader.LocalAddr().String(): true}
+	timeout := time.After(stallWait)
+	for len(trickling) > 0 {
+		select {
+		case a := <-closed:
+			delete(trickling, a)
+		case <-timeout:
+			t.Fatalf("%d trickling clients still connected after %v", len(trickling), stallWait)
+		}
+	}
+	if code := healthyGet(t, s.url(0), "/after"); code != http.StatusOK {
+		t.Errorf("healthy request after the trickles: %d, want 200", code)
+	}
+	if d := s.Debug(); d.Cut != (DebugCut{Body: 1, Write: 1}) {
+		t.Errorf("debug cut %+v, want 1 body, 1 write", d.Cut)
+	}
+	s.stop(t)
+}
+
+// A request whose body the handler never reads (no route: 404) and the
+// client never sends is answered within body_timeout: net/http's
+// discarding of the body waits on the client no longer than a read.
+func TestProxyUnreadBodyBounded(t *testing.T) {
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {})
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", body_timeout: 2s}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, path_prefix: /api/, upstream: u, policy: {hedge: false}}]
+`, u.URL))
+	c := dialRaw(t, s.url(0))
+	fmt.Fprintf(c, "POST /nowhere HTTP/1.1\r\nHost: app.test\r\nContent-Length: 1000\r\n\r\n")
+	if resp := c.final(t); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unread body: %d, want 404", resp.StatusCode)
+	}
+	if !c.closed(t) {
+		t.Errorf("connection left open after the body was abandoned")
 	}
 	s.stop(t)
 }
@@ -276,7 +380,7 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	}{
 		{"TE and CL", "POST /a HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", true},
 		{"CL and TE, other case", "POST /a HTTP/1.1\r\nHost: app.test\r\ncontent-length: 3\r\nTRANSFER-ENCODING: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true},
-		{"HTTP/1.0 with TE", "POST /a HTTP/1.0\r\nHost: app.test\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", true},
+		{"HTTP/1.0 with TE", "POST /a HTTP/1.0\r\nHost: app.test\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", true},
 		{"chunked", "POST /a HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false},
 		{"CL", "POST /a HTTP/1.1\r\nHost: app.test\r\nContent-Length: 3\r\n\r\nabc", false},
 		{"HTTP/1.0 with CL", "POST /a HTTP/1.0\r\nHost: app.test\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc", false},
@@ -329,27 +433,33 @@ func TestFramingConnScan(t *testing.T) {
 	}
 }
 
-// A deadline moves only when an eighth of its bound has passed since it
-// was set (or when forced), so that an operation waits between 7/8 of
-// the bound and the bound.
-func TestDeadlineNext(t *testing.T) {
+// The client gets d of waiting per min bytes moved: time between
+// operations is not counted, and the deadline moves only when it gains
+// more than an eighth of d (or when forced, which also gives a fresh d).
+func TestProgress(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	dl := deadline{d: 8 * time.Second}
+	p := progress{d: 8 * time.Second, min: 100}
 	for _, c := range []struct {
-		at    time.Duration
-		force bool
-		want  time.Duration // the deadline set, from t0; 0: none
+		at, took time.Duration
+		n        int
+		force    bool
+		want     time.Duration // the deadline set, from t0; 0: none
 	}{
-		{0, false, 8 * time.Second},
-		{500 * time.Millisecond, false, 0},
-		{999 * time.Millisecond, false, 0},
-		{1001 * time.Millisecond, false, 9001 * time.Millisecond},
-		{1500 * time.Millisecond, true, 9500 * time.Millisecond},
-		{20 * time.Second, false, 28 * time.Second},
+		{0, time.Second, 10, false, 8 * time.Second},
+		// 1 s waited, 10 bytes: 7 s left, from 1.5 s: 8.5 s, not an eighth later.
+		{1500 * time.Millisecond, 2 * time.Second, 10, false, 0},
+		// 3 s waited; the handler kept it 20 s: 5 s left from 23.5 s.
+		{23500 * time.Millisecond, 3 * time.Second, 10, false, 28500 * time.Millisecond},
+		// 6 s waited, 30 bytes: a byte now and then gains nothing.
+		{26500 * time.Millisecond, 0, 80, false, 0},
+		// 110 bytes: a fresh 8 s.
+		{26600 * time.Millisecond, 0, 0, false, 34600 * time.Millisecond},
+		{27 * time.Second, time.Second, 0, true, 35 * time.Second},
 	} {
-		got, ok := dl.next(t0.Add(c.at), c.force)
+		got, ok := p.start(t0.Add(c.at), c.force)
 		if want := t0.Add(c.want); ok != (c.want != 0) || ok && !got.Equal(want) {
 			t.Errorf("at %v (force %v): %v, %v; want %v", c.at, c.force, got.Sub(t0), ok, c.want)
 		}
+		p.took(t0.Add(c.at), t0.Add(c.at+c.took), c.n)
 	}
 }

@@ -387,7 +387,7 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		if m := l.maxInFlight(); m > 0 {
 			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
 		}
-		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), cut: &s.cut}
+		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), min: l.minProgress(), idle: idleTimeout, cut: &s.cut}
 		srvs = append(srvs, srv{name: name, ln: framingListener{ln}, hs: &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: headerTimeout,
