@@ -158,12 +158,7 @@ func TestProxyStalledReadersReleaseSlots(t *testing.T) {
 			return
 		}
 		entered <- struct{}{}
-		chunk := make([]byte, 32<<10)
-		for r.Context().Err() == nil {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-		}
+		writeEndlessly(w, r)
 	})
 	closed := make(chan string, 64)
 	s := runServer(t, fmt.Sprintf(`
@@ -211,20 +206,24 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	s.stop(t)
 }
 
+// writeEndlessly writes to w until r is cancelled or a write fails.
+func writeEndlessly(w http.ResponseWriter, r *http.Request) {
+	chunk := make([]byte, 32<<10)
+	for r.Context().Err() == nil {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
 // A client that sends its body, or takes its answer, a little at a time
 // but below min_progress per bound is cut like one that stalls: trickling
 // does not hold a max_in_flight slot.
 func TestProxyTricklingClientsReleaseSlots(t *testing.T) {
 	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		if r.URL.Path != "/endless" {
-			return
-		}
-		chunk := make([]byte, 32<<10)
-		for r.Context().Err() == nil {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
+		if r.URL.Path == "/endless" {
+			writeEndlessly(w, r)
 		}
 	})
 	closed := make(chan string, 64)
