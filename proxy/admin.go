@@ -65,11 +65,11 @@ type Debug struct {
 // DebugCut counts the client connections the listeners cut off, in
 // [Debug].
 type DebugCut struct {
-	// Body counts 408s: requests whose client sent no body bytes for
-	// body_timeout.
+	// Body counts 408s: requests whose client sent less than
+	// min_progress of the body per body_timeout waited.
 	Body int64 `json:"body"`
-	// Write counts answers cut off: the client took none of their bytes
-	// for write_timeout.
+	// Write counts answers cut off: the client took less than
+	// min_progress of them per write_timeout waited.
 	Write int64 `json:"write"`
 	// Framing counts connections closed after a request framed by both
 	// Transfer-Encoding and Content-Length, or by Transfer-Encoding in
@@ -268,7 +268,7 @@ var (
 	descUpInflight = prometheus.NewDesc("tailcut_proxy_upstream_inflight", "Attempts to an upstream replica running now.", []string{"route", "upstream"}, nil)
 	descUnrouted   = prometheus.NewDesc("tailcut_proxy_unrouted_requests_total", "Requests no route matched, answered 404.", nil, nil)
 	descRefused    = prometheus.NewDesc("tailcut_proxy_refused_requests_total", "Requests refused before routing, by reason: path (400: an encoded slash, a malformed path or Host), method (405: CONNECT, TRACE), overload (503: past a listener's max_in_flight).", []string{"reason"}, nil)
-	descCut        = prometheus.NewDesc("tailcut_proxy_cut_connections_total", "Client connections cut off by a listener's bounds, by reason: body (408: no body bytes for body_timeout), write (no answer bytes taken for write_timeout), framing (closed after a request framed by both Transfer-Encoding and Content-Length).", []string{"reason"}, nil)
+	descCut        = prometheus.NewDesc("tailcut_proxy_cut_connections_total", "Client connections cut off by a listener's bounds, by reason: body (408: less than min_progress body bytes per body_timeout), write (less than min_progress answer bytes taken per write_timeout), framing (closed after a request framed by both Transfer-Encoding and Content-Length).", []string{"reason"}, nil)
 
 	descInServed   = prometheus.NewDesc("tailcut_proxy_inbound_requests_total", "Requests from clients served on a listener with shedding, by kind (primary, hedge: Hedge-Attempt >= 1).", []string{"listener", "kind"}, nil)
 	descInShed     = prometheus.NewDesc("tailcut_proxy_inbound_shed_total", "Requests from clients refused (429 or 503 with Retry-After) on a listener with shedding, by kind.", []string{"listener", "kind"}, nil)
