@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,6 +171,10 @@ type IdempotencyOptions struct {
 //
 // Errors are application/problem+json (RFC 9457) with a title and a detail
 // that say what happened.
+//
+// A keyed request whose body the client was too slow to send (a read
+// error wrapping os.ErrDeadlineExceeded or a net.Error timeout) gets 408,
+// any other body read error 400.
 //
 // A response is kept unless its status is 5xx, 408, 425 or 429 (the request
 // may not have been done), the handler panicked, the client went away
@@ -478,7 +484,19 @@ func (h *Idempotent) readKeyedBody(w http.ResponseWriter, r *http.Request) (body
 // past it arrive, whatever length the request declares.
 const firstBodyBuffer = 64 << 10
 
+// unreadable answers a request whose body could not be read: 408 if the
+// client was too slow to send it (a read deadline, such as a server's
+// ReadTimeout or tailcut proxy's body_timeout, wrapping
+// os.ErrDeadlineExceeded or a net.Error whose Timeout is true), else
+// 400.
 func (h *Idempotent) unreadable(w http.ResponseWriter, err error) {
+	if ne := net.Error(nil); errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		// The rest of the body will not be read: the connection cannot
+		// serve another request.
+		w.Header().Set("Connection", "close")
+		h.problem(w, http.StatusRequestTimeout, false, "Request body timed out", "The request body did not arrive in time: "+err.Error())
+		return
+	}
 	h.problem(w, http.StatusBadRequest, false, "Unreadable request body", "The request body could not be read: "+err.Error())
 }
 

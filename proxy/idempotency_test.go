@@ -412,3 +412,26 @@ idempotency: {store: redis, redis: {addrs: [%q]}}
 		t.Errorf("upstream ran the write %d times, want 1", n)
 	}
 }
+
+// A keyed write whose body stalls past body_timeout gets 408, as an
+// unkeyed one does: the idempotency middleware, which reads the body
+// first, answers the listener's stall as a timeout, not as a bad request.
+func TestIdempotencyStalledBody408(t *testing.T) {
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", body_timeout: 2s}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+idempotency: {store: memory}
+`, u.URL))
+	c := dialRaw(t, s.url(0))
+	fmt.Fprintf(c, "POST /orders HTTP/1.1\r\nHost: app.test\r\nIdempotency-Key: k1\r\nContent-Length: 100\r\n\r\n0123456789")
+	if resp := c.final(t); resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("keyed write with a stalled body: %d, want 408", resp.StatusCode)
+	}
+	if !c.closed(t) {
+		t.Error("connection left open after the 408")
+	}
+	s.stop(t)
+}

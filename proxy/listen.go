@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -28,8 +29,10 @@ const (
 )
 
 // errBodyStalled is the error a request body's read returns when the
-// client sent none of it for the listener's body_timeout.
-var errBodyStalled = errors.New("request body stalled past the listener's body_timeout")
+// client sent less than min_progress of it per body_timeout waited. It
+// wraps os.ErrDeadlineExceeded, so that middleware reading the body
+// (hedgehttp.Idempotent) answers 408 too.
+var errBodyStalled = fmt.Errorf("request body stalled past the listener's body_timeout: %w", os.ErrDeadlineExceeded)
 
 // front is the first handler of a traffic listener, in front of its
 // max_in_flight bound: it bounds how long a request may wait on its client
