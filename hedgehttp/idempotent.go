@@ -174,7 +174,10 @@ type IdempotencyOptions struct {
 //
 // A keyed request whose body the client was too slow to send (a read
 // error wrapping os.ErrDeadlineExceeded or a net.Error timeout) gets 408,
-// any other body read error 400.
+// any other body read error 400. The response kept has no hop-by-hop
+// header (Connection and those it names, Keep-Alive, Transfer-Encoding,
+// Upgrade, ...): a replay does not close its client's connection because
+// the first answer's did.
 //
 // A response is kept unless its status is 5xx, 408, 425 or 429 (the request
 // may not have been done), the handler panicked, the client went away
@@ -1357,7 +1360,26 @@ func (c *captureWriter) WriteHeader(status int) {
 	}
 	c.status = status
 	c.header = hd.Clone()
+	dropHopHeaders(c.header)
 	c.w.WriteHeader(status)
+}
+
+// dropHopHeaders removes from h, a header about to be stored, the
+// hop-by-hop fields (RFC 9110 §7.6.1): Connection, the fields it names,
+// Keep-Alive, Proxy-Connection, TE, Transfer-Encoding and Upgrade. They
+// describe the connection the first answer went out on (a server closing
+// it after a request), not the answer that replays repeat.
+func dropHopHeaders(h http.Header) {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, f := range [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Transfer-Encoding", "Upgrade"} {
+		h.Del(f)
+	}
 }
 
 func (c *captureWriter) Write(p []byte) (int, error) {

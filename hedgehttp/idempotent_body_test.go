@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -47,6 +48,41 @@ func TestIdempotentBodyTimeout408(t *testing.T) {
 		}
 		if c.want == http.StatusRequestTimeout && w.Header().Get("Connection") != "close" {
 			t.Errorf("%v: Connection %q, want close", c.err, w.Header().Get("Connection"))
+		}
+	}
+}
+
+// A replay carries none of the first answer's hop-by-hop headers: the
+// first copy's connection closing (Connection: close set by a front
+// handler) does not close every replay's.
+func TestIdempotentReplayDropsHopHeaders(t *testing.T) {
+	h := newIdem(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Conn-Scoped", "1")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-App", "kept")
+		w.WriteHeader(http.StatusCreated)
+	}), nil, IdempotencyOptions{})
+	for i, conn := range []string{"close, X-Conn-Scoped", ""} {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("b"))
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		if conn != "" {
+			w.Header().Set("Connection", conn) // as a front handler does
+		}
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated || w.Header().Get("X-App") != "kept" {
+			t.Fatalf("copy %d: %d %v", i, w.Code, w.Header())
+		}
+		if i == 0 {
+			continue
+		}
+		if w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("copy %d not replayed: %v", i, w.Header())
+		}
+		for _, f := range []string{"Connection", "X-Conn-Scoped", "Keep-Alive"} {
+			if v := w.Header().Get(f); v != "" {
+				t.Errorf("replay carries %s: %q", f, v)
+			}
 		}
 	}
 }
