@@ -130,8 +130,9 @@ type IdempotencyOptions struct {
 // (POST, PUT, PATCH, DELETE by default) and it carries an Idempotency-Key
 // header (or X-Idempotency-Key) with one value of 1–255 bytes; an RFC 8941
 // string ("abc", with quotes, as the IETF httpapi-idempotency-key draft
-// writes it) is the same key as abc. A key is scoped by method, path
-// (without the query) and IdempotencyOptions.Scope: the same key under
+// writes it) is the same key as abc. A key is scoped by method, escaped
+// path (without the query: /a%2Fb is not /a/b) and
+// IdempotencyOptions.Scope: the same key under
 // another method, path or scope is another key. Within its scope a key
 // names one request, identified by its fingerprint, the SHA-256 of its
 // raw query and its body (as Stripe compares parameters): a keyed
@@ -400,7 +401,9 @@ func (h *Idempotent) serveKeyed(w http.ResponseWriter, r *http.Request, vs []str
 	if h.opts.Scope != nil {
 		scope = h.opts.Scope(r)
 	}
-	k.key = storeKey(scope, r.Method, r.URL.Path, ikey)
+	// The escaped path: with encoded slashes kept, /a%2Fb and /a/b are
+	// different resources.
+	k.key = storeKey(scope, r.Method, r.URL.EscapedPath(), ikey)
 	k.lock = Lock{Token: newToken(), Fingerprint: k.fp, Lease: h.opts.LockLease}
 	defer k.endWait()
 	k.serve()

@@ -1,6 +1,7 @@
 package hedgehttp
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -84,5 +85,27 @@ func TestIdempotentReplayDropsHopHeaders(t *testing.T) {
 				t.Errorf("replay carries %s: %q", f, v)
 			}
 		}
+	}
+}
+
+// With encoded slashes kept, /orders/a%2Fb and /orders/a/b are two
+// resources: the same key on each runs each once.
+func TestIdempotentKeyByEscapedPath(t *testing.T) {
+	runs := 0
+	h := newIdem(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		io.WriteString(w, r.URL.EscapedPath())
+	}), nil, IdempotencyOptions{})
+	for _, target := range []string{"/orders/a%2Fb", "/orders/a/b"} {
+		r := httptest.NewRequest(http.MethodPost, target, strings.NewReader("b"))
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK || !bytes.Equal(w.Body.Bytes(), []byte(target)) {
+			t.Errorf("%s: %d %q, want 200 %q", target, w.Code, w.Body, target)
+		}
+	}
+	if runs != 2 {
+		t.Errorf("%d runs, want 2", runs)
 	}
 }
