@@ -908,8 +908,11 @@ func TestThrottlingIsPerServer(t *testing.T) {
 	if a == b || ts.get("dns:///a", cfg) != a {
 		t.Fatal("want one throttle per target, reused")
 	}
-	if ts.get("dns:///a", &Throttling{MaxTokens: 4, TokenRatio: 0.5}) == a {
-		t.Fatal("want one throttle per retryThrottling block (a resolver's config replaces the default's)")
+	if ts.get("dns:///a", &Throttling{MaxTokens: 4, TokenRatio: 0.5}) != a {
+		t.Fatal("want the same throttle for the same retryThrottling values (a resolver delivering its config again keeps its tokens)")
+	}
+	if ts.get("dns:///a", &Throttling{MaxTokens: 5, TokenRatio: 0.5}) == a {
+		t.Fatal("want one throttle per retryThrottling values (a resolver's config replaces the default's)")
 	}
 	a.failure()
 	a.failure() // 2 ≤ 4/2

@@ -71,9 +71,14 @@ func slotOf(target string) *targetSlot {
 func (s *targetSlot) set(b *hedgeLB, rc *resolvedConfig, gone bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if gone {
+	switch prev, ok := s.lbs[b]; {
+	case gone:
 		delete(s.lbs, b)
-	} else {
+	case ok && prev != nil && rc != nil && prev.raw != "" && prev.raw == rc.raw:
+		// The same JSON again (grpc-go hands every resolver update
+		// over): keep the config in force, whose pointers the calls
+		// in flight and the interceptors' caches hold.
+	default:
 		s.lbs[b] = rc
 	}
 	var cur *resolvedConfig

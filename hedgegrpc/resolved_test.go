@@ -192,3 +192,23 @@ func TestTargetSlotAgreement(t *testing.T) {
 		}
 	}
 }
+
+// A balancer handed the same service config JSON again (grpc-go hands
+// every resolver update over) keeps the config it holds, so that the
+// calls' throttles and caches see one config, not one per update.
+func TestTargetSlotKeepsSameConfig(t *testing.T) {
+	s := &targetSlot{lbs: map[*hedgeLB]*resolvedConfig{}}
+	b := new(hedgeLB)
+	first := &resolvedConfig{raw: "x"}
+	s.set(b, first, false)
+	for range 3 {
+		s.set(b, &resolvedConfig{raw: "x"}, false)
+		if s.cur.Load() != first {
+			t.Fatal("the same JSON again replaced the config in force")
+		}
+	}
+	s.set(b, &resolvedConfig{raw: "y"}, false)
+	if rc := s.cur.Load(); rc == first || rc.raw != "y" {
+		t.Errorf("another JSON: published %+v, want y", rc)
+	}
+}

@@ -55,14 +55,17 @@ type throttles struct {
 	m sync.Map // throttleKey → *throttle
 }
 
+// throttleKey is a throttle's identity: by value, so that a resolver
+// delivering the same retryThrottling again (every update re-parses its
+// service config) keeps the tokens counted so far and adds no throttle.
 type throttleKey struct {
 	target string
-	cfg    *Throttling // a ServiceConfig's, which never changes
+	cfg    Throttling
 }
 
 // get returns the throttle of target under cfg, made at first use.
 func (ts *throttles) get(target string, cfg *Throttling) *throttle {
-	k := throttleKey{target, cfg}
+	k := throttleKey{target, *cfg}
 	if t, ok := ts.m.Load(k); ok {
 		return t.(*throttle)
 	}
