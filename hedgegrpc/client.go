@@ -199,10 +199,11 @@ type client struct {
 	observer    tailcut.AttemptObserver // WithObserver; nil: none
 	log         *slog.Logger            // WithLogger; nil: slog.Default()
 
-	// slots caches the target slot of each ClientConn seen (up to
-	// ccCacheLimit of them, nslots counting), where the resolver's service
-	// config is found (see serviceConfig).
-	slots  sync.Map // *grpc.ClientConn → *targetSlot
+	// slots caches the target slot of each ClientConn's target seen (up
+	// to ccCacheLimit of them, nslots counting), where the resolver's
+	// service config is found (see serviceConfig). Keyed by target, so
+	// that it holds no ClientConn.
+	slots  sync.Map // canonical target → *targetSlot
 	nslots atomic.Int64
 	warned warnings
 	// err is the first invalid option's error: every call fails with it.

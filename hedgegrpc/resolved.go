@@ -121,8 +121,8 @@ func fromResolver(pr *serviceconfig.ParseResult) *resolvedConfig {
 	return &resolvedConfig{raw: raw, sc: sc}
 }
 
-// ccCacheLimit bounds how many ClientConns an interceptor remembers the
-// target slot of; calls through more look their target up each time.
+// ccCacheLimit bounds how many targets an interceptor remembers the slot
+// of; calls to more look their target up in the registry each time.
 const ccCacheLimit = 256
 
 // serviceConfig returns the service config in force for a call through
@@ -132,13 +132,16 @@ func (c *client) serviceConfig(cc *grpc.ClientConn) *ServiceConfig {
 	if cc == nil {
 		return c.sc
 	}
+	// Cached by target, not by ClientConn: the cache must not keep
+	// closed ClientConns alive.
 	var s *targetSlot
-	if v, ok := c.slots.Load(cc); ok {
+	target := cc.CanonicalTarget()
+	if v, ok := c.slots.Load(target); ok {
 		s = v.(*targetSlot)
 	} else {
-		s = slotOf(cc.CanonicalTarget())
+		s = slotOf(target)
 		if c.nslots.Add(1) <= ccCacheLimit {
-			c.slots.Store(cc, s)
+			c.slots.Store(target, s)
 		}
 	}
 	rc := s.cur.Load()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -211,4 +212,31 @@ func TestTargetSlotKeepsSameConfig(t *testing.T) {
 	if rc := s.cur.Load(); rc == first || rc.raw != "y" {
 		t.Errorf("another JSON: published %+v, want y", rc)
 	}
+}
+
+// The interceptor's cache of target slots holds no ClientConn: a closed
+// ClientConn that nothing else references is collected.
+func TestServiceConfigCacheHoldsNoClientConn(t *testing.T) {
+	c := new(client)
+	collected := make(chan struct{})
+	func() {
+		cc, err := grpc.NewClient("passthrough:///cache-test", grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.AddCleanup(cc, func(ch chan struct{}) { close(ch) }, collected)
+		c.serviceConfig(cc)
+		cc.Close()
+	}()
+	for range 50 {
+		runtime.GC()
+		select {
+		case <-collected:
+			runtime.KeepAlive(c)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	runtime.KeepAlive(c)
+	t.Fatal("a closed ClientConn was not collected: the slot cache holds it")
 }
