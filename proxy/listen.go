@@ -318,6 +318,18 @@ var (
 	clName = []byte("content-length:")
 )
 
+// CloseWrite shuts down the writing side of the connection, as
+// *net.TCPConn's does: net/http calls it before closing a connection
+// after an answer whose request it did not read to the end
+// (closeWriteAndWait), so that the client reads the answer rather than a
+// reset.
+func (c *framingConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *framingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.scan(p[:n])

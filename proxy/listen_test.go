@@ -462,3 +462,40 @@ func TestProgress(t *testing.T) {
 		p.took(t0.Add(c.at), t0.Add(c.at+c.took), c.n)
 	}
 }
+
+// A framingConn passes CloseWrite on, as net/http expects of a TCP
+// connection: the peer reads EOF while the connection still reads.
+func TestFramingConnCloseWrite(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fl := framingListener{ln}
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := fl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	cw, ok := server.(interface{ CloseWrite() error })
+	if !ok {
+		t.Fatalf("%T has no CloseWrite", server)
+	}
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	client.SetReadDeadline(time.Now().Add(stallWait))
+	if n, err := client.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("client read after CloseWrite: %d, %v; want EOF", n, err)
+	}
+	io.WriteString(client, "x")
+	server.SetReadDeadline(time.Now().Add(stallWait))
+	if n, err := server.Read(make([]byte, 1)); n != 1 || err != nil {
+		t.Errorf("server read after CloseWrite: %d, %v; want the byte", n, err)
+	}
+}
