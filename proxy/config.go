@@ -96,7 +96,12 @@ type Config struct {
 //     and its answer is stored for the client's retry.
 //   - An answer the upstream gives is its outcome: stored, or, if it is a
 //     5xx (the upstream's own), the key freed, as hedgehttp.Idempotent
-//     does for any handler.
+//     does for any handler. Caveat: an upstream that is itself a gateway
+//     (a load balancer, an ingress, another proxy) answering 502 or 504
+//     after the application received the write has lost the answer after
+//     the write, but the proxy sees only a 5xx: the key is freed and the
+//     next copy runs the write again. Point keyed routes at the
+//     application, or make the gateway's timeout longer than the route's.
 //   - An answer lost after the request was written — the connection failed
 //     or was reset, the route's timeout passed, the body was cut off —
 //     leaves the outcome unknown: the proxy's 502 or 504, a problem saying
@@ -105,6 +110,13 @@ type Config struct {
 //     the client checks whether it took effect and uses a new key if it
 //     did not. A 502 for an upstream that could not be reached (nothing
 //     written) frees the key.
+//
+// Keys are scoped by the name of the route the request matched (and
+// scope_header): a reload that renames a route, or adds a more specific
+// path prefix that takes over some of its requests, puts those requests'
+// keys in another scope, where a retry of a write stored before the
+// reload runs again. Keep route names and prefixes of keyed routes stable
+// across reloads within TTL.
 //
 // The window left is a proxy that dies while it holds a key: the lock
 // ends with its lease (LockLease), and with the memory store everything

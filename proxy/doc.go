@@ -61,7 +61,11 @@
 // its answer is known: a client that gives up does not cancel it, and an
 // answer lost on the way (a reset, the route's timeout, a cut body) is
 // kept as the key's answer, so no retry runs it twice; net/http never
-// resends it. The keyed bodies held at once are bounded by
+// resends it. An upstream's own 502 or 504 frees the key, though: a
+// gateway in front of the application that times out after the write
+// reached it makes the next copy run it again (see [Idempotency]). A
+// reload that renames a keyed route, or adds a more specific prefix,
+// moves its keys to another scope. The keyed bodies held at once are bounded by
 // idempotency.max_buffered (64 MiB by default), whatever max_in_flight.
 //
 // Safety: only configured replicas are ever contacted; requests that are

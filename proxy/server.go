@@ -187,7 +187,7 @@ func (s *Server) setupIdempotency(id *Idempotency) error {
 		// and to the caller's scope_header value.
 		Scope: func(r *http.Request) string {
 			name := ""
-			if rt := s.router.Load().match(r); rt != nil {
+			if rt := routeOf(r); rt != nil {
 				name = rt.cfg.Name
 			}
 			if id.ScopeHeader == "" {
@@ -197,7 +197,7 @@ func (s *Server) setupIdempotency(id *Idempotency) error {
 		},
 	}
 	mw, err := hedgehttp.NewIdempotent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.router.Load().ServeHTTP(w, r)
+		routeOf(r).ServeHTTP(w, r)
 	}), store, opts)
 	if err != nil {
 		if s.idemRedis != nil {
@@ -330,14 +330,30 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt := s.router.Load()
 		r, ok := s.admit(w, r, rt.paths)
-		switch {
-		case !ok:
-		case s.idem != nil && rt.match(r) != nil:
-			s.idem.ServeHTTP(w, r)
-		default: // no idempotency, or no route: 404, never stored
-			rt.ServeHTTP(w, r)
+		if !ok {
+			return
 		}
+		if s.idem != nil {
+			if route := rt.match(r); route != nil {
+				// The middleware's scope and the route it serves are
+				// this one match: a reload meanwhile changes neither.
+				s.idem.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, route)))
+				return
+			}
+		}
+		rt.ServeHTTP(w, r) // no idempotency, or no route: 404, never stored
 	})
+}
+
+// routeKey is the context key of the route Handler matched a keyed
+// request to.
+type routeKey struct{}
+
+// routeOf returns the route Handler matched r to (for the idempotency
+// middleware), or nil.
+func routeOf(r *http.Request) *route {
+	rt, _ := r.Context().Value(routeKey{}).(*route)
+	return rt
 }
 
 // Run binds the listeners of the config (and the admin listener), serves
