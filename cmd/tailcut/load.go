@@ -106,6 +106,10 @@ type loadPlan struct {
 	policy     tailcut.Config
 	budget     float64
 	timeout    time.Duration
+	// keepLatencies keeps every request's latency in the results, for
+	// the --html report's tail curves; without it the histogram alone
+	// holds them, in constant memory however long the run.
+	keepLatencies bool
 }
 
 func loadPlanOf(cmd *cobra.Command, f *loadFlags, rawURL string) (*loadPlan, error) {
@@ -114,7 +118,8 @@ func loadPlanOf(cmd *cobra.Command, f *loadFlags, rawURL string) (*loadPlan, err
 		return nil, usagef("URL must be an absolute http or https URL, got %q", rawURL)
 	}
 	p := &loadPlan{target: u, method: strings.ToUpper(f.method), header: http.Header{}, body: []byte(f.body),
-		rate: f.rate, clients: f.concurrency, duration: f.duration, requests: f.requests, timeout: f.timeout}
+		rate: f.rate, clients: f.concurrency, duration: f.duration, requests: f.requests, timeout: f.timeout,
+		keepLatencies: f.html != ""}
 	changed := cmd.Flags().Changed
 	switch {
 	case changed("rate") && changed("concurrency"):
@@ -195,7 +200,7 @@ type loadResult struct {
 	Span             time.Duration
 	Verdict          string
 	hist             *hdrhistogram.Histogram
-	lat              []time.Duration // every request's latency, for --html
+	lat              []time.Duration // every request's latency, with --html only
 	firstErr         string          // the first failure, for the message when all failed
 }
 
@@ -259,7 +264,9 @@ func (p *loadPlan) runOne(ctx context.Context, strategy string, progress func(do
 				res.firstErr = failure
 			}
 		}
-		res.lat = append(res.lat, lat)
+		if p.keepLatencies {
+			res.lat = append(res.lat, lat)
+		}
 		_ = res.hist.RecordValue(min(max(lat.Microseconds(), 1), res.hist.HighestTrackableValue()))
 		return res.Requests
 	}

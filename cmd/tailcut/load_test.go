@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,6 +195,28 @@ func TestLoadHTML(t *testing.T) {
 	for _, want := range []string{"<svg", "Latency tail", "p99 ms", "baseline", srv.URL, "adaptive"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// A run keeps every request's latency only for the --html report: without
+// it the histogram alone holds them, whatever the run's length.
+func TestLoadKeepsLatenciesOnlyForHTML(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []bool{false, true} {
+		p := &loadPlan{target: u, method: http.MethodGet, header: http.Header{}, clients: 2, requests: 20,
+			timeout: 10 * time.Second, keepLatencies: keep}
+		res, err := p.runOne(context.Background(), "none", func(int) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 0, true: 20}[keep]; len(res.lat) != want || res.Requests != 20 {
+			t.Errorf("keepLatencies %v: %d latencies kept of %d requests, want %d", keep, len(res.lat), res.Requests, want)
 		}
 	}
 }
