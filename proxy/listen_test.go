@@ -499,3 +499,48 @@ func TestFramingConnCloseWrite(t *testing.T) {
 		t.Errorf("server read after CloseWrite: %d, %v; want the byte", n, err)
 	}
 }
+
+// An upgraded connection (a WebSocket relayed by the route) holds its
+// slot while traffic flows and is closed once idle for the bound, so a
+// tunnel left open and silent does not hold a max_in_flight slot forever.
+func TestProxyIdleUpgradeCloses(t *testing.T) {
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		io.Copy(c, brw) // echo until the proxy closes
+	})
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", max_in_flight: 1}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+`, u.URL), func(s *Server) {
+		s.upgradeIdle = 2 * time.Second
+	})
+	c := dialRaw(t, s.url(0))
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	if resp := c.response(t); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %d, want 101", resp.StatusCode)
+	}
+	io.WriteString(c, "ping")
+	got := make([]byte, 4)
+	c.SetReadDeadline(time.Now().Add(stallWait))
+	if _, err := io.ReadFull(c.r, got); err != nil || string(got) != "ping" {
+		t.Fatalf("echo through the tunnel: %q, %v", got, err)
+	}
+	if code := healthyGet(t, s.url(0), "/probe"); code != http.StatusServiceUnavailable {
+		t.Errorf("probe while the tunnel is open: %d, want 503 (it holds the slot)", code)
+	}
+	if !c.closed(t) {
+		t.Fatalf("idle tunnel still open after %v", stallWait)
+	}
+	s.stop(t)
+}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,6 +73,9 @@ type Server struct {
 	// connState, if set (by tests), is every traffic listener's
 	// http.Server.ConnState.
 	connState func(net.Conn, http.ConnState)
+	// upgradeIdle, if set, replaces idleTimeout as an upgraded
+	// connection's idle bound (tests).
+	upgradeIdle time.Duration
 }
 
 // refusals counts the requests refused before routing, by reason.
@@ -403,7 +407,7 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		if m := l.maxInFlight(); m > 0 {
 			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
 		}
-		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), min: l.minProgress(), idle: idleTimeout, cut: &s.cut}
+		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), min: l.minProgress(), idle: cmp.Or(s.upgradeIdle, idleTimeout), cut: &s.cut}
 		srvs = append(srvs, srv{name: name, ln: framingListener{ln}, hs: &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: headerTimeout,
