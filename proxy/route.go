@@ -48,6 +48,7 @@ type route struct {
 	// keyedOnce, if set, reports a request the idempotency middleware runs
 	// once: it goes upstream unhedged (see Idempotency).
 	keyedOnce func(*http.Request) bool
+	logger    *slog.Logger
 }
 
 // copyBuffers are the ReverseProxy's body copy buffers, shared by every
@@ -81,6 +82,28 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 		r.prom = hedgeprom.NewCollector(p, hedgeprom.Options{ConstLabels: map[string]string{"route": rc.Name}})
 		r.meter = newMeter(base, pool.URLs)
 	}
+	r.tr = hedgehttp.NewTransport(r.meter, r.policy, transportOptions(rc, pool)...)
+	if err := r.tr.Err(); err != nil {
+		return nil, err
+	}
+	r.logger = logger
+	r.rp = &httputil.ReverseProxy{
+		Rewrite:        r.rewrite,
+		ModifyResponse: setAttemptAnswered,
+		Transport:      r.tr,
+		ErrorHandler:   r.upstreamFailed,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		BufferPool:     copyBuffers,
+	}
+	if rc.Policy.FirstByte {
+		// A streaming upstream: pass each chunk on as it comes.
+		r.rp.FlushInterval = -1
+	}
+	return r, nil
+}
+
+// transportOptions returns the hedgehttp options of route rc over pool.
+func transportOptions(rc Route, pool Upstream) []hedgehttp.Option {
 	opts := []hedgehttp.Option{
 		hedgehttp.WithEndpoints(pool.URLs...),
 		hedgehttp.WithKey(func(*http.Request) string { return rc.Name }),
@@ -103,75 +126,69 @@ func newRoute(rc Route, pool Upstream, base http.RoundTripper, old *route, logge
 	if rc.Policy.Timeout > 0 {
 		opts = append(opts, hedgehttp.WithTimeout(rc.Policy.Timeout))
 	}
-	r.tr = hedgehttp.NewTransport(r.meter, r.policy, opts...)
-	if err := r.tr.Err(); err != nil {
-		return nil, err
+	return opts
+}
+
+// rewrite is the route's ReverseProxy.Rewrite.
+func (r *route) rewrite(pr *httputil.ProxyRequest) {
+	// The scheme and host are placeholders: the transport points every
+	// attempt at one of the pool's replicas (WithEndpoints), and the
+	// meter refuses any other host.
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = "upstream.invalid"
+	pr.Out.Host = ""
+	if r.cfg.PreserveHost {
+		pr.Out.Host = pr.In.Host
 	}
-	name, preserveHost := rc.Name, rc.PreserveHost
-	r.rp = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			// The scheme and host are placeholders: the transport points
-			// every attempt at one of the pool's replicas (WithEndpoints),
-			// and the meter refuses any other host.
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = "upstream.invalid"
-			pr.Out.Host = ""
-			if preserveHost {
-				pr.Out.Host = pr.In.Host
-			}
-			pr.SetXForwarded()
-			dropUnsafeHeaders(pr.Out.Header)
-			// A client's own Hedge-Attempt would be a lie about this hop:
-			// the transport sets its own on hedged requests, and requests
-			// sent once go as primaries.
-			pr.Out.Header[hedgehttp.AttemptHeader] = []string{"0"}
-			// The response header is the proxy's word to its client, never
-			// a client's to the upstream.
-			pr.Out.Header.Del(AttemptResponseHeader)
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			// Which attempt answered: the Hedge-Attempt of the winning
-			// attempt's request, replacing whatever the upstream said.
-			k := "0"
-			if resp.Request != nil {
-				if v := resp.Request.Header.Get(hedgehttp.AttemptHeader); v != "" {
-					k = v
-				}
-			}
-			resp.Header[AttemptResponseHeader] = []string{k}
-			return nil
-		},
-		Transport: r.tr,
-		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
-			status := http.StatusBadGateway
-			var te *hedgehttp.TimeoutError
-			switch {
-			case errors.Is(err, errBodyStalled) || bodyStalled(req):
-				// The client, not the upstream, failed: the rest of its
-				// body will not be read, so the connection cannot serve
-				// another request.
-				status = http.StatusRequestTimeout
-				w.Header().Set("Connection", "close")
-			case errors.As(err, &te):
-				status = http.StatusGatewayTimeout
-			}
-			if req.Context().Err() == nil {
-				logger.Warn("upstream request failed", "route", name, "method", req.Method, "path", req.URL.Path, "err", err)
-			}
-			if outcomeLost(req.Context()) {
-				unknownOutcome(w, status)
-				return
-			}
-			w.WriteHeader(status)
-		},
-		ErrorLog:   slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		BufferPool: copyBuffers,
+	pr.SetXForwarded()
+	dropUnsafeHeaders(pr.Out.Header)
+	// A client's own Hedge-Attempt would be a lie about this hop: the
+	// transport sets its own on hedged requests, and requests sent once
+	// go as primaries.
+	pr.Out.Header[hedgehttp.AttemptHeader] = []string{"0"}
+	// The response header is the proxy's word to its client, never a
+	// client's to the upstream.
+	pr.Out.Header.Del(AttemptResponseHeader)
+}
+
+// setAttemptAnswered is the routes' ReverseProxy.ModifyResponse: it sets
+// which attempt answered, the Hedge-Attempt of the winning attempt's
+// request, replacing whatever the upstream said.
+func setAttemptAnswered(resp *http.Response) error {
+	k := "0"
+	if resp.Request != nil {
+		if v := resp.Request.Header.Get(hedgehttp.AttemptHeader); v != "" {
+			k = v
+		}
 	}
-	if rc.Policy.FirstByte {
-		// A streaming upstream: pass each chunk on as it comes.
-		r.rp.FlushInterval = -1
+	resp.Header[AttemptResponseHeader] = []string{k}
+	return nil
+}
+
+// upstreamFailed is the route's ReverseProxy.ErrorHandler: 408 when the
+// client's body stalled, 504 past the route's timeout, else 502; a
+// problem saying the outcome is unknown when the request was written.
+func (r *route) upstreamFailed(w http.ResponseWriter, req *http.Request, err error) {
+	status := http.StatusBadGateway
+	var te *hedgehttp.TimeoutError
+	switch {
+	case errors.Is(err, errBodyStalled) || bodyStalled(req):
+		// The client, not the upstream, failed: the rest of its body
+		// will not be read, so the connection cannot serve another
+		// request.
+		status = http.StatusRequestTimeout
+		w.Header().Set("Connection", "close")
+	case errors.As(err, &te):
+		status = http.StatusGatewayTimeout
 	}
-	return r, nil
+	if req.Context().Err() == nil {
+		r.logger.Warn("upstream request failed", "route", r.cfg.Name, "method", req.Method, "path", req.URL.Path, "err", err)
+	}
+	if outcomeLost(req.Context()) {
+		unknownOutcome(w, status)
+		return
+	}
+	w.WriteHeader(status)
 }
 
 // dropUnsafeHeaders removes from h, a request about to go upstream,
