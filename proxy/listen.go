@@ -78,8 +78,8 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sw := &stallWriter{ResponseWriter: w, rc: rc, progress: progress{d: f.write, min: f.min}, idle: f.idle, cut: &f.cut.write}
 		w = sw
 		// The server flushes what is still buffered after the handler
-		// returns: give that its own window.
-		defer sw.arm(time.Now(), true)
+		// returns: give that its own window, from then.
+		defer func() { sw.arm(time.Now(), true) }()
 	}
 	f.next.ServeHTTP(w, r)
 }

@@ -544,3 +544,36 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	}
 	s.stop(t)
 }
+
+// An answer that comes after more than write_timeout (the upstream was
+// slow, the client waited on nothing) is delivered whole: the window the
+// server's final flush gets starts when the handler returns.
+func TestProxySlowUpstreamAnswerDelivered(t *testing.T) {
+	release := make(chan struct{})
+	u := startUpstream(t, "u", func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		io.WriteString(w, "late answer")
+	})
+	s := runServer(t, fmt.Sprintf(`
+listeners: [{listen: "127.0.0.1:0", write_timeout: 1s}]
+admin: {listen: "off"}
+upstreams: [{name: u, urls: [%q]}]
+routes: [{name: r, upstream: u, policy: {hedge: false}}]
+`, u.URL))
+	// The upstream answers once more than write_timeout has passed since
+	// the request reached the proxy.
+	time.AfterFunc(2*time.Second, func() { close(release) })
+	c := dialRaw(t, s.url(0))
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(stallWait))
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "late answer" || err != nil {
+		t.Errorf("late answer: %d %q %v, want 200 %q", resp.StatusCode, b, err, "late answer")
+	}
+	s.stop(t)
+}
