@@ -87,8 +87,8 @@ type refusals struct {
 
 // cutoffs counts the client connections cut off by a listener's bounds.
 type cutoffs struct {
-	body    atomic.Int64 // 408: no body bytes for body_timeout
-	write   atomic.Int64 // the client took no answer bytes for write_timeout
+	body    atomic.Int64 // 408: under min_progress body bytes per body_timeout
+	write   atomic.Int64 // under min_progress answer bytes taken per write_timeout
 	framing atomic.Int64 // closed after an ambiguously framed request
 }
 

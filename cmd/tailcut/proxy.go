@@ -39,8 +39,9 @@ matched; a dot-segment with ";" parameters ("..;") is read as servlet
 containers read it, a "..". CONNECT and TRACE get 405, request headers
 with "_" in their names and upgrades to h2c are not forwarded. Each
 listener serves at most max_in_flight requests at once (default 2048),
-503 past it; a client that stalls for body_timeout on a request body
-(408) or for write_timeout on an answer (default 30 s each) is cut off.
+503 past it; a client that moves less than min_progress (4 KiB) of a
+request body per body_timeout (408) or of an answer per write_timeout
+(default 30 s each) the proxy waits on it is cut off.
 A request framed by both Transfer-Encoding and Content-Length has its
 connection closed after the answer.
 
