@@ -44,6 +44,7 @@ type config struct {
 	inline      int8                                 // WithInlinePrimary: 0 by the base's type, 1 on, -1 off
 	loserGrace  time.Duration                        // WithLoserGrace
 	observer    tailcut.AttemptObserver              // WithObserver; nil: none
+	bodyHedge   *BodyHedge                           // WithBodyHedge; nil: off
 	err         error                                // the first invalid option
 }
 

@@ -101,6 +101,7 @@ type Transport struct {
 	// features describes requests to a predictive policy; nil when the
 	// policy is not predictive.
 	features func(*http.Request) tailcut.Features
+	bodies   *bodyWatch // WithBodyHedge; nil: off
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -168,6 +169,9 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 	}
 	if cfg.timeoutQ > 0 {
 		t.tos = newTimeouts(p.Config(), cfg.timeoutQ, cfg.timeoutMult, cfg.timeout)
+	}
+	if cfg.bodyHedge != nil {
+		t.bodies = newBodyWatch(cfg.bodyHedge, p)
 	}
 	if p.Config().Predictive {
 		t.features = cfg.features
@@ -304,7 +308,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt.ctx, rt.key = ctx, key
 	resp, err := rt.hedge(ctx, key)
 	resp, err = rt.settle(resp, err)
-	return rt.endTimeout(ctx, cancelTimeout, timeout, resp, err)
+	resp, err = rt.endTimeout(ctx, cancelTimeout, timeout, resp, err)
+	return rt.watchBody(resp), err
 }
 
 // takeBody makes the body of a hedgeable request replayable, reading it
