@@ -394,7 +394,7 @@ func (rb *rangeBody) Read(p []byte) (int, error) {
 			h.cancel() // the current source delivered first
 			rb.decide(h)
 		}
-		if n == 0 && err != nil && err != io.EOF && !rb.closed {
+		if n == 0 && err != nil && !errors.Is(err, io.EOF) && !rb.closed {
 			// A failed read: go on from a hedge in flight, or resume
 			// with one, budget permitting.
 			h := rb.pending
@@ -496,7 +496,7 @@ func (rb *rangeBody) race(ctx context.Context, h *rangeHedge) {
 		}
 		rb.mu.Unlock()
 		if s != nil {
-			s.close()
+			_ = s.close()
 		} else {
 			h.cancel()
 		}
@@ -507,7 +507,7 @@ func (rb *rangeBody) race(ctx context.Context, h *rangeHedge) {
 	rb.blockBytes, rb.blockTime = 0, 0
 	rb.w.won.Add(1)
 	rb.mu.Unlock()
-	go old.close() // ends the stalled read, if any, which goes on from s
+	go func() { _ = old.close() }() // ends the stalled read, if any, which goes on from s
 }
 
 // errDropped is the error of a Range answer that is not the rest of
@@ -530,7 +530,7 @@ func (rb *rangeBody) open(ctx context.Context, h *rangeHedge) (*bodySource, erro
 		r.Header.Set("If-Range", rb.lastMod)
 	}
 	r.Header[AttemptHeader] = attemptValues[min(h.k, len(attemptValues)-1)]
-	resp, err := rb.t.base.RoundTrip(r)
+	resp, err := rb.t.base.RoundTrip(r) //nolint:bodyclose // closed below, or by the source's close
 	if err != nil {
 		return nil, err
 	}
@@ -548,7 +548,7 @@ func (rb *rangeBody) open(ctx context.Context, h *rangeHedge) (*bodySource, erro
 		return err
 	}}
 	if err != nil {
-		s.close()
+		_ = s.close()
 		return nil, err
 	}
 	return s, nil
