@@ -314,7 +314,7 @@ type rangeBody struct {
 type bodySource struct {
 	rc    io.Reader
 	close func() error
-	pos   int64  // offset of the next byte read returns
+	pos   int64  // offset of the next byte read returns: head's first, if any
 	head  []byte // bytes read ahead (a hedge's first), the next ones
 }
 
@@ -324,6 +324,12 @@ type rangeHedge struct {
 	k       int
 	cancel  context.CancelFunc
 	decided chan struct{} // closed once it won or lost
+}
+
+// hedgeSource returns the source of a Range answer from offset start,
+// whose first bytes, head, were read already from rc.
+func hedgeSource(rc io.Reader, start int64, head []byte, close func() error) *bodySource {
+	return &bodySource{rc: rc, pos: start, head: head, close: close}
 }
 
 // read reads the source's bytes at offset off onwards into p, skipping
@@ -542,11 +548,11 @@ func (rb *rangeBody) open(ctx context.Context, h *rangeHedge) (*bodySource, erro
 	}
 	buf := make([]byte, BodyBlock)
 	n, err := io.ReadAtLeast(resp.Body, buf, 1)
-	s := &bodySource{rc: resp.Body, pos: h.start + int64(n), head: buf[:n], close: func() error {
+	s := hedgeSource(resp.Body, h.start, buf[:n], func() error {
 		err := resp.Body.Close()
 		h.cancel()
 		return err
-	}}
+	})
 	if err != nil {
 		_ = s.close()
 		return nil, err

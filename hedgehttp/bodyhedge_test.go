@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -473,4 +474,32 @@ func equalNumbers(a, b string) bool {
 		return string(out)
 	}
 	return trim(a) == trim(b)
+}
+
+// TestHedgeSourceSkipsWhatWasDelivered: a Range answer that took over
+// after the first body delivered some more bytes goes on from the
+// caller's offset, whether that is inside the bytes it read ahead or
+// past them.
+func TestHedgeSourceSkipsWhatWasDelivered(t *testing.T) {
+	data := newObject(1000).data
+	const start, ahead = 300, 100
+	for _, off := range []int64{start, start + 1, start + ahead - 1, start + ahead, start + ahead + 50} {
+		s := hedgeSource(bytes.NewReader(data[start+ahead:]), start, slices.Clone(data[start:start+ahead]), nil)
+		var got []byte
+		buf := make([]byte, 64)
+		for o := off; ; {
+			n, err := s.read(buf, o)
+			got = append(got, buf[:n]...)
+			o += int64(n)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(got, data[off:]) {
+			t.Errorf("from offset %d: read %d bytes, not the object's from there", off, len(got))
+		}
+	}
 }

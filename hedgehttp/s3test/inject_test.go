@@ -85,9 +85,17 @@ type injectWriter struct {
 	f     fault
 	pos   int64
 	start time.Time
+	sent  bool // the header was written
 }
 
+// WriteHeader writes the header once: gofakes3 writes an error status
+// after a body write failed (a stalled body whose request ended), which
+// net/http would log as superfluous.
 func (w *injectWriter) WriteHeader(code int) {
+	if w.sent {
+		return
+	}
+	w.sent = true
 	if w.in.noRanges {
 		w.Header().Del("Accept-Ranges")
 	}
@@ -98,8 +106,8 @@ func (w *injectWriter) WriteHeader(code int) {
 const chunk = 16 << 10
 
 func (w *injectWriter) Write(p []byte) (int, error) {
-	if w.in.noRanges {
-		w.Header().Del("Accept-Ranges")
+	if !w.sent {
+		w.WriteHeader(http.StatusOK)
 	}
 	written := 0
 	for len(p) > 0 {

@@ -49,12 +49,15 @@ func faults(size int) map[string]fault {
 var bodyHedge = hedgehttp.BodyHedge{MinSize: 64 << 10, MaxStall: 100 * time.Millisecond}
 
 // hedging returns a function that puts a hedgehttp Transport with opts
-// over a base, and the Transport made.
+// over a base, and the Transport made. Its header hedge goes at 500 ms:
+// before the slow first byte, and late enough that a primary whose
+// headers come late on a loaded machine is not hedged in the stall tests
+// (the hedge would win, and no body would stall).
 func hedging(t testing.TB, opts ...hedgehttp.Option) (func(http.RoundTripper) http.RoundTripper, **hedgehttp.Transport) {
 	tr := new(*hedgehttp.Transport)
 	return func(base http.RoundTripper) http.RoundTripper {
 		var err error
-		*tr, err = hedgehttp.New(base, policy(t, 50*time.Millisecond), opts...)
+		*tr, err = hedgehttp.New(base, policy(t, 500*time.Millisecond), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
