@@ -536,7 +536,7 @@ func (rb *rangeBody) open(ctx context.Context, h *rangeHedge) (*bodySource, erro
 		r.Header.Set("If-Range", rb.lastMod)
 	}
 	r.Header[AttemptHeader] = attemptValues[min(h.k, len(attemptValues)-1)]
-	resp, err := rb.t.base.RoundTrip(r) //nolint:bodyclose // closed below, or by the source's close
+	resp, err := rb.t.baseFor(h.k).RoundTrip(r) //nolint:bodyclose // closed below, or by the source's close
 	if err != nil {
 		return nil, err
 	}

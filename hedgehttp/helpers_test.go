@@ -23,7 +23,7 @@ var protocols = []struct {
 // startServer starts a loopback server for h, over TLS with HTTP/2 if h2,
 // and returns it with a client transport for it. Both are closed at the end
 // of the test.
-func startServer(t *testing.T, h2 bool, h http.Handler) (*httptest.Server, *http.Transport) {
+func startServer(t testing.TB, h2 bool, h http.Handler) (*httptest.Server, *http.Transport) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	if h2 {

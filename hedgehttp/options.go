@@ -45,6 +45,7 @@ type config struct {
 	loserGrace  time.Duration                        // WithLoserGrace
 	observer    tailcut.AttemptObserver              // WithObserver; nil: none
 	bodyHedge   *BodyHedge                           // WithBodyHedge; nil: off
+	hedgePath   *HedgePath                           // WithHedgePath; nil: the base
 	err         error                                // the first invalid option
 }
 

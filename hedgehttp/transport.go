@@ -101,7 +101,8 @@ type Transport struct {
 	// features describes requests to a predictive policy; nil when the
 	// policy is not predictive.
 	features func(*http.Request) tailcut.Features
-	bodies   *bodyWatch // WithBodyHedge; nil: off
+	bodies   *bodyWatch        // WithBodyHedge; nil: off
+	hedges   http.RoundTripper // WithHedgePath; nil: hedges go through base
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -163,7 +164,8 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 		}
 		o(&cfg)
 	}
-	t := &Transport{base: base, policy: p, cfg: cfg}
+	hedges := hedgePathOf(base, &cfg)
+	t := &Transport{base: base, policy: p, cfg: cfg, hedges: hedges}
 	if len(cfg.endpoints) > 0 && cfg.err == nil {
 		t.eps = newEndpoints(cfg.endpoints)
 	}
@@ -261,6 +263,9 @@ func (t *Transport) Policy() *tailcut.Policy { return t.policy }
 // if it has such a method. http.Client.CloseIdleConnections calls it.
 func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+	if c, ok := t.hedges.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
 }
@@ -591,14 +596,14 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, a tailcut.Attemp
 	if k > 0 && t.cfg.loserGrace > 0 {
 		r, cancelReq = rt.graceful(ctx, r, a.Delay)
 	}
-	resp, err := t.base.RoundTrip(r)
+	resp, err := t.baseFor(k).RoundTrip(r)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && !rt.once {
 		// net/http can, rarely, fail a request with another attempt's
 		// cancellation on a connection that was just reused (DESIGN.md,
 		// Semantics; seen here about once in 400 requests at 90 %
 		// hedging). This attempt was not cancelled: send it once more.
 		if r2, ok := rt.again(r); ok {
-			resp, err = t.base.RoundTrip(r2)
+			resp, err = t.baseFor(k).RoundTrip(r2)
 		}
 	}
 	if err == nil {
