@@ -30,7 +30,9 @@ type BodyHedge struct {
 	MaxStall time.Duration
 	// Quantile and Multiple set the learned bound: Multiple × the
 	// Quantile of the time the key's bodies took to deliver a block of
-	// [BodyBlock] bytes. Zero means 0.99 and 4.
+	// [BodyBlock] bytes. Zero means 0.999 and 4: a 16 MiB body is 512
+	// blocks, so a per-block quantile must be high for the bound to be
+	// passed by few bodies that are not stalled.
 	Quantile, Multiple float64
 	// AssumeRanges watches the bodies of servers that do not send
 	// Accept-Ranges: bytes. Their Range answers are checked all the
@@ -108,7 +110,7 @@ func WithBodyHedge(o BodyHedge) Option {
 				return
 			}
 			if o.Quantile == 0 {
-				o.Quantile = 0.99
+				o.Quantile = 0.999
 			}
 			if o.Multiple == 0 {
 				o.Multiple = 4
