@@ -206,14 +206,15 @@ func TestWithHedgePathNeedsAnHTTPTransport(t *testing.T) {
 }
 
 // BenchmarkHedgePath sends requests over HTTP/2 through a proxy that
-// stalls the connection of every 20th primary for 1 s, hedged at 20 ms
-// through the shared pool and through a path of their own (own pool,
-// fresh connection), the three clients taking turns request by request;
-// it reports each one's p50, p99 and max.
+// stalls the connection of every 100th primary for 200 ms, hedged at
+// 20 ms through the shared pool and through a path of their own (own
+// pool, fresh connection): three clients at once, each opening a request
+// every 10 ms (open loop, so that each sees as many requests during a
+// stall). It reports each one's p50, p99 and max.
 //
 //	go test -run '^$' -bench HedgePath -benchtime=1x ./hedgehttp
 func BenchmarkHedgePath(b *testing.B) {
-	const requests, every, stall = 400, 20, time.Second
+	const requests, every, stall, gap = 1000, 100, 200 * time.Millisecond, 10 * time.Millisecond
 	url, base := frozenServer(b, stall)
 	clients := []struct {
 		name  string
@@ -224,31 +225,39 @@ func BenchmarkHedgePath(b *testing.B) {
 		{name: "own-pool", opts: []Option{WithHedgePath(HedgePath{})}},
 		{name: "fresh", opts: []Option{WithHedgePath(HedgePath{Fresh: true})}},
 	}
-	trs := make([]*Transport, len(clients))
-	for i, c := range clients {
-		var err error
-		if trs[i], err = New(base.Clone(), fixedPolicy(b, 20*time.Millisecond), c.opts...); err != nil {
-			b.Fatal(err)
-		}
-		defer trs[i].CloseIdleConnections()
-	}
 	for range b.N {
-		for n := range requests {
-			for i := range clients {
-				req, _ := http.NewRequest(http.MethodGet, url, nil)
-				if n%every == every/2 {
-					req.Header.Set("X-Freeze", "1")
-				}
-				start := time.Now()
-				resp, err := trs[i].RoundTrip(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				clients[i].times = append(clients[i].times, time.Since(start))
+		var wg sync.WaitGroup
+		for i := range clients {
+			c := &clients[i]
+			tr, err := New(base.Clone(), fixedPolicy(b, 20*time.Millisecond), c.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tr.CloseIdleConnections()
+			c.times = make([]time.Duration, requests)
+			start := time.Now()
+			for n := range requests {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Until(start.Add(time.Duration(n) * gap))) // the open loop's schedule
+					req, _ := http.NewRequest(http.MethodGet, url, nil)
+					if n%every == every/2 {
+						req.Header.Set("X-Freeze", "1")
+					}
+					t0 := time.Now()
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					c.times[n] = time.Since(t0)
+				}()
 			}
 		}
+		wg.Wait()
 	}
 	for _, c := range clients {
 		s := slices.Sorted(slices.Values(c.times))
