@@ -325,7 +325,7 @@ func builtins() []*Scenario {
 			},
 			CDF: plain(func(t float64) float64 { return -math.Expm1(-max(t, 0) / float64(10*time.Millisecond)) }),
 		},
-	}, periodicScenarios()...)
+	}, append(periodicScenarios(), objectsScenario())...)
 }
 
 // Scenarios returns the built-in scenarios in the order `tailcut lab --list`
