@@ -31,8 +31,13 @@
 // and bodies may be repeated ([WithMethods], [WithBufferLimit]), and
 // whether the primary runs on the caller's goroutine ([WithInlinePrimary]:
 // by default only over a base transport known to return when cancelled,
-// such as an http.Transport), and who is told of every attempt
-// ([WithObserver]: package hedgeotel records them on the caller's span).
+// such as an http.Transport), who is told of every attempt
+// ([WithObserver]: package hedgeotel records them on the caller's span),
+// whether a large body that stalls mid-way races a Range request for the
+// rest of it, pinned to its ETag ([WithBodyHedge]: the bytes read are
+// always an unhedged read's; package hedgehttp/s3test tests it with
+// minio-go and measures it), and whether hedges take connections of
+// their own ([WithHedgePath]).
 // Per request,
 // [WithoutHedging] and [WithDelay] override the policy through the request's
 // context. [New] is NewTransport that returns a bad option's error, naming
