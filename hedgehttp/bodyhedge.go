@@ -420,6 +420,9 @@ func (rb *rangeBody) Read(p []byte) (int, error) {
 			}
 		}
 		rb.mu.Unlock()
+		if errors.Is(err, io.EOF) && rb.cancelTimeout != nil {
+			rb.cancelTimeout() // read to the end: the hard timeout is over, as for an unwatched body
+		}
 		return n, err
 	}
 }
