@@ -503,3 +503,30 @@ func TestHedgeSourceSkipsWhatWasDelivered(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyHedgeEndsTheHardTimeoutAtEOF: a watched body read to the end
+// ends its hard timeout's context, as an unwatched body does.
+func TestBodyHedgeEndsTheHardTimeoutAtEOF(t *testing.T) {
+	obj := newObject(1 << 20)
+	srv, base := startServer(t, false, obj)
+	tr, err := New(base, fixedPolicy(t, time.Hour), WithTimeout(time.Hour), WithBodyHedge(BodyHedge{MinSize: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, ok := resp.Body.(*rangeBody)
+	if !ok {
+		t.Fatalf("body %T not watched", resp.Body)
+	}
+	if _, err := io.Copy(io.Discard, rb); err != nil {
+		t.Fatal(err)
+	}
+	if rb.ctx.Err() == nil {
+		t.Error("the hard timeout's context lives on after the body's end")
+	}
+}
