@@ -359,22 +359,7 @@ func TestBodyHedgeLearnsItsBound(t *testing.T) {
 	srv, base := startServer(t, false, obj)
 	const minStall, maxStall = 5 * time.Millisecond, 10 * time.Second
 	_, tr := bodyClient(t, base, BodyHedge{MinStall: minStall, MaxStall: maxStall})
-	bound := func() time.Duration {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		rb, ok := resp.Body.(*rangeBody)
-		if !ok {
-			t.Fatalf("body %T not watched", resp.Body)
-		}
-		if _, err := io.Copy(io.Discard, rb); err != nil {
-			t.Fatal(err)
-		}
-		return rb.bound
-	}
+	bound := func() time.Duration { return readWatched(t, tr, srv.URL).bound }
 	if b := bound(); b != maxStall {
 		t.Errorf("first bound %v, want MaxStall %v", b, maxStall)
 	}
@@ -513,7 +498,16 @@ func TestBodyHedgeEndsTheHardTimeoutAtEOF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	if rb := readWatched(t, tr, srv.URL); rb.ctx.Err() == nil {
+		t.Error("the hard timeout's context lives on after the body's end")
+	}
+}
+
+// readWatched GETs url through tr, reads the watched body to its end,
+// closes it and returns it.
+func readWatched(t *testing.T, tr *Transport, url string) *rangeBody {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -526,7 +520,5 @@ func TestBodyHedgeEndsTheHardTimeoutAtEOF(t *testing.T) {
 	if _, err := io.Copy(io.Discard, rb); err != nil {
 		t.Fatal(err)
 	}
-	if rb.ctx.Err() == nil {
-		t.Error("the hard timeout's context lives on after the body's end")
-	}
+	return rb
 }
