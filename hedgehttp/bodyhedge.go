@@ -61,23 +61,26 @@ const BodyBlock = 32 << 10
 const BodyMinBlocks = 64
 
 // WithBodyHedge makes a response body that stalls mid-way race a Range
-// request for the rest of it. It watches the body of a 200 answer to a
-// GET without a Range header whose declared length is at least MinSize,
-// with no Content-Encoding, a strong ETag or a Last-Modified, and
-// Accept-Ranges: bytes (unless AssumeRanges). The reader learns, per
+// request for the rest of it. It watches the body of an answer to a GET
+// whose declared length is at least MinSize, with no Content-Encoding
+// and a strong ETag or a Last-Modified: a 200 with Accept-Ranges: bytes
+// (unless AssumeRanges), or a 206 of a single range (a caller's own
+// Range request, as S3 clients send for parts of an object). The reader learns, per
 // key, how long a block of [BodyBlock] bytes takes to arrive, apart from
 // the first-byte time the policy learns; when one takes longer than
 // Multiple × its Quantile (between MinStall and MaxStall) while the
 // caller waits in Read, and the policy's budget grants a token, the
-// Transport sends "Range: bytes=N-" from the last byte received, pinned
+// Transport sends "Range: bytes=N-" from the last byte received (N-M
+// within a caller's range N0-M), pinned
 // to the object version by If-Match and If-Range (the ETag, or else
 // Last-Modified with If-Unmodified-Since). The caller's reader goes on
 // from whichever delivers the next byte first, and the other is closed.
 //
 // The bytes the caller reads are always those of an unhedged read: a
 // hedge's answer is used only if it is a 206 whose Content-Range is
-// exactly the rest of the object (bytes N-(size−1)/size), whose length
-// is that of the rest, without Content-Encoding, and whose ETag and
+// exactly the rest asked for (bytes N-M/size, of the first answer's
+// size), whose length is that of the rest, without Content-Encoding,
+// and whose ETag and
 // Last-Modified are the first answer's; anything else (a 200 of a
 // server that ignored the range, a 412, another ETag) is dropped, never
 // spliced, and the first body read on. At most the policy's MaxHedges
@@ -174,12 +177,16 @@ func (rt *roundTrip) watchBody(resp *http.Response) *http.Response {
 		return resp
 	}
 	b, ok := resp.Body.(*body)
-	if !ok || b.released.Load() || !resumable(rt.req, resp, w.o) {
+	if !ok || b.released.Load() {
+		return resp
+	}
+	sp, ok := resumable(rt.req, resp, w.o)
+	if !ok {
 		return resp
 	}
 	rb := &rangeBody{
 		w: w, t: rt.t, key: rt.key, tmpl: resp.Request, ctx: rt.ctx,
-		size: resp.ContentLength, etag: resp.Header.Get("Etag"), lastMod: resp.Header.Get("Last-Modified"),
+		span: sp, etag: resp.Header.Get("Etag"), lastMod: resp.Header.Get("Last-Modified"),
 		cancelTimeout: b.cancelTimeout,
 		cur:           &bodySource{rc: b, close: b.Close},
 	}
@@ -192,23 +199,39 @@ func (rt *roundTrip) watchBody(resp *http.Response) *http.Response {
 	return resp
 }
 
-// resumable reports whether resp, the answer to req, may be watched:
+// span is where a watched body lies in its object: bytes first to
+// last of total.
+type span struct{ first, last, total int64 }
+
+// resumable reports whether resp, the answer to req, may be watched —
 // the rest of it can be asked for by a Range request pinned to its
-// version.
-func resumable(req *http.Request, resp *http.Response, o BodyHedge) bool {
-	if methodOf(req) != http.MethodGet || req.Header.Get("Range") != "" ||
-		resp.StatusCode != http.StatusOK || resp.ContentLength < max(o.MinSize, 1) ||
+// version — and where its body lies in the object.
+func resumable(req *http.Request, resp *http.Response, o BodyHedge) (span, bool) {
+	n := resp.ContentLength
+	if methodOf(req) != http.MethodGet || n < max(o.MinSize, 1) ||
 		resp.Uncompressed || !identity(resp.Header) || resp.Request == nil {
-		return false
+		return span{}, false
 	}
-	if !o.AssumeRanges && !acceptsRanges(resp.Header) {
-		return false
+	var sp span
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if !o.AssumeRanges && !acceptsRanges(resp.Header) {
+			return span{}, false
+		}
+		sp = span{0, n - 1, n}
+	case http.StatusPartialContent:
+		first, last, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
+		if !ok || last-first+1 != n {
+			return span{}, false
+		}
+		sp = span{first, last, total}
+	default:
+		return span{}, false
 	}
-	etag := resp.Header.Get("Etag")
-	if etag != "" {
-		return strongETag(etag)
+	if etag := resp.Header.Get("Etag"); etag != "" {
+		return sp, strongETag(etag)
 	}
-	return resp.Header.Get("Last-Modified") != ""
+	return sp, resp.Header.Get("Last-Modified") != ""
 }
 
 // identity reports whether h declares no content coding but identity.
@@ -293,7 +316,7 @@ type rangeBody struct {
 	tmpl          *http.Request   // the winning attempt's request
 	ctx           context.Context // the call's context (the hard timeout's): the hedges' parent
 	cancelTimeout context.CancelFunc
-	size          int64
+	span          // where the body lies in the object
 	etag, lastMod string
 	bound         time.Duration
 	timer         *time.Timer
@@ -530,7 +553,7 @@ var errDropped = errors.New("hedgehttp: the Range answer is not the rest of the 
 func (rb *rangeBody) open(ctx context.Context, h *rangeHedge) (*bodySource, error) {
 	r := rb.tmpl.Clone(ctx)
 	r.Body, r.GetBody, r.ContentLength = nil, nil, 0
-	r.Header.Set("Range", "bytes="+strconv.FormatInt(h.start, 10)+"-")
+	r.Header.Set("Range", "bytes="+strconv.FormatInt(rb.first+h.start, 10)+"-"+strconv.FormatInt(rb.last, 10))
 	r.Header.Del("If-None-Match")
 	r.Header.Del("If-Modified-Since")
 	if rb.etag != "" {
@@ -566,13 +589,13 @@ func (rb *rangeBody) open(ctx context.Context, h *rangeHedge) (*bodySource, erro
 }
 
 // sameRest reports whether resp is the rest of the watched body from
-// offset start, of the same version.
+// its offset start, of the same version.
 func (rb *rangeBody) sameRest(resp *http.Response, start int64) bool {
 	if resp.StatusCode != http.StatusPartialContent || resp.Uncompressed || !identity(resp.Header) {
 		return false
 	}
-	first, last, size, ok := parseContentRange(resp.Header.Get("Content-Range"))
-	if !ok || first != start || last != rb.size-1 || size != rb.size || resp.ContentLength != size-start {
+	first, last, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
+	if !ok || first != rb.first+start || last != rb.last || total != rb.total || resp.ContentLength != last-first+1 {
 		return false
 	}
 	return resp.Header.Get("Etag") == rb.etag && resp.Header.Get("Last-Modified") == rb.lastMod

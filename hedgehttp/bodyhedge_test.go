@@ -18,19 +18,19 @@ import (
 )
 
 // object is a test object served with real Range semantics
-// (http.ServeContent), whose first GET without a Range header can be made
-// to stall or break at an offset.
+// (http.ServeContent), whose first primary can be made to stall or break
+// at an offset of its body.
 type object struct {
 	data []byte
 	etag string
-	// stallAt is the offset at which the first plain GET stops writing
+	// stallAt is the offset at which the first primary stops writing
 	// until release is closed or its request ends; -1: no stall.
 	stallAt int64
-	// breakAt is the offset at which the first plain GET aborts its
+	// breakAt is the offset at which the first primary aborts its
 	// connection; -1: no break.
 	breakAt int64
 	release chan struct{}
-	once    sync.Once // the first plain GET claims the stall or break
+	once    sync.Once // the first primary claims the stall or break
 	// ranged answers Range requests when set, instead of ServeContent.
 	ranged   func(w http.ResponseWriter, r *http.Request)
 	noRanges bool // no Accept-Ranges, Range ignored
@@ -53,7 +53,7 @@ func (o *object) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.ranges.Add(1)
 	}
 	cw := &countingWriter{ResponseWriter: w, o: o, stallAt: -1, breakAt: -1, r: r}
-	if !ranged {
+	if attemptOf(r) == 0 { // the primary: Range hedges carry 1 and up
 		o.once.Do(func() { cw.stallAt, cw.breakAt = o.stallAt, o.breakAt })
 	}
 	switch {
@@ -175,6 +175,31 @@ func TestBodyHedgeResumesAStall(t *testing.T) {
 				t.Errorf("%d bytes written for a %d-byte object", w, len(obj.data))
 			}
 		})
+	}
+}
+
+// TestBodyHedgeResumesACallersRange: the body of a 206 to the caller's
+// own Range request is resumed within that range.
+func TestBodyHedgeResumesACallersRange(t *testing.T) {
+	obj := newObject(1 << 20)
+	obj.stallAt = 200 << 10
+	srv, base := startServer(t, false, obj)
+	c, tr := bodyClient(t, base, BodyHedge{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	req.Header.Set("Range", "bytes=100000-899999")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusPartialContent || !bytes.Equal(got, obj.data[100000:900000]) {
+		t.Fatalf("%s, %d bytes, %v: not bytes 100000-899999 of the object", resp.Status, len(got), err)
+	}
+	if s := tr.BodyStats(); s.Won != 1 || obj.ranges.Load() != 2 {
+		t.Errorf("BodyStats = %+v, %d Range requests; want 1 won, 2 requests", s, obj.ranges.Load())
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/tailcut/tailcut/hedgehttp"
 )
 
-// fault is what the injector does to one GET without a Range header.
+// fault is what the injector does to one primary GET.
 type fault struct {
 	firstByte time.Duration // wait before the answer
 	stallAt   int64         // offset of a mid-body stall; -1: none
@@ -33,30 +33,35 @@ type fault struct {
 // noFault is a GET served as it is.
 var noFault = fault{stallAt: -1}
 
-// injector stands in front of a server: it delays first bytes and stalls
-// bodies of plain GETs as plan says, paces every body at rate, and counts
-// the body bytes written.
+// injector stands in front of a server: it delays the first bytes and
+// stalls the bodies of primary GETs (Hedge-Attempt: 0) as plan says,
+// paces every body at rate, and counts the Range hedges and the body
+// bytes written.
 type injector struct {
 	h    http.Handler
-	plan func(n int64) fault // n: the plain GET's index, from 0
+	plan func(n int64) fault // n: the primary's index, from 0
 	rate float64             // body bytes per second per answer; 0: unpaced
 	// noRanges hides byte ranges: the Range header is taken off requests
 	// and Accept-Ranges off answers.
 	noRanges bool
 
-	gets, ranges, written atomic.Int64
+	primaries, ranges, written atomic.Int64
 }
 
 func (in *injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := noFault
 	if r.Method == http.MethodGet {
-		if r.Header.Get("Range") != "" {
+		primary := r.Header.Get(hedgehttp.AttemptHeader) == "0"
+		if r.Header.Get("Range") != "" && !primary {
 			in.ranges.Add(1)
-			if in.noRanges {
-				r.Header.Del("Range")
+		}
+		if in.noRanges {
+			r.Header.Del("Range")
+		}
+		if primary {
+			if n := in.primaries.Add(1) - 1; in.plan != nil {
+				f = in.plan(n)
 			}
-		} else if n := in.gets.Add(1) - 1; in.plan != nil {
-			f = in.plan(n)
 		}
 	}
 	if f.firstByte > 0 && !wait(r.Context(), f.firstByte) {

@@ -218,3 +218,35 @@ func TestRangeUnsupported(t *testing.T) {
 		}
 	}
 }
+
+// TestMinioRangeRead: a part of an object read with minio-go's SetRange
+// (a 206 from gofakes3) that stalls is resumed within the part.
+func TestMinioRangeRead(t *testing.T) {
+	const size, first, last = 4 << 20, 1000, 3 << 20
+	in := &injector{plan: firstOnly(fault{stallAt: 1 << 20, stall: 3 * time.Second})}
+	rt, tr := hedging(t, hedgehttp.WithBodyHedge(bodyHedge))
+	c, put := s3Server(t, in, rt)
+	data := objectData(size)
+	put("obj", data)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(first, last); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := c.GetObject(ctx, bucket, "obj", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, obj); err != nil {
+		t.Fatal(err)
+	}
+	if [32]byte(h.Sum(nil)) != sha256.Sum256(data[first:last+1]) {
+		t.Fatal("the part read is not the object's bytes first to last")
+	}
+	if bs := (*tr).BodyStats(); bs.Won != 1 || in.ranges.Load() != 1 {
+		t.Errorf("BodyStats %+v, %d Range hedges: want 1 sent and won", bs, in.ranges.Load())
+	}
+}
