@@ -62,26 +62,25 @@ const BodyMinBlocks = 64
 
 // WithBodyHedge makes a response body that stalls mid-way race a Range
 // request for the rest of it. It watches the body of an answer to a GET
-// whose declared length is at least MinSize, with no Content-Encoding
-// and a strong ETag or a Last-Modified: a 200 with Accept-Ranges: bytes
-// (unless AssumeRanges), or a 206 of a single range (a caller's own
-// Range request, as S3 clients send for parts of an object). The reader learns, per
-// key, how long a block of [BodyBlock] bytes takes to arrive, apart from
-// the first-byte time the policy learns; when one takes longer than
-// Multiple × its Quantile (between MinStall and MaxStall) while the
-// caller waits in Read, and the policy's budget grants a token, the
-// Transport sends "Range: bytes=N-" from the last byte received (N-M
-// within a caller's range N0-M), pinned
-// to the object version by If-Match and If-Range (the ETag, or else
-// Last-Modified with If-Unmodified-Since). The caller's reader goes on
+// whose declared length is at least MinSize, with no Content-Encoding and
+// a strong ETag or a Last-Modified: a 200 with Accept-Ranges: bytes
+// (unless AssumeRanges), or a 206 of a single range (a caller's own Range
+// request, as S3 clients send for parts of an object). The reader learns,
+// per key, how long a block of [BodyBlock] bytes takes to arrive, apart
+// from the first-byte time the policy learns; when one takes longer than
+// Multiple × its Quantile (between MinStall and MaxStall) while the caller
+// waits in Read, and the policy's budget grants a token, the Transport
+// sends "Range: bytes=N-" from the last byte received (N-M within a
+// caller's range N0-M), pinned to the object version by If-Match and
+// If-Range (the ETag, or else Last-Modified with If-Unmodified-Since),
+// through the hedges' path ([WithHedgePath]). The caller's reader goes on
 // from whichever delivers the next byte first, and the other is closed.
 //
 // The bytes the caller reads are always those of an unhedged read: a
 // hedge's answer is used only if it is a 206 whose Content-Range is
-// exactly the rest asked for (bytes N-M/size, of the first answer's
-// size), whose length is that of the rest, without Content-Encoding,
-// and whose ETag and
-// Last-Modified are the first answer's; anything else (a 200 of a
+// exactly the rest asked for (bytes N-M/size, of the first answer's size),
+// whose length is that of the rest, without Content-Encoding, and whose
+// ETag and Last-Modified are the first answer's; anything else (a 200 of a
 // server that ignored the range, a 412, another ETag) is dropped, never
 // spliced, and the first body read on. At most the policy's MaxHedges
 // Range hedges go per body. A body whose read fails is resumed the same
@@ -321,18 +320,16 @@ type rangeBody struct {
 	bound         time.Duration
 	timer         *time.Timer
 
-	// Read's own: the block being measured.
-	blockBytes int64
-	blockTime  time.Duration
-
-	mu        sync.Mutex
-	cur       *bodySource
-	off       int64     // bytes handed to the caller
-	readStart time.Time // zero when the caller is not waiting in Read
-	waited    time.Duration
-	pending   *rangeHedge // a hedge in flight, not decided yet
-	hedges    int
-	closed    bool
+	mu         sync.Mutex
+	cur        *bodySource
+	off        int64         // bytes handed to the caller
+	blockBytes int64         // of the block being measured, from cur
+	blockTime  time.Duration // the time Read waited for them
+	readStart  time.Time     // zero when the caller is not waiting in Read
+	waited     time.Duration // blockTime when that read began
+	pending    *rangeHedge   // a hedge in flight, not decided yet
+	hedges     int
+	closed     bool
 }
 
 // bodySource is one response the body is read from, at offset pos.
