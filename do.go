@@ -179,65 +179,6 @@ func CallerGone(ctx context.Context) bool {
 	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrTimeout)
 }
 
-var (
-	defaultOnce   sync.Once
-	defaultPolicy *Policy
-)
-
-// Default returns the process-wide policy with the default [Config], used
-// where a nil *Policy is passed.
-func Default() *Policy {
-	defaultOnce.Do(func() {
-		p, err := New(Config{})
-		if err != nil {
-			panic("tailcut: default config invalid: " + err.Error()) // a bug, not input
-		}
-		// The shared policy may serve several testing/synctest bubbles:
-		// it must not pool their channels and timers.
-		p.noPool = true
-		defaultPolicy = p
-	})
-	return defaultPolicy
-}
-
-type ctxKey struct{}
-
-// requestOptions are per-request overrides carried in a context.
-type requestOptions struct {
-	noHedge bool
-	delay   time.Duration // > 0: overrides the policy's delay
-	feat    *Features     // WithFeatures (features.go)
-	chained bool          // WithChainStop (chain.go)
-}
-
-// WithoutHedging returns a context under which [Do] sends the primary only.
-// The request still counts in the policy's statistics.
-func WithoutHedging(ctx context.Context) context.Context {
-	o, _ := ctx.Value(ctxKey{}).(requestOptions)
-	o.noHedge = true
-	return context.WithValue(ctx, ctxKey{}, o)
-}
-
-// WithDelay returns a context under which [Do] uses d as the hedge delay of
-// this request instead of the policy's. A d ≤ 0 is ignored.
-func WithDelay(ctx context.Context, d time.Duration) context.Context {
-	if d <= 0 {
-		return ctx
-	}
-	o, _ := ctx.Value(ctxKey{}).(requestOptions)
-	o.delay = d
-	return context.WithValue(ctx, ctxKey{}, o)
-}
-
-// Overrides reports the per-request overrides that [WithoutHedging] and
-// [WithDelay] put in ctx, for adapters that drive the [Policy] themselves
-// instead of through [Do]: noHedge means send the primary only; a positive
-// delay replaces the policy's delay for this request.
-func Overrides(ctx context.Context) (noHedge bool, delay time.Duration) {
-	o, _ := ctx.Value(ctxKey{}).(requestOptions)
-	return o.noHedge, o.delay
-}
-
 // result is what an attempt produced.
 type result[T any] struct {
 	v   T

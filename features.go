@@ -1,7 +1,6 @@
 package tailcut
 
 import (
-	"context"
 	"hash/maphash"
 	"math"
 	"time"
@@ -146,30 +145,6 @@ func (f *Features) hash(seed maphash.Seed) uint64 {
 		v = 1
 	}
 	return v
-}
-
-// WithFeatures returns a context under which [Do] (and the hedgehttp and
-// hedgegrpc adapters) begin the request with f: its labels are added after
-// those the adapter derives. They are used only by a policy with
-// Config.Predictive set. Calling it again replaces the features.
-//
-// WithFeatures allocates the context value; a caller that runs the policy
-// itself passes features to [Policy.BeginWith] instead, without
-// allocating.
-func WithFeatures(ctx context.Context, f Features) context.Context {
-	o, _ := ctx.Value(ctxKey{}).(requestOptions)
-	o.feat = &f
-	return context.WithValue(ctx, ctxKey{}, o)
-}
-
-// FeaturesFrom returns the features [WithFeatures] put in ctx, for adapters
-// that drive the [Policy] themselves instead of through [Do].
-func FeaturesFrom(ctx context.Context) (Features, bool) {
-	o, _ := ctx.Value(ctxKey{}).(requestOptions)
-	if o.feat == nil {
-		return Features{}, false
-	}
-	return *o.feat, true
 }
 
 // SizeLabel returns a label for a payload of n bytes: its power-of-four

@@ -281,6 +281,27 @@ func New(cfg Config) (*Policy, error) {
 	return p, nil
 }
 
+var (
+	defaultOnce   sync.Once
+	defaultPolicy *Policy
+)
+
+// Default returns the process-wide policy with the default [Config], used
+// where a nil *Policy is passed.
+func Default() *Policy {
+	defaultOnce.Do(func() {
+		p, err := New(Config{})
+		if err != nil {
+			panic("tailcut: default config invalid: " + err.Error()) // a bug, not input
+		}
+		// The shared policy may serve several testing/synctest bubbles:
+		// it must not pool their channels and timers.
+		p.noPool = true
+		defaultPolicy = p
+	})
+	return defaultPolicy
+}
+
 func (c *Config) estimatorConfig() latency.Config {
 	return latency.Config{Window: c.Window, MinSamples: c.MinSamples}
 }
