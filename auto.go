@@ -1,11 +1,9 @@
 package tailcut
 
 import (
-	"math"
 	"time"
 
 	"github.com/tailcut/tailcut/internal/schedule"
-	"github.com/tailcut/tailcut/latency"
 )
 
 // The auto delay (Config.Quantile unset) picks the hedge schedule from the
@@ -13,9 +11,10 @@ import (
 // chooses it, from the key's distribution and the policy's settings
 // (schedule.Params), and tells when the latency shifted; a key keeps what
 // the choice carries from one recomputation to the next (schedule.State).
-// The policy decides when a key's schedule is recomputed (delayOf), puts
-// the choice in force (the delay, the gap, the hedge count and the reserve
-// its requests read) and reports it (AutoChoice).
+// The key (internal/key's State) decides when its schedule is recomputed,
+// puts the choice in force (the delay, the gap, the hedge count and the
+// reserve its requests read) and keeps it; the policy hands its requests
+// what the key returns, and reports the choice (AutoChoice).
 
 // autoRecomputeEvery is how many observations a key takes before its auto
 // schedule is recomputed (besides on every window rotation).
@@ -79,62 +78,17 @@ type AutoChoice struct {
 	noRetry bool
 }
 
-// autoChoice is ch as the policy reports it.
+// autoChoice is ch as the policy reports it (nil for nil): a copy, which
+// the caller may keep.
 func autoChoice(ch *schedule.Choice) *AutoChoice {
+	if ch == nil {
+		return nil
+	}
 	return &AutoChoice{
 		Delay: ch.Delay, Gap: ch.Gap, Hedges: ch.Hedges, Target: ch.Target,
 		Unhedged: ch.Unhedged, Hedged: ch.Hedged, HedgeRate: ch.HedgeRate, Grant: ch.Grant,
 		LaterGrant: ch.LaterGrant, Reserve: ch.Reserve, Cap: ch.Cap, noRetry: ch.NoRetry,
 	}
-}
-
-// noRetry reports whether ks's auto schedule asks that a denied first
-// hedge not be asked for again at a later slot (AutoChoice.noRetry).
-func (ks *keyState) noRetry() bool {
-	c := ks.auto.Load()
-	return c != nil && c.noRetry
-}
-
-// windowBudget is a budget whose burst follows traffic (budget.Windowed).
-type windowBudget interface {
-	Settings() (ratio float64, ttl time.Duration, floor float64)
-	Tokens(time.Time) float64
-	Burst(time.Time) float64
-}
-
-// autoDelay recomputes the auto schedule of ks at now, puts it in force
-// and returns its first delay; ok is false while too few latencies are
-// known. ks.mu is held.
-func (p *Policy) autoDelay(ks *keyState, now time.Time) (time.Duration, bool) {
-	// The distribution's storage goes back to a pool at the end: allocated
-	// at each recomputation, its garbage would make the collector run and
-	// empty the feature model's pools too (BenchmarkAutoRecompute).
-	var sc latency.Scratch
-	defer sc.Release()
-	var kc *keyCycle
-	if p.forecasting() {
-		kc = p.observeCycle(ks, now)
-	}
-	dist, ok := ks.est.DistributionWith(&sc, now)
-	resolved := dist.Count()
-	if ok && kc != nil {
-		dist, resolved = forecastDist(kc, &sc, dist)
-	}
-	if !ok {
-		if f := ks.fleet.Load(); f != nil && f.Count() >= max(p.cfg.MinSamples, 1) {
-			dist, ok = f.Distribution()
-			resolved = dist.Count()
-		}
-	}
-	if !ok {
-		return 0, false
-	}
-	ch := ks.sched.Recompute(&p.sched, dist, resolved, now)
-	ks.gap.Store(int64(ch.Gap))
-	ks.limit.Store(int32(ch.Hedges))
-	ks.reserve.Store(math.Float64bits(ch.Reserve))
-	ks.auto.Store(autoChoice(&ch))
-	return ch.Delay, true
 }
 
 // roomForLater reports whether the budget can spare a token for a second
@@ -146,11 +100,7 @@ func (p *Policy) roomForLater(ks *keyState, now time.Time) bool {
 	if !ok {
 		return true
 	}
-	reserve := math.Float64frombits(ks.reserve.Load())
-	if reserve == 0 {
-		reserve = schedule.DefaultReserve
-	}
-	return tokens > burst*reserve
+	return tokens > burst*ks.Reserve()
 }
 
 // roomFor reports whether the budget holds at least one token more than
@@ -162,19 +112,16 @@ func (p *Policy) roomFor(reserve float64, now time.Time) bool {
 }
 
 // balance returns the budget's tokens at now and its burst, if it tells
-// them (as budget.Ratio does; a budget.Windowed's burst is what a second
-// of its traffic earns, budget.Windowed.Burst).
+// them (schedule.Balance).
 func (p *Policy) balance(now time.Time) (tokens, burst float64, ok bool) {
-	if w, ok := p.cfg.Budget.(windowBudget); ok {
-		return w.Tokens(now), w.Burst(now), true
+	return schedule.Balance(p.cfg.Budget, now)
+}
+
+// periodOf returns the cycle ks's tracker has in use, 0 for none
+// (Config.Period; internal/key's Cycles).
+func (p *Policy) periodOf(ks *keyState) time.Duration {
+	if p.set.Cycles == nil {
+		return 0
 	}
-	b, ok := p.cfg.Budget.(interface {
-		Tokens(time.Time) float64
-		Limits() (ratio, burst, floor float64)
-	})
-	if !ok {
-		return 0, 0, false
-	}
-	_, burst, _ = b.Limits()
-	return b.Tokens(now), burst, true
+	return p.set.Cycles.Period(&ks.State)
 }

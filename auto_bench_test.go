@@ -12,7 +12,7 @@ import (
 func BenchmarkAutoRecompute(b *testing.B) {
 	p, _ := New(Config{Window: time.Hour})
 	now := learn(p, "k", autoDists["lognormal 5ms/2ms, 5% x10"], 20_000)
-	dist, _ := p.keys["k"].est.Distribution(now)
+	dist, _ := p.keys["k"].Est().Distribution(now)
 	b.ReportAllocs()
 	for b.Loop() {
 		p.chooseSchedule(dist, p.cfg.Target)
@@ -53,30 +53,26 @@ func BenchmarkAutoDelayCycle(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			p, ks, now := setup(b, tc.per, tc.gen)
-			ks.mu.Lock()
-			defer ks.mu.Unlock()
-			p.autoDelay(ks, now)
-			if kc := p.cycles.get(ks); tc.per > 0 && (kc == nil || !kc.cycOK) {
+			ks.Recompute(now, &p.set)
+			if tc.per > 0 && !p.cycles.Known(&ks.State) {
 				b.Fatal("the tracker does not know the cycle's distribution")
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				p.autoDelay(ks, now)
+				ks.Recompute(now, &p.set)
 			}
 		})
 	}
 	b.Run("window", func(b *testing.B) {
 		p, ks, now := setup(b, period, cyclic(period))
 		rng := rand.New(rand.NewPCG(3, 4))
-		ks.mu.Lock()
-		defer ks.mu.Unlock()
 		b.ReportAllocs()
 		for b.Loop() {
 			now = now.Add(time.Second)
 			for range 200 {
-				ks.est.Add(lognormal(10*time.Millisecond, 0.5, rng), now)
+				ks.Est().Add(lognormal(10*time.Millisecond, 0.5, rng), now)
 			}
-			p.autoDelay(ks, now)
+			ks.Recompute(now, &p.set)
 		}
 	})
 }

@@ -1,7 +1,7 @@
 package tailcut
 
 import (
-	"math"
+	"github.com/tailcut/tailcut/internal/key"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -22,7 +22,7 @@ var autoDists = testdist.Auto
 // chooseSchedule is the auto delay's choice on dist for the percentile
 // target, as the policy's settings make it (schedule.Params.Choose).
 func (p *Policy) chooseSchedule(dist latency.Distribution, target float64) schedule.Choice {
-	return p.sched.Choose(dist, target)
+	return p.set.Sched.Choose(dist, target)
 }
 
 // learn feeds n unhedged latencies from gen to key and returns the time
@@ -119,7 +119,7 @@ func TestAutoBeatsFixedQuantile(t *testing.T) {
 	now := learn(auto, "k", gen, 20_000)
 	learn(fixed, "k", gen, 20_000)
 	da, df := auto.Delay("k", now), fixed.Delay("k", now)
-	dist, _ := auto.keys["k"].est.Distribution(now)
+	dist, _ := auto.keys["k"].Est().Distribution(now)
 	pa, pf := dist.Hedged(0.99, da), dist.Hedged(0.99, df)
 	if pa >= pf {
 		t.Errorf("auto delay %v predicts p99 %v, fixed p95 delay %v predicts %v: auto should be lower", da, pa, df, pf)
@@ -179,7 +179,7 @@ func TestAutoLaterHedgesPayForThemselves(t *testing.T) {
 	if c2.Hedges != 2 || c2.Gap <= 0 {
 		t.Fatalf("MaxHedges 2: schedule %+v, want two hedges", *c2)
 	}
-	dist, _ := two.keys["k"].est.Distribution(now)
+	dist, _ := two.keys["k"].Est().Distribution(now)
 	later := c2.HedgeRate - dist.Survival(c2.Delay)*c2.Grant
 	if later > 0.005*1.01 || later <= 0 {
 		t.Errorf("the second hedge costs %.4f of requests, want (0, 0.005]", later)
@@ -229,7 +229,7 @@ func TestLaterHedgesKeepTheChosenReserve(t *testing.T) {
 		p.Hedge(&r, now)       // 2
 		r2 := p.Begin("k", now)
 		p.Hedge(&r2, now) // 1.1 tokens: below half the burst, above a quarter
-		r2.ks.reserve.Store(math.Float64bits(tc.reserve))
+		r2.ks.Put(&schedule.Choice{Hedges: 2, Reserve: tc.reserve})
 		if d := p.Hedge(&r2, now); d != tc.want {
 			t.Errorf("reserve %v: second hedge at 1.1 of 4 tokens: %v, want %v", tc.reserve, d, tc.want)
 		}
@@ -244,18 +244,19 @@ var trimodal = testdist.Trimodal
 const autoModelledCap = schedule.ModelledCap
 
 // TestKeyStateLayout pins the cache-line layout keyState's comments
-// describe: Begin's fields on the first line, the auto schedule in force
-// and schedule.State's request-path part (its first 32 bytes,
-// schedule's TestStateLayout) on the second, the breaker at the start of
-// a line, all in a 640-byte allocation.
+// describe: Begin's fields on the first line — the policy's two, then
+// key.State's first 48 bytes — the rest of key.State's request-path
+// fields (the schedule in force and schedule.State's request-path part)
+// on the second (internal/key's TestStateLayout), the breaker at the
+// start of a line, all in a 640-byte allocation.
 func TestKeyStateLayout(t *testing.T) {
 	var ks keyState
 	const line = 64
-	if end := unsafe.Offsetof(ks.every) + unsafe.Sizeof(ks.every); end > line {
-		t.Errorf("Begin's first line ends at byte %d, want at most %d", end, line)
+	if end := unsafe.Offsetof(ks.diagEnd) + unsafe.Sizeof(ks.diagEnd); end > line-key.FirstLine {
+		t.Errorf("the policy's part of Begin's first line ends at byte %d, want at most %d", end, line-key.FirstLine)
 	}
-	if g, s := unsafe.Offsetof(ks.gap), unsafe.Offsetof(ks.sched); g/line != 1 || s != line+32 {
-		t.Errorf("gap at byte %d, schedule state at %d: want both on the second line, the state's 32 request-path bytes ending it", g, s)
+	if s := unsafe.Offsetof(ks.State); s != line-key.FirstLine {
+		t.Errorf("key.State at byte %d, want %d: its first %d bytes end the first line", s, line-key.FirstLine, key.FirstLine)
 	}
 	if b := unsafe.Offsetof(ks.breaker); b%line != 0 {
 		t.Errorf("breaker at byte %d, want a line's start", b)

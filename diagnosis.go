@@ -119,7 +119,7 @@ func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
 	ks.diagEnd.Store(n + int64(p.cfg.DiagnosisWindow))
 	dg.mu.Unlock()
 	if warn {
-		p.warnMasking(ks.key, w)
+		p.warnMasking(ks.Name(), w)
 	}
 }
 

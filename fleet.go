@@ -30,7 +30,7 @@ func (p *Policy) Snapshot(key string, now time.Time) (s *latency.Snapshot, ok bo
 	if ks == nil {
 		return nil, false
 	}
-	return ks.est.Snapshot(now), true
+	return ks.Est().Snapshot(now), true
 }
 
 // SetFleet hands the policy the distribution of key pooled across a fleet
@@ -46,16 +46,5 @@ func (p *Policy) SetFleet(key string, s *latency.Snapshot, now time.Time) {
 	if !tracked {
 		return
 	}
-	ks.fleet.Store(s)
-	ks.validUntil.Store(0) // recompute the delay at the next request
-}
-
-// fleetQuantile returns the configured quantile of the fleet's
-// distribution of ks, if it holds MinSamples observations.
-func (p *Policy) fleetQuantile(ks *keyState) (time.Duration, bool) {
-	f := ks.fleet.Load()
-	if f == nil || f.Count() < max(p.cfg.MinSamples, 1) {
-		return 0, false
-	}
-	return f.Quantile(p.cfg.Quantile)
+	ks.SetFleet(s)
 }

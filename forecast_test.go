@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/tailcut/tailcut/latency"
 )
 
 // latencyAt returns a latency sample at t of a run lasting span.
@@ -217,10 +215,10 @@ func TestForecastNoFalseCycle(t *testing.T) {
 					t.Fatalf("request %d: delay %v with detection, %v without", i, on[i], off[i])
 				}
 			}
-			if n := len(pon.cycles.m); n != 1 {
+			if n := pon.cycles.Len(); n != 1 {
 				t.Errorf("Period 0 keeps %d trackers, want the key's", n)
 			}
-			if n := len(poff.cycles.m); n != 0 {
+			if n := poff.cycles.Len(); n != 0 {
 				t.Errorf("Period < 0 keeps %d trackers", n)
 			}
 		})
@@ -264,49 +262,8 @@ func TestForecastConcurrent(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	p.cycles.mu.Lock()
-	n := len(p.cycles.m)
-	p.cycles.mu.Unlock()
+	n := p.cycles.Len()
 	if n > 3 {
 		t.Errorf("%d trackers for at most 3 keys: evicted keys' trackers kept", n)
-	}
-}
-
-// TestForecastDistResolved: the mixture the auto delay chooses from when
-// a key's cycle is known rests on the cycle's observations too: a live
-// window of 20 observations (just restarted after a shift) mixed with a
-// cycle of 20,000 counts as the effective size of the weighted sample,
-// 1/(w²/n + (1 − w)²/m), enough to resolve the p99; without the cycle
-// the live count stands.
-func TestForecastDistResolved(t *testing.T) {
-	distOf := func(n int) latency.Distribution {
-		est, err := latency.New(latency.Config{Window: time.Hour, MinSamples: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		now := time.Unix(1_700_000_000, 0)
-		for i := range n {
-			est.Add(time.Duration(1+i%100)*time.Millisecond, now)
-		}
-		d, ok := est.Distribution(now)
-		if !ok {
-			t.Fatal("no distribution")
-		}
-		return d
-	}
-	live, cyc := distOf(20), distOf(20_000)
-	var sc latency.Scratch
-	defer sc.Release()
-	if _, n := forecastDist(&keyCycle{}, &sc, live); n != 20 {
-		t.Errorf("no cycle: resolved by %v observations, want the live 20", n)
-	}
-	wl, wc := 1-forecastWeight, forecastWeight
-	want := 1 / (wl*wl/20 + wc*wc/20_000)
-	d, n := forecastDist(&keyCycle{cyc: cyc, cycOK: true}, &sc, live)
-	if math.Abs(n-want) > 1e-9*want || n < 200 {
-		t.Errorf("with the cycle: resolved by %v observations, want %v (at least 200)", n, want)
-	}
-	if d.Count() != 20 {
-		t.Errorf("mixture's count %v, want the live 20 (the recomputation's basis)", d.Count())
 	}
 }

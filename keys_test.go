@@ -13,7 +13,7 @@ import (
 // its key has not learned a delay, and does not hedge from the untracked
 // keys' shared state either.
 func fromGuess(p *Policy, r *Request) bool {
-	return !r.ks.warm.Load() && !p.fromParent(r.ks)
+	return !r.ks.Warm() && !p.fromParent(&r.ks.State)
 }
 
 // keyNames returns n distinct keys, one per object of a store.
@@ -94,7 +94,7 @@ func TestManyKeysLearn(t *testing.T) {
 	kept := 0
 	p.mu.RLock()
 	for k, ks := range first {
-		if p.keys[k] == ks && ks.est.Added() >= rounds-1 {
+		if p.keys[k] == ks && ks.Est().Added() >= rounds-1 {
 			kept++
 		}
 	}
@@ -122,7 +122,7 @@ func TestScanKeepsHotKey(t *testing.T) {
 	hot := []string{"hot"}
 	roundRobin(p, hot, 100, &now)
 	ks := p.keys["hot"]
-	if !ks.warm.Load() {
+	if !ks.Warm() {
 		t.Fatal("the hot key has not learned its delay after 100 requests")
 	}
 	roundRobin(p, keyNames(1000), 1, &now) // the scan

@@ -226,7 +226,7 @@ func (p *Policy) predict1(r *Request, f *Features, c int8, now time.Time) {
 	if n-b.lastUsed.Load() >= lruGrain {
 		b.lastUsed.Store(n)
 	}
-	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.sched.Shifts()) && ks.modelMu.TryLock() {
+	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != ks.Sched().Shifts()) && ks.modelMu.TryLock() {
 		p.computeModel(ks, now)
 		ks.modelMu.Unlock()
 	}
@@ -252,7 +252,7 @@ func (p *Policy) predict1(r *Request, f *Features, c int8, now time.Time) {
 // recomputed.
 func (p *Policy) bucketEvery(basis int32) int32 {
 	every := int32(recomputeEvery)
-	if p.auto {
+	if p.set.Auto {
 		// A recomputation of the model (every bucket's distribution and
 		// the allocation, BenchmarkModelRecompute{,4}) at a quarter of
 		// the key's pace, and once a bucket has many observations when
@@ -269,8 +269,8 @@ func (p *Policy) bucketEvery(basis int32) int32 {
 // addBucket returns the bucket of hash h in ks, making it (and evicting
 // the least recently used one past Config.FeatureBuckets) if needed.
 func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *bucket {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
+	ks.Lock()
+	defer ks.Unlock()
 	old := ks.model.Load()
 	if b := old.find(h); b != nil {
 		return b
@@ -280,13 +280,13 @@ func (p *Policy) addBucket(ks *keyState, h uint64, f *Features, now time.Time) *
 	// each of its primaries): under the key's lock, taken once for both.
 	// Its readers — the model's recomputation, Buckets — hold the key's
 	// primaries off while they read it, now and then.
-	est.ShareLock(ks.est)
+	est.ShareLock(ks.Est())
 	b := &bucket{hash: h, est: est, labels: f.bucketLabels(), where: f.where}
 	if f.where {
 		b.hedges, _ = latency.New(latency.Config{Window: p.cfg.Window, MinSamples: p.cfg.MinSamples, MaxBins: bucketMaxBins})
 	}
 	b.lastUsed.Store(now.UnixNano())
-	b.keyShifts.Store(ks.sched.Shifts())
+	b.keyShifts.Store(ks.Sched().Shifts())
 	b.dueAt.Store(uint64(p.bucketEvery(0)))
 	t := &bucketTable{}
 	if old != nil {
@@ -334,7 +334,7 @@ func (p *Policy) computeModel(ks *keyState, now time.Time) {
 	// allocator's.
 	var sc latency.Scratch
 	defer sc.Release()
-	kd, kok := ks.est.DistributionWith(&sc, now)
+	kd, kok := ks.Est().DistributionWith(&sc, now)
 	a := predict.Get(p.allocParams())
 	defer a.Release()
 	var scheds []*bucketSchedule
@@ -357,7 +357,7 @@ func (p *Policy) allocParams() predict.Params {
 		MaxHedges: p.cfg.MaxHedges,
 		MinDelay:  p.cfg.MinDelay,
 		MaxDelay:  p.cfg.MaxDelay,
-		Rate:      schedule.CapShare * p.sched.Ratio,
+		Rate:      schedule.CapShare * p.set.Sched.Ratio,
 	}
 }
 
@@ -372,7 +372,7 @@ const _ = uint(predict.MaxHedges - MaxHedgesLimit)
 // the bucket's new schedule, which the allocation completes.
 func (p *Policy) refreshBucket(ks *keyState, b *bucket, i int, a *predict.Allocator, sc *latency.Scratch, kd latency.Distribution, kok bool, now time.Time) *bucketSchedule {
 	restarted := false
-	if sh := ks.sched.Shifts(); sh != b.keyShifts.Load() {
+	if sh := ks.Sched().Shifts(); sh != b.keyShifts.Load() {
 		// The key's latency shifted: so did the bucket's, most likely.
 		b.est.Restart(now)
 		if b.hedges != nil {
@@ -435,11 +435,11 @@ func bucketInput(b *bucket, i int, sc *latency.Scratch, dist, kd latency.Distrib
 // is predicted to beat the key's own schedule by enough (else they keep
 // the key's); with a pinned Quantile, that quantile of each one's blend.
 func (p *Policy) scheduleBuckets(ks *keyState, t *bucketTable, a *predict.Allocator, scheds []*bucketSchedule) {
-	if p.auto {
+	if p.set.Auto {
 		// The groups spend what the key's own schedule would on them
 		// (its predicted hedge rate), or schedule.CapShare × the budget's
 		// ratio.
-		ch := ks.auto.Load()
+		ch := ks.Choice()
 		if ch == nil || !a.Allocate(keySchedule(ch), &t.guess) {
 			for gi := range a.Len() {
 				scheds[a.Result(gi).Bucket].use = false
@@ -454,7 +454,7 @@ func (p *Policy) scheduleBuckets(ks *keyState, t *bucketTable, a *predict.Alloca
 		s := scheds[r.Bucket]
 		s.delay, s.limit = r.Delay, r.Limit
 		s.value, s.low = r.Value, r.Low
-		if !p.auto {
+		if !p.set.Auto {
 			s.limit = p.cfg.MaxHedges
 		} else if s.limit == 1 && !s.low {
 			// A denied first hedge is asked for again once, a fifth
@@ -472,7 +472,7 @@ func (p *Policy) scheduleBuckets(ks *keyState, t *bucketTable, a *predict.Alloca
 }
 
 // keySchedule is the key's auto schedule ch as the allocation reads it.
-func keySchedule(ch *AutoChoice) predict.Schedule {
+func keySchedule(ch *schedule.Choice) predict.Schedule {
 	return predict.Schedule{
 		Delay: ch.Delay, Gap: ch.Gap, Hedges: ch.Hedges,
 		Grant: ch.Grant, LaterGrant: ch.LaterGrant, HedgeRate: ch.HedgeRate,

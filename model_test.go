@@ -57,7 +57,7 @@ func TestModelConverges(t *testing.T) {
 		p.End(&req, 0, now.Add(d))
 		now = now.Add(250 * time.Microsecond)
 	}
-	kd, _ := p.key("k", now).est.Distribution(now)
+	kd, _ := p.key("k", now).Est().Distribution(now)
 	for _, c := range names {
 		f := Features{}.With("class:" + c)
 		req := p.BeginWith("k", &f, now)

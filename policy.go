@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/key"
 	"github.com/tailcut/tailcut/internal/predict"
 	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/latency"
@@ -126,10 +127,8 @@ const (
 )
 
 // recomputeEvery is how many observations a key takes before its cached
-// delay is recomputed (besides on every window rotation; sooner while it
-// warms up, see delayOf): a sketch query costs a few hundred nanoseconds,
-// a cached read a few.
-const recomputeEvery = 16
+// delay is recomputed (key.RecomputeEvery).
+const recomputeEvery = key.RecomputeEvery
 
 // Policy decides when to hedge: the delay to wait per key, whether a hedge
 // may go now, and what was learned from each attempt.
@@ -177,10 +176,11 @@ type Policy struct {
 	// own: two atomic adds per request on a line every core shares.
 	evicted counters
 
-	auto   bool            // Quantile unset: the auto delay (auto.go)
-	guess  bool            // WarmupDelay unset: a guess (Config.WarmupDelay, warmupFloor)
-	cycles cycles          // the keys' cycle trackers (forecast.go)
-	sched  schedule.Params // the auto delay's settings, the budget's ratio and model among them (internal/schedule)
+	// set is what the keys read of the configuration when they compute
+	// their schedules (internal/key): the auto delay's settings, the
+	// warm-up rules and the fallbacks.
+	set    key.Settings
+	cycles key.Cycles // the keys' cycle trackers (Config.Period)
 
 	// states pools Do's per-call state (*state[T], any T) with its
 	// channels and timer (do.go). It is per policy, not global, because
@@ -211,51 +211,36 @@ type counters struct {
 	abandoned    atomic.Int64 // requests whose caller gave up before an answer (Abandon)
 }
 
-// keyState is what the policy knows of one key. The fields a request
-// without a hedge touches come first, so that they share two cache lines
-// (and the breaker's): over a network a request finds them evicted by the
+// keyState is what the policy knows of one key: the key's latency and
+// schedule in force (key.State), and what the policy adds — its counters,
+// fuses, diagnosis and feature model. The fields a request without a
+// hedge touches come first, so that they share two cache lines (and the
+// breaker's): over a network a request finds them evicted by the
 // kernel's and the transport's work, and each line is a miss
 // (TestKeyStateLayout).
 type keyState struct {
-	// The first cache line: what every Begin reads.
-	key          string
-	est          *latency.Estimator
-	lastUsed     atomic.Int64 // now.UnixNano() of the last Begin
-	cached       atomic.Int64 // the delay in force, ns
-	validUntil   atomic.Int64 // UnixNano after which cached must be recomputed
-	diagEnd      atomic.Int64 // UnixNano at which the diagnosis window ends; 0 before the first request (diagnosis.go)
-	sinceCompute atomic.Int32 // observations since cached was computed
-	every        atomic.Int32 // observations after which cached is recomputed (see delayOf)
+	// The first cache line: what every Begin reads, these two and the
+	// key.State's first 48 bytes; its second line holds the rest of the
+	// schedule in force and the auto delay's request-path state.
+	lastUsed atomic.Int64 // now.UnixNano() of the last Begin
+	diagEnd  atomic.Int64 // UnixNano at which the diagnosis window ends; 0 before the first request (diagnosis.go)
+	key.State
 
-	// The second: the rest of the auto delay's schedule in force, then
-	// the request path's part of its state (the shift test's counts and
-	// the predicted share, the first 32 bytes of schedule.State).
-	gap     atomic.Int64  // auto.go: ns from one hedge to the next; 0: the delay
-	limit   atomic.Int32  // auto.go: hedges per request; 0: MaxHedges
-	warm    atomic.Bool   // cached comes from the estimator, not WarmupDelay
-	reserve atomic.Uint64 // auto.go: float64 bits, the burst share later hedges leave; 0: a half
-	used    atomic.Int64  // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
-	// The auto delay's state (internal/schedule): its request path's
-	// fields end the second line, the rest fills the third; written under
-	// mu.
-	sched schedule.State
+	used atomic.Int64 // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
 	counters
-
-	auto        atomic.Pointer[AutoChoice]       // auto.go: what the last recomputation chose and predicted
-	pausedUntil atomic.Int64                     // UnixNano before which hedges are denied (pushback)
-	fleet       atomic.Pointer[latency.Snapshot] // the fleet's distribution (fleet.go); read-only once stored
 
 	breaker breaker
 	diag    diagnosis
 
 	// After the breaker, so that the breaker starts a cache line (byte
-	// 384 of the 640-byte allocation) and its fast path reads one line.
+	// 384 of the 640-byte allocation) and its fast path reads one line;
+	// Hedge reads and writes these two, on one line.
+	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
 
-	model   atomic.Pointer[bucketTable]        // predictive hedging's feature buckets (model.go); written under mu
+	model   atomic.Pointer[bucketTable]        // predictive hedging's feature buckets (model.go); written under the key's lock
 	modelMu sync.Mutex                         // serialises their recomputation
 	reg     atomic.Pointer[predict.Regression] // predictive hedging's regression on numeric values (regress.go)
-	mu      sync.Mutex                         // serialises recomputation
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
@@ -272,12 +257,20 @@ func New(cfg Config) (*Policy, error) {
 	}
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
-	p.auto = cfg.Quantile == 0
-	p.guess = guess
-	p.sched = schedule.ParamsFor(cfg.Budget)
-	p.sched.Target, p.sched.MaxHedges = cfg.Target, cfg.MaxHedges
-	p.sched.MinDelay, p.sched.MaxDelay = cfg.MinDelay, cfg.MaxDelay
-	p.sched.Window, p.sched.MinEvery = cfg.Window, recomputeEvery
+	p.set = key.Settings{
+		Sched: schedule.ParamsFor(cfg.Budget), Auto: cfg.Quantile == 0, Guess: guess,
+		Quantile: cfg.Quantile, Multiplier: cfg.Multiplier,
+		WarmupDelay: cfg.WarmupDelay, MinDelay: cfg.MinDelay, MaxDelay: cfg.MaxDelay,
+		Window: cfg.Window, MinSamples: cfg.MinSamples,
+		Parent: (*parentOf)(p), Logger: cfg.Logger,
+	}
+	p.set.Sched.Target, p.set.Sched.MaxHedges = cfg.Target, cfg.MaxHedges
+	p.set.Sched.MinDelay, p.set.Sched.MaxDelay = cfg.MinDelay, cfg.MaxDelay
+	p.set.Sched.Window, p.set.Sched.MinEvery = cfg.Window, recomputeEvery
+	if p.set.Auto && cfg.Period >= 0 {
+		p.cycles.Configure(cfg.Window, cfg.Period)
+		p.set.Cycles = &p.cycles
+	}
 	return p, nil
 }
 
@@ -398,7 +391,7 @@ func (r *Request) Key() string {
 	if r.name != "" || r.ks == nil {
 		return r.name
 	}
-	return r.ks.key
+	return r.ks.Name()
 }
 
 // Begin records the start of a request to key at now and returns its
@@ -421,17 +414,16 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	if !tracked {
 		r.name = key
 	}
-	if p.guess && !ks.warm.Load() && ks.est.Added() == 0 && !p.fromParent(ks) {
+	if p.set.Guess && !ks.Warm() && ks.Est().Added() == 0 && !p.fromParent(&ks.State) {
 		r.blind, r.start = true, n
 	}
-	if p.auto && ks.warm.Load() {
-		r.share = float32(ks.sched.Planned())
+	if p.set.Auto && ks.Warm() {
+		r.share = float32(ks.Sched().Planned())
 	}
-	if p.auto {
-		r.gap = time.Duration(ks.gap.Load())
-		if n := int(ks.limit.Load()); n > 0 {
-			r.limit = n
-		}
+	if gap, limit := ks.InForce(&p.set); limit > 0 {
+		r.gap, r.limit = gap, limit
+	} else {
+		r.gap = gap
 	}
 	return r
 }
@@ -476,7 +468,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		d = DenyChained
 	case r.hedges+int(r.would) >= r.limit:
 		d = DenyMaxHedges
-	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges && (r.pred && (r.low || int(r.asks) > r.limit+1) || ks.noRetry()):
+	case int(r.asks) > r.limit && r.limit < p.cfg.MaxHedges && (r.pred && (r.low || int(r.asks) > r.limit+1) || ks.NoRetry()):
 		// The auto delay's schedule allows fewer hedges than the caller
 		// times slots for, and a hedge at the next slot would pay less
 		// than the token's use by another request's first hedge
@@ -596,22 +588,22 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 		// A sample of the trigger rate its schedule predicted — whenever
 		// it began: a slow primary begun before a recomputation is
 		// learned after it, and leaving it out would bias the count.
-		ks.sched.Sample(r.share, latency > r.delay)
+		ks.Sched().Sample(r.share, latency > r.delay)
 	}
 	switch {
 	case r.b != nil:
 		// The key's estimator and the feature bucket's learn it
 		// (predictive hedging, model.go).
-		r.b.observe(ks.est, latency, cut, now)
+		r.b.observe(ks.Est(), latency, cut, now)
 	case cut:
 		// Censored: the primary would have taken longer. The estimator
 		// counts it at latency for quantiles and spreads it over the
 		// longer primaries for the auto delay's predictions.
-		ks.est.AddCensored(latency, now)
+		ks.Est().AddCensored(latency, now)
 	default:
-		ks.est.Add(latency, now)
+		ks.Est().Add(latency, now)
 	}
-	ks.sinceCompute.Add(1)
+	ks.Observed()
 	if r.reg != nil {
 		r.reg.Observe(&r.x, latency, cut) // regress.go
 	}
@@ -663,101 +655,10 @@ func (p *Policy) Delay(key string, now time.Time) time.Duration {
 	return p.delayOf(p.key(key, now), now)
 }
 
-// delayOf returns the cached delay of ks, recomputing it when a window has
-// rotated or enough observations arrived since (ks.every, set by the last
-// recomputation).
+// delayOf returns the delay in force for ks at now, recomputing the key's
+// schedule first when it is due (key.State.Delay).
 func (p *Policy) delayOf(ks *keyState, now time.Time) time.Duration {
-	n := now.UnixNano()
-	// fresh: no rotation, not enough new observations, no sign of a shift.
-	fresh := func() bool {
-		return n < ks.validUntil.Load() && ks.sinceCompute.Load() < ks.every.Load() && ks.sched.Steady()
-	}
-	if fresh() {
-		return time.Duration(ks.cached.Load())
-	}
-	if !ks.mu.TryLock() {
-		// Another request is recomputing: this one uses the delay in
-		// force rather than wait for it.
-		return time.Duration(ks.cached.Load())
-	}
-	defer ks.mu.Unlock()
-	if fresh() {
-		return time.Duration(ks.cached.Load()) // another goroutine just did it
-	}
-	var d time.Duration
-	var ok bool
-	if p.auto && ks.warm.Load() && ks.sched.Shifted() {
-		if p.forecasting() {
-			p.beforeRestart(ks, now)
-		}
-		ks.sched.Shift(&p.sched, ks.est, now)
-		if p.cfg.Logger != nil {
-			p.cfg.Logger.Info("tailcut: latency shifted: hedge delay relearned from new observations",
-				"key", ks.key, "delay", time.Duration(ks.cached.Load()))
-		}
-	}
-	if p.auto {
-		d, ok = p.autoDelay(ks, now)
-	} else {
-		d, ok = ks.est.Quantile(p.cfg.Quantile, now)
-		if !ok {
-			d, ok = p.fleetQuantile(ks)
-		}
-		if ok {
-			d = time.Duration(float64(d) * p.cfg.Multiplier)
-		}
-	}
-	if !ok && p.fromParent(ks) {
-		// A key learning past MaxKeys hedges from what the untracked
-		// keys learned together, not from the warm-up guess.
-		d = time.Duration(p.untracked.Load().cached.Load())
-	} else if !ok {
-		d = p.cfg.WarmupDelay
-		if p.guess {
-			if m, n := ks.est.Partial(0.5, now); n > 0 {
-				d = max(d, time.Duration(warmupFloor*float64(m)))
-			}
-		}
-	}
-	if d < p.cfg.MinDelay {
-		d = p.cfg.MinDelay
-	}
-	if p.cfg.MaxDelay > 0 && d > p.cfg.MaxDelay {
-		d = p.cfg.MaxDelay
-	}
-	every := int32(recomputeEvery)
-	switch {
-	case !ok:
-		// Warming up: recompute as soon as the current window holds
-		// MinSamples, so that the learned delay replaces WarmupDelay at
-		// the MinSamples-th observation, not at the next multiple of
-		// recomputeEvery (a rotation recomputes anyway); and, when the
-		// warm-up delay is a guess, as often as the observations double
-		// before that, for warmupFloor.
-		cur, _ := ks.est.Counts(now)
-		every = int32(min(max(p.cfg.MinSamples-cur, 1), recomputeEvery))
-		if p.guess {
-			every = min(every, int32(max(cur, 1)))
-		}
-	case p.auto:
-		// As often as the observations double, up to every
-		// autoRecomputeEvery: a schedule made from few samples (after a
-		// start or a shift) is soon replaced by a better one.
-		every = ks.sched.Every(recomputeEvery)
-	}
-	ks.every.Store(every)
-	ks.cached.Store(int64(d))
-	ks.warm.Store(ok)
-	ks.sinceCompute.Store(0)
-	ks.sched.Reset(p.auto && ok)
-	end := ks.est.WindowEnd()
-	if end.IsZero() {
-		// No observation yet: recompute once observations arrive.
-		ks.validUntil.Store(n + int64(p.cfg.Window))
-	} else {
-		ks.validUntil.Store(end.UnixNano())
-	}
-	return d
+	return ks.Delay(now, &p.set)
 }
 
 // key returns the state of key: its own, or, for a key the policy does
@@ -775,29 +676,29 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 // admitted only when the doorkeeper has seen it recently (admit; seen
 // records the sighting); until then its requests share the parent state
 // (untrackedState), and nothing is evicted.
-func (p *Policy) keyOf(key string, now time.Time, seen bool) (*keyState, bool) {
-	if ks := p.last.Load(); ks != nil && ks.key == key {
+func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) {
+	if ks := p.last.Load(); ks != nil && ks.Name() == name {
 		return ks, true
 	}
 	p.mu.RLock()
-	ks := p.keys[key]
+	ks := p.keys[name]
 	p.mu.RUnlock()
 	if ks != nil {
 		return ks, true
 	}
-	if d := p.seen.Load(); d != nil && (!seen || !d.admit(key, now.UnixNano())) {
+	if d := p.seen.Load(); d != nil && (!seen || !d.admit(name, now.UnixNano())) {
 		return p.untrackedState(now), false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ks = p.keys[key]; ks != nil {
+	if ks = p.keys[name]; ks != nil {
 		return ks, true
 	}
 	if len(p.keys) >= p.cfg.MaxKeys {
 		p.evictLocked()
 	}
-	ks = p.newKeyState(key, now)
-	p.keys[key] = ks
+	ks = p.newKeyState(name, now)
+	p.keys[name] = ks
 	p.last.Store(ks)
 	if len(p.keys) >= p.cfg.MaxKeys && p.seen.Load() == nil {
 		p.seen.Store(newDoorkeeper(p.cfg.MaxKeys))
@@ -806,19 +707,13 @@ func (p *Policy) keyOf(key string, now time.Time, seen bool) (*keyState, bool) {
 }
 
 // newKeyState returns the state of a key with no observation yet.
-func (p *Policy) newKeyState(key string, now time.Time) *keyState {
+func (p *Policy) newKeyState(name string, now time.Time) *keyState {
 	est, _ := latency.New(p.cfg.estimatorConfig()) // validated in New
 	if p.cfg.Warm != nil {
 		_ = est.Seed(p.cfg.Warm) // a snapshot of another accuracy is ignored
 	}
-	ks := &keyState{key: key, est: est}
-	// Until the key's first computation (delayOf), which a Begin racing
-	// it does not wait for, its delay is the warm-up delay: never zero.
-	d := max(p.cfg.WarmupDelay, p.cfg.MinDelay)
-	if p.cfg.MaxDelay > 0 {
-		d = min(d, p.cfg.MaxDelay)
-	}
-	ks.cached.Store(int64(d))
+	ks := &keyState{}
+	ks.Init(name, est, &p.set)
 	ks.lastUsed.Store(now.UnixNano())
 	return ks
 }
@@ -847,12 +742,26 @@ func (p *Policy) untrackedState(now time.Time) *keyState {
 // fromParent reports whether ks, not warm, hedges from the state its
 // policy's untracked keys share: once the policy has tracked MaxKeys keys
 // (below that, a key warms up alone) and that state is warm.
-func (p *Policy) fromParent(ks *keyState) bool {
+func (p *Policy) fromParent(ks *key.State) bool {
 	if p.seen.Load() == nil {
 		return false
 	}
 	u := p.untracked.Load()
-	return u != nil && u != ks && u.warm.Load()
+	return u != nil && &u.State != ks && u.Warm()
+}
+
+// parentOf is a Policy as the fallback of its keys (key.Settings.Parent):
+// the state its untracked keys share, once fromParent.
+type parentOf Policy
+
+// Delay returns the delay of the untracked keys' state, when s hedges
+// from it.
+func (q *parentOf) Delay(s *key.State) (time.Duration, bool) {
+	p := (*Policy)(q)
+	if !p.fromParent(s) {
+		return 0, false
+	}
+	return p.untracked.Load().Cached(), true
 }
 
 // doorkeeper remembers which keys not tracked were asked for recently: a
@@ -912,8 +821,8 @@ func (p *Policy) evictLocked() {
 		}
 	}
 	if victim != nil {
-		delete(p.keys, victim.key)
-		p.cycles.drop(victim)
+		delete(p.keys, victim.Name())
+		p.cycles.Drop(&victim.State)
 		// Requests in flight on the victim when it goes may still count
 		// on it: those few are missing from the totals.
 		p.evicted.add(&victim.counters)

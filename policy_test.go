@@ -2,6 +2,7 @@ package tailcut
 
 import (
 	"fmt"
+	"github.com/tailcut/tailcut/internal/schedule"
 	"strings"
 	"testing"
 	"time"
@@ -256,7 +257,7 @@ func TestDeniedHedgeNotRetriedPastTheSchedule(t *testing.T) {
 		}
 		r := p.Begin("k", pt0)
 		r.limit = tt.limit
-		r.ks.auto.Store(&AutoChoice{Hedges: tt.limit, noRetry: tt.noRetry})
+		r.ks.Put(&schedule.Choice{Hedges: tt.limit, NoRetry: tt.noRetry})
 		if d := p.Hedge(&r, pt0); d != DenyBudget {
 			t.Fatalf("limit %d, slot 1: %v, want DenyBudget", tt.limit, d)
 		}
@@ -303,9 +304,9 @@ func TestNewKeyDelayNeverZero(t *testing.T) {
 			t.Fatal(err)
 		}
 		ks := p.key("k", pt0)
-		ks.mu.Lock() // another Begin computing the key's first delay
+		ks.Lock() // another Begin computing the key's first delay
 		r := p.Begin("k", pt0)
-		ks.mu.Unlock()
+		ks.Unlock()
 		if r.Delay() != tc.want {
 			t.Errorf("%s: delay %v during the first computation, want %v", tc.name, r.Delay(), tc.want)
 		}

@@ -69,7 +69,7 @@ func (p *Policy) predict(ks *keyState, q float64, now time.Time, c Counts) (Pred
 	granted, first := c.Hedges+c.WouldHedge, ks.firstGranted.Load()
 	pr := Prediction{
 		Quantile:   q,
-		Delay:      time.Duration(ks.cached.Load()),
+		Delay:      ks.Cached(),
 		Hedges:     p.cfg.MaxHedges,
 		Grant:      1,
 		LaterGrant: 1,
@@ -81,15 +81,14 @@ func (p *Policy) predict(ks *keyState, q float64, now time.Time, c Counts) (Pred
 		pr.LaterGrant = min(ratio(granted-first, later), 1)
 	}
 	pr.Gap = pr.Delay
-	if p.auto {
-		if g := time.Duration(ks.gap.Load()); g > 0 {
-			pr.Gap = g
-		}
-		if n := int(ks.limit.Load()); n > 0 {
-			pr.Hedges = n
-		}
+	gap, limit := ks.InForce(&p.set)
+	if gap > 0 {
+		pr.Gap = gap
 	}
-	dist, ok := ks.est.Distribution(now)
+	if limit > 0 {
+		pr.Hedges = limit
+	}
+	dist, ok := ks.Est().Distribution(now)
 	if !ok {
 		return Prediction{}, false
 	}

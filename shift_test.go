@@ -124,13 +124,13 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 	// Target's: chooseServed, TestServedTargetKeepsTheDeepTail).
 	served := func() (float64, float64) {
 		ks := p.keys["k"]
-		ks.mu.Lock()
-		defer ks.mu.Unlock()
-		dist, ok := ks.est.Distribution(now)
+		ks.Lock()
+		defer ks.Unlock()
+		dist, ok := ks.Est().Distribution(now)
 		if !ok {
 			t.Fatal("no distribution")
 		}
-		return ks.sched.ServedTarget(&p.sched, dist, now), dist.Count()
+		return ks.Sched().ServedTarget(&p.set.Sched, dist, now), dist.Count()
 	}
 	target := func() float64 { tg, _ := served(); return tg }
 	now, _ = hedgedRun(p, r, gen, 1, 10_000, now)
@@ -145,7 +145,7 @@ func TestAutoCountsTheTrafficBeforeAShift(t *testing.T) {
 		t.Errorf("1,000 requests after the shift: target %v, want 0.97", got)
 	}
 	now, _ = hedgedRun(p, r, gen, 3, 9_000, now)
-	b := p.keys["k"].sched.ServedBefore()
+	b := p.keys["k"].Sched().ServedBefore()
 	got, n := served()
 	if want := 1 - 0.01*(b+n)/n; b < 5_000 || math.Abs(got-want) > 1e-9 || want < 0.97 {
 		t.Errorf("10,000 requests after the shift (%v before, %v after): target %v, want %v", b, n, got, want)

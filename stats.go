@@ -176,21 +176,21 @@ func (p *Policy) Stats() Stats {
 	}
 	for _, ks := range states {
 		last := ks.lastUsed.Load()
-		delay, used := time.Duration(ks.cached.Load()), ks.used.Load()
+		delay, used := ks.Cached(), ks.used.Load()
 		if used != 0 {
 			delay = time.Duration(used - 1)
 		}
 		s.Keys = append(s.Keys, KeyStats{
-			Key:               ks.key,
+			Key:               ks.Name(),
 			Counts:            ks.counters.load(),
 			Delay:             delay,
 			Pinned:            used != 0,
-			Warm:              ks.warm.Load(),
+			Warm:              ks.Warm(),
 			Breaker:           ks.breaker.stateAt(last),
 			Diagnosis:         Diagnosis(ks.diag.status.Load()),
 			WindowTriggerRate: math.Float64frombits(ks.diag.rate.Load()),
-			Auto:              ks.auto.Load(),
-			Shifts:            ks.sched.Shifts(),
+			Auto:              autoChoice(ks.Choice()),
+			Shifts:            ks.Sched().Shifts(),
 			Period:            p.periodOf(ks),
 		})
 		s.Counts.add(&s.Keys[len(s.Keys)-1].Counts)

@@ -10,26 +10,16 @@ import "time"
 // Two rules make the guess cheap:
 //
 //   - Once the key has answers, however few, its warm-up delay is at
-//     least warmupFloor × their median (Policy.delayOf).
+//     least key.WarmupFloor × their median (key.State.Delay).
 //   - A request begun before the key's first answer (Request.blind) has
 //     its first hedge re-timed at each slot from what the key knows then
-//     (Policy.retime): the key's delay in force once an answer has come,
-//     and until then warmupFloor × the request's age, since a request
+//     (Policy.retime, key.State.Retime): the key's delay in force once an answer has come,
+//     and until then key.WarmupFloor × the request's age, since a request
 //     outliving every answer so far is not yet a straggler. Such a slot
 //     is answered DenyEarly, and the caller asks again at the request's
 //     new HedgeAt(1).
 //
 // A WarmupDelay set explicitly is used as given, and neither rule applies.
-
-// warmupFloor: while a key warms up with the default WarmupDelay, its
-// delay is at least warmupFloor × the median of the answers it has,
-// however few. With fewer than MinSamples answers a quantile deep in the
-// tail is not known, but the median soon is, and a hedge sent before the
-// median is sent on most requests. 1.5 × the median is below the learned
-// delay on any distribution whose p90 is (on the bhope workload's
-// lognormal it stays under the 10 ms guess, which is kept:
-// TestWarmupFloor's cases).
-const warmupFloor = 1.5
 
 // retime re-times the first hedge of r, a request begun before its key's
 // first answer, from what the key knows at now, and reports whether the
@@ -43,27 +33,13 @@ func (p *Policy) retime(r *Request, now time.Time) bool {
 		r.blind = false
 		return false
 	}
-	ks := r.ks
-	age := time.Duration(now.UnixNano() - r.start)
-	var d time.Duration
-	if ks.est.Added() == 0 {
-		// No answer yet: every request of the key has outlived age.
-		d = time.Duration(warmupFloor * float64(age))
-		if p.cfg.MaxDelay > 0 {
-			d = min(d, p.cfg.MaxDelay)
-		}
-	} else {
-		d = p.delayOf(ks, now)
-	}
-	if age >= d {
+	d, gap, limit, early := r.ks.Retime(time.Duration(now.UnixNano()-r.start), now, &p.set)
+	if !early {
 		return false
 	}
-	r.delay, r.gap, r.asks = d, 0, 0
-	if p.auto && ks.warm.Load() {
-		r.gap = time.Duration(ks.gap.Load())
-		if n := int(ks.limit.Load()); n > 0 {
-			r.limit = n
-		}
+	r.delay, r.gap, r.asks = d, gap, 0
+	if limit > 0 {
+		r.limit = limit
 	}
 	return true
 }

@@ -56,7 +56,7 @@ func TestAutoWindowedKeepsTheGap(t *testing.T) {
 	} {
 		p, _ := New(Config{Window: time.Hour, Budget: tc.b})
 		now := learn(p, "k", trimodal(0.112), 20_000)
-		dist, _ := p.keys["k"].est.Distribution(now)
+		dist, _ := p.keys["k"].Est().Distribution(now)
 		if ch := p.chooseSchedule(dist, p.cfg.Target); ch.Delay < tc.lo || ch.Delay > tc.hi {
 			t.Errorf("%s: delay %v (%+v), want one %s", tc.name, ch.Delay, ch, tc.want)
 		}

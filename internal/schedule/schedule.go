@@ -163,6 +163,21 @@ func ParamsFor(b budget.Budget) Params {
 	return p
 }
 
+// WindowBudget is a budget whose burst follows traffic
+// (budget.Windowed): its ratio, and its tokens and burst at a time.
+type WindowBudget interface {
+	Settings() (ratio float64, ttl time.Duration, floor float64)
+	Tokens(time.Time) float64
+	Burst(time.Time) float64
+}
+
+// BucketBudget is a budget of a fixed burst (budget.Ratio): its ratio and
+// burst, and its tokens at a time.
+type BucketBudget interface {
+	Limits() (ratio, burst, floor float64)
+	Tokens(time.Time) float64
+}
+
 // budgetRatio returns the ratio of traffic b allows for hedges; modelled
 // is false for a budget that does not state it or cannot predict its
 // grants (a token bucket refills by time, not by traffic), whose denials
@@ -175,15 +190,28 @@ func budgetRatio(b budget.Budget) (ratio float64, modelled bool) {
 		ratio, _, _ := r.Limits()
 		return ratio, modelled
 	}
-	if w, ok := b.(interface {
-		Settings() (ratio float64, ttl time.Duration, floor float64)
-		Tokens(time.Time) float64
-		Burst(time.Time) float64
-	}); ok { // a budget whose burst follows traffic (budget.Windowed)
+	if w, ok := b.(WindowBudget); ok {
 		ratio, _, _ := w.Settings()
 		return ratio, modelled
 	}
 	return UnknownRatio, false
+}
+
+// Balance returns b's tokens at now and its burst, if it tells them (a
+// WindowBudget's burst is what a second of its traffic earns,
+// budget.Windowed.Burst; a BucketBudget's is fixed). The policy reads it
+// for the reserve its second and later hedges leave; the choice reads
+// the same budget's ratio (budgetRatio).
+func Balance(b budget.Budget, now time.Time) (tokens, burst float64, ok bool) {
+	if w, ok := b.(WindowBudget); ok {
+		return w.Tokens(now), w.Burst(now), true
+	}
+	r, ok := b.(BucketBudget)
+	if !ok {
+		return 0, 0, false
+	}
+	_, burst, _ = r.Limits()
+	return r.Tokens(now), burst, true
 }
 
 // grants predicts, for the budget, the share of first hedges granted when

@@ -1,4 +1,4 @@
-package tailcut
+package key
 
 import (
 	"math"
@@ -29,10 +29,11 @@ import (
 // forecasts nothing, and the auto delay chooses from the live
 // distribution alone, exactly as with a negative Period.
 //
-// A key's tracker lives in the policy's table, not in keyState: keyState
-// fills its cache lines to the byte (TestKeyStateLayout), and the tracker
-// is read only at recomputation, where a map lookup is lost in the
-// schedule's choice (BenchmarkAutoRecompute).
+// A key's tracker lives in the table of the policy's keys' trackers
+// (Cycles), not in State: the policy fills a key's cache lines to the
+// byte (its TestKeyStateLayout), and the tracker is read only at
+// recomputation, where a map lookup is lost in the schedule's choice
+// (BenchmarkAutoRecompute).
 
 // forecastWeight is the share of the cycle's distribution in the one the
 // auto delay chooses from when the tracker knows it; the rest is the live
@@ -41,11 +42,11 @@ import (
 // measured alike there).
 const forecastWeight = 0.75
 
-// keyCycle is a key's cycle tracker and what feeds it, written under the
+// tracker is a key's cycle tracker and what feeds it, written under the
 // key's mu.
-type keyCycle struct {
+type tracker struct {
 	tr    *cycle.Tracker
-	detMu *sync.Mutex // the policy's, held while tr detects
+	detMu *sync.Mutex // the table's, held while tr detects
 	// next is the end of the estimator's current window as last seen:
 	// at or past it, a window has finished.
 	next time.Time
@@ -62,45 +63,18 @@ type keyCycle struct {
 	period atomic.Int64
 }
 
-// cycles is the policy's table of the keys' cycle trackers, and the
+// Cycles is the table of a policy's keys' cycle trackers, and the
 // detection scratch they share (a tracker's own would hold several times
-// its history, for every key).
-type cycles struct {
+// its history, for every key). Its zero value is not usable: Configure it.
+type Cycles struct {
+	cfg cycle.Config
+
 	mu sync.Mutex
-	m  map[*keyState]*keyCycle
+	m  map[*State]*tracker
 
 	detMu sync.Mutex // serialises the trackers' calls that detect; after a key's mu
 	det   cycle.Detector
 }
-
-// get returns ks's tracker, nil if it has none.
-func (c *cycles) get(ks *keyState) *keyCycle {
-	c.mu.Lock()
-	kc := c.m[ks]
-	c.mu.Unlock()
-	return kc
-}
-
-// put records ks's tracker.
-func (c *cycles) put(ks *keyState, kc *keyCycle) {
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[*keyState]*keyCycle)
-	}
-	c.m[ks] = kc
-	c.mu.Unlock()
-}
-
-// drop forgets ks's tracker (an evicted key).
-func (c *cycles) drop(ks *keyState) {
-	c.mu.Lock()
-	delete(c.m, ks)
-	c.mu.Unlock()
-}
-
-// forecasting reports whether the policy forecasts from a cycle: an auto
-// delay and a Period not negative.
-func (p *Policy) forecasting() bool { return p.auto && p.cfg.Period >= 0 }
 
 // cyclePhases bounds the phases of a key's cycle, a sketch each: the auto
 // delay reads the cycle's phases merged, so that phases of a few windows
@@ -108,66 +82,107 @@ func (p *Policy) forecasting() bool { return p.auto && p.cfg.Period >= 0 }
 // 2 × cyclePhases sketches (the phases and their spares).
 const cyclePhases = 16
 
-// cycleConfig is the trackers' configuration.
-func (p *Policy) cycleConfig() cycle.Config {
-	c := &p.cfg
-	return cycle.Config{Window: c.Window, Period: c.Period, MaxPhases: cyclePhases,
-		RelativeAccuracy: latency.DefaultRelativeAccuracy, Detector: &p.cycles.det}
+// Configure sets the trackers' windows (the estimator's) and period
+// (Config.Period: 0 detects each key's cycle).
+func (c *Cycles) Configure(window, period time.Duration) {
+	c.cfg = cycle.Config{Window: window, Period: period, MaxPhases: cyclePhases,
+		RelativeAccuracy: latency.DefaultRelativeAccuracy, Detector: &c.det}
 }
 
-// observeCycle feeds ks's tracker the window that finished, if one did
-// since the last feed, and returns the tracker (nil before the key's
-// first rotation). It creates the tracker at the key's first rotation, so
-// that a key that never sees a window end costs nothing. ks.mu is held.
-func (p *Policy) observeCycle(ks *keyState, now time.Time) *keyCycle {
-	kc := p.cycles.get(ks)
+// get returns s's tracker, nil if it has none.
+func (c *Cycles) get(s *State) *tracker {
+	c.mu.Lock()
+	kc := c.m[s]
+	c.mu.Unlock()
+	return kc
+}
+
+// put records s's tracker.
+func (c *Cycles) put(s *State, kc *tracker) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[*State]*tracker)
+	}
+	c.m[s] = kc
+	c.mu.Unlock()
+}
+
+// Drop forgets s's tracker (an evicted key).
+func (c *Cycles) Drop(s *State) {
+	c.mu.Lock()
+	delete(c.m, s)
+	c.mu.Unlock()
+}
+
+// Len returns how many keys have a tracker.
+func (c *Cycles) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
+// Period returns the cycle s's tracker has in use, 0 for none.
+func (c *Cycles) Period(s *State) time.Duration {
+	if kc := c.get(s); kc != nil {
+		return time.Duration(kc.period.Load())
+	}
+	return 0
+}
+
+// observe feeds s's tracker the window that finished, if one did since
+// the last feed, and returns the tracker (nil before the key's first
+// rotation). It creates the tracker at the key's first rotation, so that
+// a key that never sees a window end costs nothing. s.mu is held.
+func (c *Cycles) observe(s *State, now time.Time) *tracker {
+	kc := c.get(s)
 	if kc != nil && now.Before(kc.next) {
 		return kc
 	}
 	if kc == nil {
-		end := ks.est.WindowEnd()
+		end := s.est.WindowEnd()
 		if end.IsZero() || now.Before(end) {
 			return nil // no window has finished yet
 		}
-		tr, err := cycle.New(p.cycleConfig())
+		tr, err := cycle.New(c.cfg)
 		if err != nil {
-			return nil // validated in New
+			return nil // checked by the policy's constructor (Check)
 		}
-		kc = &keyCycle{tr: tr, origin: end, detMu: &p.cycles.detMu}
+		kc = &tracker{tr: tr, origin: end, detMu: &c.detMu}
 		kc.notePeriod()
-		p.cycles.put(ks, kc)
+		c.put(s, kc)
 	}
-	s, end, ok := ks.est.LastWindow(now)
+	w, end, ok := s.est.LastWindow(now)
 	if !ok {
 		return kc
 	}
-	kc.add(end.Add(-p.cfg.Window), end, s, p.cfg.Window, now)
-	kc.next = end.Add(p.cfg.Window)
+	kc.add(end.Add(-c.cfg.Window), end, w, c.cfg.Window, now)
+	kc.next = end.Add(c.cfg.Window)
 	return kc
 }
 
-// beforeRestart feeds ks's tracker, at a shift at now, the part of the
+// beforeRestart feeds s's tracker, at a shift at now, the part of the
 // current window that the estimator's restart is about to drop: a load
 // whose latency rises each cycle shifts each cycle, and without it the
 // tracker would never see the cycle's rising edge. The current window is
 // both windows' snapshot less the previous window's, bin by bin (the
-// censored observations spread over each as the estimator spreads them). ks.mu is
-// held, and the estimator restarts at now next.
-func (p *Policy) beforeRestart(ks *keyState, now time.Time) {
-	kc := p.observeCycle(ks, now)
+// censored observations spread over each as the estimator spreads them).
+// s.mu is held, and the estimator restarts at now next.
+func (c *Cycles) beforeRestart(s *State, now time.Time) {
+	kc := c.observe(s, now)
 	if kc == nil {
 		return
 	}
-	var s *latency.Snapshot
-	if cur, prev := ks.est.Counts(now); cur > 0 {
-		s = ks.est.Snapshot(now)
-		if w, _, ok := ks.est.LastWindow(now); ok && prev > 0 {
-			s = subtract(s, w)
+	var snap *latency.Snapshot
+	if cur, prev := s.est.Counts(now); cur > 0 {
+		snap = s.est.Snapshot(now)
+		if w, _, ok := s.est.LastWindow(now); ok && prev > 0 {
+			snap = subtract(snap, w)
 		}
 	}
-	kc.add(kc.next.Add(-p.cfg.Window), now, s, p.cfg.Window, now)
+	window := c.cfg.Window
+	kc.add(kc.next.Add(-window), now, snap, window, now)
 	// The estimator's windows start again at now.
-	kc.next = now.Add(p.cfg.Window)
+	kc.next = now.Add(window)
 }
 
 // add records the latencies s observed over [start, end) in the window of
@@ -176,7 +191,7 @@ func (p *Policy) beforeRestart(ks *keyState, now time.Time) {
 // estimator's own windows are that grid until a shift restarts them at
 // the shift's time: the tracker is fed the grid all the same, so that its
 // history keeps one sample per Window.
-func (kc *keyCycle) add(start, end time.Time, s *latency.Snapshot, window time.Duration, now time.Time) {
+func (kc *tracker) add(start, end time.Time, s *latency.Snapshot, window time.Duration, now time.Time) {
 	mid := start.Add(end.Sub(start) / 2)
 	idx := int64(math.Floor(float64(mid.Sub(kc.origin))/float64(window))) + 1
 	if kc.acc != nil && idx > kc.accIdx {
@@ -222,7 +237,7 @@ func subtract(all, part *latency.Snapshot) *latency.Snapshot {
 // whole cycle: its phases' forecasts merged, each phase weighing its
 // traffic. It runs once per window, so that a recomputation only mixes
 // it in.
-func (kc *keyCycle) noteCycle(window time.Duration, now time.Time) {
+func (kc *tracker) noteCycle(window time.Duration, now time.Time) {
 	kc.cyc, kc.cycOK = latency.Distribution{}, false
 	per, _, ok := kc.tr.Period()
 	if !ok {
@@ -248,7 +263,7 @@ func (kc *keyCycle) noteCycle(window time.Duration, now time.Time) {
 }
 
 // notePeriod publishes the cycle in use for Stats.
-func (kc *keyCycle) notePeriod() {
+func (kc *tracker) notePeriod() {
 	var period time.Duration
 	if d, _, ok := kc.tr.Period(); ok {
 		period = d
@@ -264,7 +279,7 @@ func (kc *keyCycle) notePeriod() {
 // 1 − forecastWeight and forecastWeight, 1/(w²/n + (1 − w)²/m), which a
 // window just restarted after a shift does not make small. The key's mu
 // is held; the result's storage is sc's.
-func forecastDist(kc *keyCycle, sc *latency.Scratch, live latency.Distribution) (latency.Distribution, float64) {
+func (kc *tracker) forecastDist(sc *latency.Scratch, live latency.Distribution) (latency.Distribution, float64) {
 	n := live.Count()
 	if !kc.cycOK {
 		return live, n
@@ -279,13 +294,11 @@ func forecastDist(kc *keyCycle, sc *latency.Scratch, live latency.Distribution) 
 	return latency.MixWith(sc, live, kc.cyc, 1-forecastWeight), n
 }
 
-// periodOf returns the cycle ks's tracker has in use, 0 for none.
-func (p *Policy) periodOf(ks *keyState) time.Duration {
-	if !p.forecasting() {
-		return 0
-	}
-	if kc := p.cycles.get(ks); kc != nil {
-		return time.Duration(kc.period.Load())
-	}
-	return 0
+// Known reports whether s's tracker knows the distribution of a whole
+// cycle, which the auto delay then mixes in.
+func (c *Cycles) Known(s *State) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kc := c.get(s)
+	return kc != nil && kc.cycOK
 }
