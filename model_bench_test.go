@@ -62,7 +62,7 @@ func benchFeatures(b *testing.B, buckets int) {
 // requests of the lognormal 5 ms/2 ms latency with 5 % stragglers. It is
 // every bucket's distribution, its test against the key's, and the joint
 // schedule search (exact with two buckets): what the request that triggers
-// it pays, about every 1,000 observations of a bucket (modelEvery × the
+// it pays, about every 1,000 observations of a bucket (key.ModelEvery × the
 // key's cadence) — each from no guess, where on the request path the
 // search starts from its last answer, which it mostly finds again.
 // buckets-own/op is how many buckets the search gave their own schedule.
@@ -90,7 +90,7 @@ func BenchmarkModelRecompute4(b *testing.B) {
 }
 
 // benchRecompute learns 40,000 requests whose class and latency factor
-// class draws on a predictive policy, then times computeModel.
+// class draws on a predictive policy, then times the model's recomputation.
 func benchRecompute(b *testing.B, buckets int, class func(r *rand.Rand, i int) (int, float64)) {
 	p, err := New(Config{Predictive: true})
 	if err != nil {
@@ -112,7 +112,7 @@ func benchRecompute(b *testing.B, buckets int, class func(r *rand.Rand, i int) (
 		now = now.Add(250 * time.Microsecond)
 	}
 	ks := p.key("k", now)
-	if n := len(ks.model.Load().buckets); n != buckets {
+	if n := ks.model.Len(); n != buckets {
 		b.Fatalf("%d buckets, want %d", n, buckets)
 	}
 	// A first computation: the search starts from no guess (the last
@@ -127,12 +127,7 @@ func benchRecompute(b *testing.B, buckets int, class func(r *rand.Rand, i int) (
 func timeRecompute(b *testing.B, p *Policy, ks *keyState, now time.Time, fresh bool) {
 	b.ReportAllocs()
 	for b.Loop() {
-		ks.modelMu.Lock()
-		if fresh {
-			ks.model.Load().guess = 0
-		}
-		p.computeModel(ks, now)
-		ks.modelMu.Unlock()
+		ks.model.Recompute(&ks.State, now, &p.set, fresh)
 	}
 	own := 0
 	for _, s := range p.Buckets("k", now) {
@@ -368,5 +363,5 @@ func BenchmarkModelRecomputeValues(b *testing.B) {
 	}
 	ks := p.key("k", now)
 	timeRecompute(b, p, ks, now, false)
-	b.ReportMetric(float64(len(ks.model.Load().buckets)), "buckets/op")
+	b.ReportMetric(float64(ks.model.Len()), "buckets/op")
 }

@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"github.com/tailcut/tailcut/internal/key"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -22,10 +23,10 @@ func lognormalMS(r *rand.Rand, m float64) time.Duration {
 }
 
 // bucketOf returns the bucket of f in key.
-func bucketOf(t *testing.T, p *Policy, key string, f Features) *bucket {
+func bucketOf(t *testing.T, p *Policy, key string, f Features) *key.Bucket {
 	t.Helper()
 	ks := p.key(key, time.Time{})
-	b := ks.model.Load().find(f.hash(featureSeed))
+	b := ks.model.Find(f.hash(featureSeed))
 	if b == nil {
 		t.Fatalf("no bucket for %v", f.Labels())
 	}
@@ -62,7 +63,7 @@ func TestModelConverges(t *testing.T) {
 		f := Features{}.With("class:" + c)
 		req := p.BeginWith("k", &f, now)
 		b := bucketOf(t, p, "k", f)
-		bd, _ := b.est.Distribution(now)
+		bd, _ := b.Est().Distribution(now)
 		w := bd.Count() / (bd.Count() + predict.Prior)
 		mixed := latency.Mix(bd, kd, w)
 		s := slices.Clone(samples[c])
@@ -80,8 +81,8 @@ func TestModelConverges(t *testing.T) {
 				t.Errorf("%s: blended q%g = %v, want within [%v, %v]", c, q, got, lo, hi)
 			}
 		}
-		if sched := b.sched.Load(); sched.use != req.Predicted() || sched.use && req.Delay() != sched.delay {
-			t.Errorf("%s: request predicted %v at %v, bucket's schedule %+v", c, req.Predicted(), req.Delay(), sched)
+		if sl, own := b.Own(); own != req.Predicted() || own && req.Delay() != sl.Delay {
+			t.Errorf("%s: request predicted %v at %v, bucket's schedule %+v (own: %v)", c, req.Predicted(), req.Delay(), sl, own)
 		}
 	}
 }
@@ -118,7 +119,7 @@ func TestModelReplicaSkew(t *testing.T) {
 			t.Fatalf("replica %d: not predicted", rep)
 		}
 		b := bucketOf(t, p, "k", f)
-		own, _ := b.est.Distribution(now)
+		own, _ := b.Est().Distribution(now)
 		rate[replicaName(rep)] = own.Survival(req.Delay())
 	}
 	for rep := 1; rep < 4; rep++ {
@@ -204,7 +205,7 @@ func TestModelMemoryBound(t *testing.T) {
 		run(10_000, 100)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		if n := len(p.key("k", now).model.Load().buckets); n != 16 {
+		if n := p.key("k", now).model.Len(); n != 16 {
 			t.Errorf("where %v: %d buckets after 10,100 distinct values, want 16", where, n)
 		}
 		if n := len(p.Buckets("k", now)); n != 16 {
@@ -287,22 +288,22 @@ func TestModelCadence(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	f := Features{}.With("a")
 	now := time.Unix(1_700_000_000, 0)
-	var b *bucket
+	var b *key.Bucket
 	computes, late := 0, 0
 	for i := range 60_000 {
 		var since, basis int32
 		if b != nil {
-			since, basis = b.since(), b.basis.Load()
+			since, basis = b.Since(), b.Basis()
 		}
 		req := p.BeginWith("k", &f, now)
 		if b == nil {
 			b = bucketOf(t, p, "k", f)
-		} else if b.since() < since {
+		} else if b.Since() < since {
 			computes++
-			if want := max(modelEvery*autoEvery(basis), basis/modelGrowth); since != want {
+			if want := max(key.ModelEvery*autoEvery(basis), basis/key.ModelGrowth); since != want {
 				t.Fatalf("request %d: recomputed after %d observations at basis %d, want %d", i, since, basis, want)
 			}
-			if basis/modelGrowth > modelEvery*autoRecomputeEvery {
+			if basis/key.ModelGrowth > key.ModelEvery*autoRecomputeEvery {
 				late++
 			}
 		}
@@ -312,7 +313,7 @@ func TestModelCadence(t *testing.T) {
 		now = now.Add(time.Millisecond)
 	}
 	if late == 0 {
-		t.Errorf("%d recomputations, none past a basis of %d", computes, modelGrowth*modelEvery*autoRecomputeEvery)
+		t.Errorf("%d recomputations, none past a basis of %d", computes, key.ModelGrowth*key.ModelEvery*autoRecomputeEvery)
 	}
 	t.Logf("%d recomputations, %d of them spaced by a sixteenth of the basis", computes, late)
 }
@@ -389,7 +390,7 @@ func TestHedgePriority(t *testing.T) {
 	if w2.MaxHedges() != 1 {
 		t.Fatalf("warm schedule of %d hedges, want 1", w2.MaxHedges())
 	}
-	if got, want := w2.HedgeAt(2), w2.Delay()+w2.Delay()/reaskGap; got != want {
+	if got, want := w2.HedgeAt(2), w2.Delay()+w2.Delay()/key.ReaskGap; got != want {
 		t.Errorf("warm request's second slot at %v, want %v (a fifth of the delay %v later)", got, want, w2.Delay())
 	}
 	ask(&w2, DenyBudget, "warm first hedge")
@@ -453,8 +454,8 @@ func TestModelWhereHedges(t *testing.T) {
 	if !r1.Predicted || !r3.Predicted {
 		t.Fatalf("replicas 1 and 3 not on their own schedules: %+v, %+v", r1, r3)
 	}
-	h1, _ := bucketOf(t, p, "k", Features{}.Where("r1")).hedges.Distribution(now)
-	h3, _ := bucketOf(t, p, "k", Features{}.Where("r3")).hedges.Distribution(now)
+	h1, _ := bucketOf(t, p, "k", Features{}.Where("r1")).Hedges().Distribution(now)
+	h3, _ := bucketOf(t, p, "k", Features{}.Where("r3")).Hedges().Distribution(now)
 	if m1, m3 := h1.Quantile(0.5), h3.Quantile(0.5); float64(m3) < 3*float64(m1) {
 		t.Errorf("hedges' median: replica 3's %v, replica 1's %v; want about 4× (replica 3's land on the slow replica)", m3, m1)
 	}

@@ -238,9 +238,7 @@ type keyState struct {
 	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
 
-	model   atomic.Pointer[bucketTable]        // predictive hedging's feature buckets (model.go); written under the key's lock
-	modelMu sync.Mutex                         // serialises their recomputation
-	reg     atomic.Pointer[predict.Regression] // predictive hedging's regression on numeric values (regress.go)
+	model key.Model // predictive hedging's feature buckets and regression (model.go, regress.go)
 }
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
@@ -267,6 +265,11 @@ func New(cfg Config) (*Policy, error) {
 	p.set.Sched.Target, p.set.Sched.MaxHedges = cfg.Target, cfg.MaxHedges
 	p.set.Sched.MinDelay, p.set.Sched.MaxDelay = cfg.MinDelay, cfg.MaxDelay
 	p.set.Sched.Window, p.set.Sched.MinEvery = cfg.Window, recomputeEvery
+	p.set.FeatureBuckets, p.set.ClassHashes = cfg.FeatureBuckets, classHashes
+	p.set.Alloc = predict.Params{
+		Target: cfg.Target, MaxHedges: cfg.MaxHedges, MinDelay: cfg.MinDelay, MaxDelay: cfg.MaxDelay,
+		Rate: schedule.CapShare * p.set.Sched.Ratio,
+	}
 	if p.set.Auto && cfg.Period >= 0 {
 		p.cycles.Configure(cfg.Window, cfg.Period)
 		p.set.Cycles = &p.cycles
@@ -326,15 +329,15 @@ type Request struct {
 	would    uint8         // hedges that would have been sent (dry run)
 	inflight uint8         // bit k set while granted hedge k is in flight
 	hasID    bool
-	asked    bool    // a hedge was asked for
-	blind    bool    // its key had no answer when it began, and its slots may be re-timed (warmup.go)
-	chained  bool    // made while serving a hedge: its hedges are denied (chain.go)
-	asks     uint8   // hedges asked for, granted or not (up to 255)
-	sampled  uint8   // 0 undecided, sampledIn, sampledOut
-	share    float32 // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
-	b        *bucket // the feature bucket that learns the primary (model.go); nil without features
-	pred     bool    // the schedule is the bucket's own
-	low      bool    // and its first hedge leaves a reserve in the budget (model.go, lowReserve)
+	asked    bool        // a hedge was asked for
+	blind    bool        // its key had no answer when it began, and its slots may be re-timed (warmup.go)
+	chained  bool        // made while serving a hedge: its hedges are denied (chain.go)
+	asks     uint8       // hedges asked for, granted or not (up to 255)
+	sampled  uint8       // 0 undecided, sampledIn, sampledOut
+	share    float32     // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
+	b        *key.Bucket // the feature bucket that learns the primary (model.go); nil without features
+	pred     bool        // the schedule is the bucket's own
+	low      bool        // and its first hedge leaves a reserve in the budget (model.go, lowReserve)
 
 	// Numeric features (regress.go): the regression that learns the
 	// primary, nil without values, and the request's values (NaN where
@@ -479,7 +482,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		d = DenyMaxHedges
 	case r.hedges+int(r.would) >= 1 && !p.roomForLater(ks, now):
 		d = DenyBudget
-	case r.low && r.hedges+int(r.would) == 0 && !p.roomFor(lowReserve, now):
+	case r.low && r.hedges+int(r.would) == 0 && !p.roomFor(key.LowReserve, now):
 		// The first hedge of a bucket worth less than half the best
 		// (internal/predict, hedgeValue) leaves the budget a reserve for the
 		// better ones.
@@ -574,10 +577,10 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	// per-request delay shorter than the policy's) says nothing about the
 	// quantiles the delay is made of and is skipped.
 	if attempt != 0 {
-		if b := r.b; b != nil && b.hedges != nil {
+		if b := r.b; b != nil && b.Where() {
 			// A hedge of a Where bucket's request: it went elsewhere,
 			// and its bucket learns its latency apart (model.go).
-			b.observeHedge(latency, cut, now)
+			b.ObserveHedge(latency, cut, now)
 		}
 		return
 	}
@@ -594,7 +597,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	case r.b != nil:
 		// The key's estimator and the feature bucket's learn it
 		// (predictive hedging, model.go).
-		r.b.observe(ks.Est(), latency, cut, now)
+		r.b.Observe(ks.Est(), latency, cut, now)
 	case cut:
 		// Censored: the primary would have taken longer. The estimator
 		// counts it at latency for quantiles and spreads it over the

@@ -52,15 +52,6 @@ const (
 	_ = uint(MaxValues - predict.MaxValues)
 )
 
-// regressionOf returns ks's regression, making it on first use.
-func regressionOf(ks *keyState) *predict.Regression {
-	if g := ks.reg.Load(); g != nil {
-		return g
-	}
-	ks.reg.CompareAndSwap(nil, &predict.Regression{})
-	return ks.reg.Load()
-}
-
 // classLabels name the classes in a bucket's labels (BucketStats.Labels),
 // from ÷16 to ×16.
 var classLabels = func() (l [2*regClasses + 1]string) {
@@ -88,7 +79,7 @@ func (f *Features) bucketLabels() []string {
 // regression at its end, and the request takes the schedule of the bucket
 // of its labels and its class.
 func (p *Policy) beginValues(r *Request, f *Features, now time.Time) {
-	g := regressionOf(r.ks)
+	g := r.ks.model.Regression()
 	r.reg = g
 	for i := range r.x {
 		r.x[i] = float32(math.NaN())

@@ -240,7 +240,7 @@ func TestRegressionConcurrent(t *testing.T) {
 	for range 4 {
 		total += <-done
 	}
-	learned := p.key("k", now).reg.Load().Steps()
+	learned := p.key("k", now).model.Regression().Steps()
 	if total != 20000 || learned == 0 || learned > 20000 {
 		t.Errorf("%d requests, %d learned", total, learned)
 	}

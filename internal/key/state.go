@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/predict"
 	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/latency"
 )
@@ -71,6 +72,13 @@ type Settings struct {
 	Parent Fallback
 	// Logger, when not nil, is told when a key's latency shifted.
 	Logger *slog.Logger
+
+	// The feature model's (Model): the most buckets a key keeps, the
+	// allocation's settings (its Rate schedule.CapShare × the budget's
+	// ratio), and the bucket hashes of the value classes without labels.
+	FeatureBuckets int
+	Alloc          predict.Params
+	ClassHashes    [2*predict.Classes + 1]uint64
 }
 
 // Fallback gives a key that has not learned a delay of its own (its
