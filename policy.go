@@ -148,6 +148,18 @@ const recomputeEvery = key.RecomputeEvery
 // a few small objects, and the cycle tracker's feed, once a window, a few
 // sketches' worth (BenchmarkAutoDelayCycle measures both).
 //
+// A recomputation runs in Begin (and Delay) when it is due, and in one
+// case in Hedge: while WarmupDelay is left at its default, the first
+// hedge of a request begun before its key's first answer is re-timed at
+// each of its slots until it is granted ([DenyEarly]), and once the key
+// has an answer the re-timing asks the key for its delay in force, which
+// recomputes it first when due, as Begin would. Only the requests begun
+// before their key's first answer pay it, at most once per slot: the
+// warm-up delay's recomputation (BenchmarkHedgeRetime), or, when the key
+// learned its delay while such a request waited, the auto delay's
+// (BenchmarkAutoDelayCycle). The feature model's recomputation runs in
+// BeginWith ([Policy.BeginWith]).
+//
 // [Do] pools its per-call channel and timer in the Policy: in a test, a
 // Policy used inside a testing/synctest bubble must be created inside it
 // (Default() does not pool and may be used anywhere).

@@ -199,3 +199,29 @@ func TestDoRetimesEarlySlots(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkHedgeRetime is Hedge on a request begun before its key's
+// first answer, asked for its first hedge once an answer has come: the
+// re-timing asks the key for its delay in force, and the answer makes the
+// warm-up recomputation due (the one recomputation Hedge can run; see the
+// Policy's doc). The policy, the request and the answer are made outside
+// the timer.
+func BenchmarkHedgeRetime(b *testing.B) {
+	b.ReportAllocs()
+	t0 := time.Unix(1_700_000_000, 0)
+	for range b.N {
+		b.StopTimer()
+		p, err := New(Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		blind := p.Begin("k", t0)
+		first := p.Begin("k", t0)
+		p.Observe(&first, 0, 30*time.Millisecond, Completed, t0.Add(30*time.Millisecond))
+		at := t0.Add(DefaultWarmupDelay)
+		b.StartTimer()
+		if d := p.Hedge(&blind, at); d != DenyEarly {
+			b.Fatalf("re-timed slot: %v, want DenyEarly", d)
+		}
+	}
+}
