@@ -159,3 +159,11 @@ func (p *Policy) KeyDiagnosis(key string) (Diagnosis, float64) {
 	}
 	return Diagnosis(ks.diag.status.Load()), math.Float64frombits(ks.diag.rate.Load())
 }
+
+// ratio is a / b, 0 when b is 0.
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}

@@ -92,13 +92,6 @@ func (c Counts) DeniedBy(d Decision) int64 {
 	return c.Denied[d]
 }
 
-func ratio(a, b int64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
-}
-
 // KeyStats is what the policy knows of one key.
 type KeyStats struct {
 	Key string
