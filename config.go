@@ -229,7 +229,7 @@ type Config struct {
 	FeatureBuckets int
 
 	// Period is the cycle of a key's latency that the auto delay
-	// forecasts from (forecast.go): under a periodic load — diurnal
+	// forecasts from (internal/key, Cycles): under a periodic load — diurnal
 	// traffic, an hourly batch job — the live windows follow the cycle a
 	// Window late and minimise each window's own p99, hedging the trough
 	// as much as the peak; once the cycle is known, the auto delay

@@ -349,7 +349,7 @@ type Request struct {
 	share    float32     // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
 	b        *key.Bucket // the feature bucket that learns the primary (model.go); nil without features
 	pred     bool        // the schedule is the bucket's own
-	low      bool        // and its first hedge leaves a reserve in the budget (model.go, lowReserve)
+	low      bool        // and its first hedge leaves a reserve in the budget (key.LowReserve)
 
 	// Numeric features (regress.go): the regression that learns the
 	// primary, nil without values, and the request's values (NaN where
@@ -488,7 +488,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		// times slots for, and a hedge at the next slot would pay less
 		// than the token's use by another request's first hedge
 		// (AutoChoice.noRetry); or the schedule is a feature bucket's
-		// (model.go, hedge priority): a low bucket's denied hedge is not
+		// (internal/key, hedge priority): a low bucket's denied hedge is not
 		// asked for again, another's once, soon after (its gap is a
 		// fifth of its delay), while the request is still worth it.
 		d = DenyMaxHedges
