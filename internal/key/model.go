@@ -332,7 +332,7 @@ func scheduleBuckets(ks *State, t *bucketTable, a *predict.Allocator, scheds []*
 		// (its predicted hedge rate), or schedule.CapShare × the budget's
 		// ratio.
 		ch := ks.Choice()
-		if ch == nil || !a.Allocate(keySchedule(ch), &t.guess) {
+		if ch == nil || !a.Allocate(*ch, &t.guess) {
 			for gi := range a.Len() {
 				scheds[a.Result(gi).Bucket].use = false
 			}
@@ -360,14 +360,6 @@ func scheduleBuckets(ks *State, t *bucketTable, a *predict.Allocator, scheds []*
 		// test would fire).
 		own := a.Input(gi).Own
 		s.share = float32(schedule.SmoothedShare(own.Survival(s.delay), min(own.Count(), math.MaxInt32)))
-	}
-}
-
-// keySchedule is the key's auto schedule ch as the allocation reads it.
-func keySchedule(ch *schedule.Choice) predict.Schedule {
-	return predict.Schedule{
-		Delay: ch.Delay, Gap: ch.Gap, Hedges: ch.Hedges,
-		Grant: ch.Grant, LaterGrant: ch.LaterGrant, HedgeRate: ch.HedgeRate,
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -90,18 +91,12 @@ func (p *Params) clamp(d time.Duration) time.Duration {
 func upperEdge(d time.Duration) time.Duration { return d + d/50 }
 
 // Schedule is the key's own hedge schedule and what it is predicted to
-// spend: the allocation must beat it on the same requests to be used.
-type Schedule struct {
-	// Delay is the first hedge's delay, Gap the time from one hedge to
-	// the next (0 means Delay), and Hedges how many the schedule sends.
-	Delay, Gap time.Duration
-	Hedges     int
-	// Grant and LaterGrant are the predicted shares of first and of
-	// later hedges that the budget grants.
-	Grant, LaterGrant float64
-	// HedgeRate is the schedule's predicted hedges per request.
-	HedgeRate float64
-}
+// spend: the allocation must beat it on the same requests to be used. It
+// is the auto delay's choice for the key (schedule.Choice), of which the
+// allocation reads the first hedge's Delay, the Gap to the next (0 means
+// Delay), the Hedges it sends, the predicted Grant and LaterGrant shares
+// of first and later hedges the budget grants, and its HedgeRate.
+type Schedule = schedule.Choice
 
 // Input is one bucket's part in an allocation.
 type Input struct {
