@@ -2,10 +2,8 @@ package tailcut
 
 import (
 	"context"
+	"github.com/tailcut/tailcut/internal/key"
 	"log/slog"
-	"math"
-	"sync"
-	"sync/atomic"
 )
 
 // Diagnosis is what a key's hedge trigger rate says about the downstream,
@@ -70,76 +68,38 @@ func diagnose(rate float64) Diagnosis {
 	return DiagnosisHealthy
 }
 
-// diagnosis is the per-key state of the diagnosis. Windows are driven by the
-// now passed to Begin: a window ends at the first Begin at or after its end.
-type diagnosis struct {
-	status atomic.Uint32 // Diagnosis of the last ended window
-	rate   atomic.Uint64 // float64 bits: trigger rate of the last ended window
-
-	mu        sync.Mutex
-	startReq  int64 // the key's counters when the current window began
-	startTrig int64
-	startSent int64
-	warned    bool // the warning of the current masking episode was logged
-}
-
 // rollDiagnosis ends the key's diagnosis window if it is over at n and
-// starts the next one; called by Begin before it counts its request.
+// starts the next one (key.Diagnosis.Roll); called by Begin before it
+// counts its request.
 func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
-	dg := &ks.diag
-	dg.mu.Lock()
-	end := ks.diagEnd.Load()
-	if n < end {
-		dg.mu.Unlock()
-		return // another goroutine rolled it
+	counts := func() key.Figures {
+		return key.Figures{Requests: ks.requests.Load(), Triggered: ks.triggered.Load(), Sent: ks.hedges.Load() + ks.denied[DryRun-1].Load()}
 	}
-	req, trig, sent := ks.requests.Load(), ks.triggered.Load(), ks.hedges.Load()+ks.denied[DryRun-1].Load()
-	var warn bool
-	var w windowFigures
-	if end != 0 {
-		w = windowFigures{requests: req - dg.startReq, triggered: trig - dg.startTrig, sent: sent - dg.startSent}
-		if w.requests >= int64(max(p.cfg.MinSamples, 1)) {
-			// Asks are counted when made, requests when begun: a request
-			// begun at the end of one window may ask in the next. In a
-			// steady state the two balance; at a rate near 1 the ratio can
-			// exceed it by a few requests, hence the clamp.
-			rate := min(float64(w.triggered)/float64(w.requests), 1)
-			st := diagnose(rate)
-			dg.rate.Store(math.Float64bits(rate))
-			dg.status.Store(uint32(st))
-			if st == DiagnosisMasking {
-				warn = !dg.warned
-				dg.warned = true
-			} else {
-				dg.warned = false // the episode is over; a new one warns again
-			}
-		}
-	}
-	dg.startReq, dg.startTrig, dg.startSent = req, trig, sent
-	ks.diagEnd.Store(n + int64(p.cfg.DiagnosisWindow))
-	dg.mu.Unlock()
-	if warn {
+	if warn, w := ks.diag.Roll(&ks.diagEnd, n, counts, p.cfg.MinSamples, p.cfg.DiagnosisWindow, classifyRate); warn {
 		p.warnMasking(ks.Name(), w)
 	}
 }
 
-// windowFigures are the counts of one ended diagnosis window.
-type windowFigures struct{ requests, triggered, sent int64 }
+// classifyRate is diagnose as key.Diagnosis stores it.
+func classifyRate(rate float64) (uint32, bool) {
+	d := diagnose(rate)
+	return uint32(d), d == DiagnosisMasking
+}
 
 // MaskingMessage is the message of the diagnosis warning, for log filters.
 const MaskingMessage = "tailcut: hedging is masking a server-side cause"
 
 // warnMasking logs the diagnosis warning for key.
-func (p *Policy) warnMasking(key string, w windowFigures) {
+func (p *Policy) warnMasking(name string, w key.Figures) {
 	l := p.cfg.Logger
 	if l == nil {
 		l = slog.Default()
 	}
 	l.LogAttrs(context.Background(), slog.LevelWarn, MaskingMessage,
-		slog.String("key", key),
-		slog.Float64("hedge_trigger_rate", min(ratio(w.triggered, w.requests), 1)),
-		slog.Float64("hedge_sent_rate", ratio(w.sent, w.requests)),
-		slog.Int64("requests", w.requests),
+		slog.String("key", name),
+		slog.Float64("hedge_trigger_rate", min(ratio(w.Triggered, w.Requests), 1)),
+		slog.Float64("hedge_sent_rate", ratio(w.Sent, w.Requests)),
+		slog.Int64("requests", w.Requests),
 		slog.Duration("window", p.cfg.DiagnosisWindow),
 		slog.String("diagnosis", "more than half of the requests to this key are slower than the hedge delay: "+
 			"they are slow by cause, not by chance, and hedging hides it while adding load — "+
@@ -157,7 +117,8 @@ func (p *Policy) KeyDiagnosis(key string) (Diagnosis, float64) {
 	if ks == nil {
 		return DiagnosisUnknown, 0
 	}
-	return Diagnosis(ks.diag.status.Load()), math.Float64frombits(ks.diag.rate.Load())
+	st, rate := ks.diag.Last()
+	return Diagnosis(st), rate
 }
 
 // ratio is a / b, 0 when b is 0.

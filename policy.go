@@ -242,7 +242,7 @@ type keyState struct {
 	counters
 
 	breaker breaker
-	diag    diagnosis
+	diag    key.Diagnosis
 
 	// After the breaker, so that the breaker starts a cache line (byte
 	// 384 of the 640-byte allocation) and its fast path reads one line;

@@ -1,7 +1,6 @@
 package tailcut
 
 import (
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -170,6 +169,7 @@ func (p *Policy) Stats() Stats {
 	for _, ks := range states {
 		last := ks.lastUsed.Load()
 		delay, used := ks.Cached(), ks.used.Load()
+		st, rate := ks.diag.Last()
 		if used != 0 {
 			delay = time.Duration(used - 1)
 		}
@@ -180,8 +180,8 @@ func (p *Policy) Stats() Stats {
 			Pinned:            used != 0,
 			Warm:              ks.Warm(),
 			Breaker:           ks.breaker.stateAt(last),
-			Diagnosis:         Diagnosis(ks.diag.status.Load()),
-			WindowTriggerRate: math.Float64frombits(ks.diag.rate.Load()),
+			Diagnosis:         Diagnosis(st),
+			WindowTriggerRate: rate,
 			Auto:              autoChoice(ks.Choice()),
 			Shifts:            ks.Sched().Shifts(),
 			Period:            p.periodOf(ks),
