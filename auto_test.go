@@ -1,7 +1,6 @@
 package tailcut
 
 import (
-	"github.com/tailcut/tailcut/internal/key"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/internal/key"
 	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/internal/testdist"
 	"github.com/tailcut/tailcut/latency"

@@ -2,8 +2,9 @@ package tailcut
 
 import (
 	"context"
-	"github.com/tailcut/tailcut/internal/key"
 	"log/slog"
+
+	"github.com/tailcut/tailcut/internal/key"
 )
 
 // Diagnosis is what a key's hedge trigger rate says about the downstream,

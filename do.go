@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/attemptctx"
 )
 
 // Attempt describes one attempt of a hedged call, as passed to the call
@@ -493,7 +495,7 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	if h.Observer != nil {
 		pctx = st.started(0, SentPrimary, start)
 	}
-	actx, cancel := newAttemptContext(pctx)
+	actx, cancel := attemptctx.New(pctx)
 	st.attempts[0] = attempt{cancel: cancel, start: start, running: true}
 	st.launched, st.running = 1, 1
 	a := Attempt{Index: 0, Key: key, Delay: st.hedgeDelay()} // before the timer may re-time st.req
@@ -671,7 +673,7 @@ func (st *state[T]) launch(now time.Time, r SendReason) {
 	if st.h.Observer != nil {
 		ctx = st.started(st.launched, r, now)
 	}
-	actx, cancel := newAttemptContext(ctx)
+	actx, cancel := attemptctx.New(ctx)
 	st.attempts[st.launched] = attempt{cancel: cancel, start: now, running: true}
 	go st.run(actx, Attempt{Index: st.launched, Key: st.key, Delay: st.hedgeDelay()}, st.fn)
 	st.launched++

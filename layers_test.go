@@ -23,7 +23,7 @@ var layerParts = map[string][]string{
 	"options": {"reqopts.go", "chain.go"},
 	// The executor: Do, Hedger, Gather, DoReplicas and what they run
 	// attempts with.
-	"execute": {"do.go", "attemptctx.go", "gather.go", "replicas.go", "classify.go", "observer.go"},
+	"execute": {"do.go", "gather.go", "replicas.go", "classify.go", "observer.go"},
 	// The policy: the key map, the fuses, the decisions and what they
 	// learn. A key's own state and schedule are internal/key's.
 	"decide": {"policy.go", "features.go", "auto.go", "warmup.go", "model.go", "regress.go", "diagnosis.go", "fuses.go", "fleet.go", "onattempt.go"},

@@ -1,7 +1,6 @@
 package tailcut
 
 import (
-	"github.com/tailcut/tailcut/internal/key"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/internal/key"
 	"github.com/tailcut/tailcut/internal/predict"
 	"github.com/tailcut/tailcut/latency"
 )

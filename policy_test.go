@@ -2,12 +2,12 @@ package tailcut
 
 import (
 	"fmt"
-	"github.com/tailcut/tailcut/internal/schedule"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/internal/schedule"
 	"github.com/tailcut/tailcut/latency"
 )
 

@@ -1,4 +1,7 @@
-package tailcut
+// Package attemptctx makes the context of one attempt of a hedged
+// request: a cancellable context made cheaper where its parent can never
+// be cancelled (New).
+package attemptctx
 
 import (
 	"context"
@@ -6,7 +9,7 @@ import (
 	"sync/atomic"
 )
 
-// newAttemptContext returns the context of one attempt under parent, and
+// New returns the context of one attempt under parent, and
 // the function that cancels it: what context.WithCancel(parent) returns,
 // made cheaper when parent can never be cancelled (its Done is nil, as for
 // context.Background, and values over it), which is where most client
@@ -20,7 +23,7 @@ import (
 // cancelled alone and with a child derived and cancelled first, as net/http
 // does (BenchmarkAttemptContext compares the two). A parent that can be cancelled gets context.WithCancel:
 // following it would need context.AfterFunc, which costs more than it saves.
-func newAttemptContext(parent context.Context) (context.Context, context.CancelFunc) {
+func New(parent context.Context) (context.Context, context.CancelFunc) {
 	if parent.Done() != nil {
 		return context.WithCancel(parent)
 	}

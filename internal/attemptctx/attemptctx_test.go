@@ -1,4 +1,4 @@
-package tailcut
+package attemptctx
 
 import (
 	"context"
@@ -12,7 +12,7 @@ type ctxKeyTest struct{}
 
 func TestAttemptContextKind(t *testing.T) {
 	bg := context.WithValue(context.Background(), ctxKeyTest{}, "v")
-	if ctx, cancel := newAttemptContext(bg); true {
+	if ctx, cancel := New(bg); true {
 		defer cancel()
 		if _, ok := ctx.(*attemptCtx); !ok {
 			t.Errorf("under a parent that is never done: %T, want *attemptCtx", ctx)
@@ -25,7 +25,7 @@ func TestAttemptContextKind(t *testing.T) {
 		}
 	}
 	parent, pcancel := context.WithCancel(context.Background())
-	ctx, cancel := newAttemptContext(parent)
+	ctx, cancel := New(parent)
 	defer cancel()
 	if _, ok := ctx.(*attemptCtx); ok {
 		t.Error("under a cancellable parent: *attemptCtx, which would not follow it")
@@ -39,7 +39,7 @@ func TestAttemptContextKind(t *testing.T) {
 }
 
 func TestAttemptContextCancel(t *testing.T) {
-	ctx, cancel := newAttemptContext(context.Background())
+	ctx, cancel := New(context.Background())
 	if ctx.Err() != nil {
 		t.Fatalf("Err before cancel: %v", ctx.Err())
 	}
@@ -56,7 +56,7 @@ func TestAttemptContextCancel(t *testing.T) {
 		t.Errorf("Err %v, Cause %v, want context.Canceled", ctx.Err(), context.Cause(ctx))
 	}
 	// Done asked for only after the cancellation.
-	ctx2, cancel2 := newAttemptContext(context.Background())
+	ctx2, cancel2 := New(context.Background())
 	cancel2()
 	select {
 	case <-ctx2.Done():
@@ -66,7 +66,7 @@ func TestAttemptContextCancel(t *testing.T) {
 }
 
 func TestAttemptContextChildren(t *testing.T) {
-	ctx, cancel := newAttemptContext(context.Background())
+	ctx, cancel := New(context.Background())
 	ac := ctx.(*attemptCtx)
 
 	// A child cancelled first unregisters itself, as net/http's
@@ -129,7 +129,7 @@ func TestAttemptContextChildren(t *testing.T) {
 // -race).
 func TestAttemptContextRace(t *testing.T) {
 	for range 200 {
-		ctx, cancel := newAttemptContext(context.Background())
+		ctx, cancel := New(context.Background())
 		var wg sync.WaitGroup
 		children := make([]context.Context, 8)
 		cancels := make([]context.CancelFunc, 8)
@@ -176,7 +176,7 @@ func BenchmarkAttemptContext(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		mk   func(context.Context) (context.Context, context.CancelFunc)
-	}{{"WithCancel", context.WithCancel}, {"attempt", newAttemptContext}} {
+	}{{"WithCancel", context.WithCancel}, {"attempt", New}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
