@@ -1,7 +1,6 @@
 package tailcut
 
 import (
-	"hash/maphash"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -165,41 +164,6 @@ func TestKeyAdmittedWhenBack(t *testing.T) {
 	}
 	if n := len(p.keys); n != 64 {
 		t.Errorf("%d keys tracked, want MaxKeys (64)", n)
-	}
-}
-
-// TestDoorkeeperSharedSlot: two keys that share a slot of the doorkeeper
-// and are asked for in turn are both admitted soon.
-func TestDoorkeeperSharedSlot(t *testing.T) {
-	d := newDoorkeeper(4)
-	slots := func(k string) (uint64, uint64) {
-		h := maphash.String(d.seed, k) | 1
-		return h & d.mask, (h >> 32) & d.mask
-	}
-	a := "a"
-	a1, a2 := slots(a)
-	b := ""
-	for i := 0; b == ""; i++ {
-		k := "b" + strconv.Itoa(i)
-		if b1, b2 := slots(k); b1 == a1 && b2 != a2 && b2 != a1 && a2 != a1 {
-			b = k
-		}
-		if i > 10_000 {
-			t.Skip("no key found sharing one slot only with a")
-		}
-	}
-	now := time.Unix(1_700_000_000, 0)
-	in := map[string]bool{}
-	for i := range 40 {
-		now = now.Add(time.Duration(1+i%7) * time.Millisecond)
-		for _, k := range []string{a, b} {
-			if d.admit(k, now.UnixNano()) {
-				in[k] = true
-			}
-		}
-	}
-	if !in[a] || !in[b] {
-		t.Errorf("admitted over 40 turns: a %v, b %v; want both", in[a], in[b])
 	}
 }
 

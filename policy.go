@@ -1,9 +1,7 @@
 package tailcut
 
 import (
-	"hash/maphash"
 	"math"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,7 +178,7 @@ type Policy struct {
 	// the keys not tracked, nil until the policy first tracks MaxKeys
 	// keys; untracked is the state they share, their parent, nil until
 	// the first of them.
-	seen      atomic.Pointer[doorkeeper]
+	seen      atomic.Pointer[key.Doorkeeper]
 	untracked atomic.Pointer[keyState]
 
 	// evicted sums the counters of the keys evicted so far; Stats adds
@@ -688,7 +686,7 @@ func (p *Policy) key(key string, now time.Time) *keyState {
 // keyOf returns the state of key, creating it (and evicting an old key
 // when the policy tracks MaxKeys) if needed, and whether it is the key's
 // own. Once the policy tracks MaxKeys keys, a key it does not track is
-// admitted only when the doorkeeper has seen it recently (admit; seen
+// admitted only when the doorkeeper has seen it recently (key.Doorkeeper; seen
 // records the sighting); until then its requests share the parent state
 // (untrackedState), and nothing is evicted.
 func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) {
@@ -701,7 +699,7 @@ func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) 
 	if ks != nil {
 		return ks, true
 	}
-	if d := p.seen.Load(); d != nil && (!seen || !d.admit(name, now.UnixNano())) {
+	if d := p.seen.Load(); d != nil && (!seen || !d.Admit(name, now.UnixNano())) {
 		return p.untrackedState(now), false
 	}
 	p.mu.Lock()
@@ -716,7 +714,7 @@ func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) 
 	p.keys[name] = ks
 	p.last.Store(ks)
 	if len(p.keys) >= p.cfg.MaxKeys && p.seen.Load() == nil {
-		p.seen.Store(newDoorkeeper(p.cfg.MaxKeys))
+		p.seen.Store(key.NewDoorkeeper(p.cfg.MaxKeys))
 	}
 	return ks, true
 }
@@ -777,46 +775,6 @@ func (q *parentOf) Delay(s *key.State) (time.Duration, bool) {
 		return 0, false
 	}
 	return p.untracked.Load().Cached(), true
-}
-
-// doorkeeper remembers which keys not tracked were asked for recently: a
-// table of key hashes, one slot per tracked key (MaxKeys, rounded up to a
-// power of two). A key is admitted when its own hash is still in one of
-// its two slots — it came back before as many other untracked requests as
-// the policy tracks keys had, on average, overwritten it: a key that
-// returns that soon would have stayed in a tracked set of MaxKeys least
-// recently used keys. A key asked for once (a scan, a key per object)
-// never is, and so never evicts a key that learns. Each miss writes one of
-// the key's two slots, picked from the time of the request, so that two
-// keys sharing a slot and asked for in turn do not keep erasing each
-// other. A slot holds a 64-bit hash: a false match is a 2⁻⁶⁴ chance.
-type doorkeeper struct {
-	seed  maphash.Seed
-	mask  uint64
-	slots []atomic.Uint64
-}
-
-func newDoorkeeper(maxKeys int) *doorkeeper {
-	n := uint64(1) << bits.Len64(uint64(max(maxKeys, 1))-1) // maxKeys rounded up to a power of two
-	return &doorkeeper{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint64, n)}
-}
-
-// admit records key, asked for at now (ns), and reports whether it was
-// recorded before in one of its slots.
-func (d *doorkeeper) admit(key string, now int64) bool {
-	h := maphash.String(d.seed, key) | 1 // 0 marks an empty slot
-	a, b := &d.slots[h&d.mask], &d.slots[(h>>32)&d.mask]
-	for _, s := range [2]*atomic.Uint64{a, b} {
-		if s.Load() == h {
-			s.Store(0) // admitted: its next miss, after an eviction of it, starts again
-			return true
-		}
-	}
-	if uint64(now)*0x9e3779b97f4a7c15>>63 != 0 {
-		a = b
-	}
-	a.Store(h)
-	return false
 }
 
 // evictSample is how many keys eviction compares: Redis's approximated LRU.
