@@ -10,7 +10,7 @@ import (
 	"github.com/tailcut/tailcut/latency"
 )
 
-// The cycle forecast (Config.Period). Under a periodic load — diurnal
+// The cycle forecast (tailcut.Config.Period). Under a periodic load — diurnal
 // traffic, a batch job every so often — a key's live distribution (two
 // rotating windows, blended) follows the cycle a window late, and the auto
 // delay chosen from it minimises each window's own p99: it hedges as much
@@ -33,7 +33,7 @@ import (
 // (Cycles), not in State: the policy fills a key's cache lines to the
 // byte (its TestKeyStateLayout), and the tracker is read only at
 // recomputation, where a map lookup is lost in the schedule's choice
-// (BenchmarkAutoRecompute).
+// (the root package's BenchmarkAutoRecompute).
 
 // forecastWeight is the share of the cycle's distribution in the one the
 // auto delay chooses from when the tracker knows it; the rest is the live
@@ -83,7 +83,7 @@ type Cycles struct {
 const cyclePhases = 16
 
 // Configure sets the trackers' windows (the estimator's) and period
-// (Config.Period: 0 detects each key's cycle).
+// (tailcut.Config.Period: 0 detects each key's cycle).
 func (c *Cycles) Configure(window, period time.Duration) {
 	c.cfg = cycle.Config{Window: window, Period: period, MaxPhases: cyclePhases,
 		RelativeAccuracy: latency.DefaultRelativeAccuracy, Detector: &c.det}

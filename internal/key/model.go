@@ -14,7 +14,7 @@ import (
 // Predictive hedging (tailcut.Config.Predictive): the model that predicts a
 // request's latency distribution from its [Features].
 //
-// Each key keeps up to Config.FeatureBuckets buckets, one per label
+// Each key keeps up to Settings.FeatureBuckets buckets, one per label
 // sequence seen, the least recently used evicted past that. A bucket is a
 // windowed estimator of its own (the key's windows, 256 sketch bins each:
 // at most about 9 KiB) fed with the primaries of its requests, as the
@@ -49,10 +49,10 @@ import (
 //
 // The schedules are cached and recomputed together at a quarter of the
 // key's pace (when a bucket's observations grow fourfold, or by
-// 4 × autoRecomputeEvery — by a sixteenth past 16,384 — and on window
+// 4 × schedule.RecomputeEvery — by a sixteenth past 16,384 — and on window
 // rotation): never per request. When the key's latency shifts
 // (internal/schedule), its buckets restart too. A recomputation is paid by the
-// request that triggers it (BenchmarkModelRecompute, with two buckets;
+// request that triggers it (the root package's BenchmarkModelRecompute, with two buckets;
 // BenchmarkModelRecompute4; BenchmarkModelRecomputeValues, with nine
 // value classes): its search starts from the last answer, and its
 // distributions and the allocator borrow their storage from pools.
@@ -60,9 +60,9 @@ import (
 // lruGrain is the resolution of a bucket's lastUsed, in nanoseconds: it
 // is stored when it has moved by this much, not on every request — an
 // atomic store is a locked exchange, dear on the request path
-// (BenchmarkDecisionPathPredictable) —
+// (the root package's BenchmarkDecisionPathPredictable) —
 // and the least recently used bucket is evicted by it only when a new
-// one arrives past Config.FeatureBuckets, where two buckets last used
+// one arrives past Settings.FeatureBuckets, where two buckets last used
 // within a millisecond of each other are equally good to drop.
 const lruGrain = int64(time.Millisecond)
 
@@ -89,7 +89,7 @@ type Bucket struct {
 	// otherwise): they go elsewhere, and neither the bucket's nor the
 	// key's distribution is theirs (ObserveHedge).
 	hedges   *latency.Estimator
-	lastUsed atomic.Int64 // UnixNano of the last BeginWith, to lruGrain
+	lastUsed atomic.Int64 // UnixNano of the last Use, to lruGrain
 
 	// The model is recomputed when the bucket's estimator has been
 	// given dueAt observations (latency.Estimator.Added): base, its
@@ -129,7 +129,7 @@ type bucketSchedule struct {
 }
 
 // bucketTable is a key's buckets, replaced whole (copy on write) when one
-// is added: BeginWith scans hashes without a lock.
+// is added: Find scans hashes without a lock.
 type bucketTable struct {
 	hashes  []uint64
 	buckets []*Bucket
@@ -350,7 +350,7 @@ func scheduleBuckets(ks *State, t *bucketTable, a *predict.Allocator, scheds []*
 			s.limit = set.Alloc.MaxHedges
 		} else if s.limit == 1 && !s.low {
 			// A denied first hedge is asked for again once, a fifth
-			// of the delay later (Policy.Hedge).
+			// of the delay later (tailcut.Policy.Hedge).
 			s.gap = s.delay / ReaskGap
 		}
 		// The share the key's shift test expects of these requests is
@@ -391,7 +391,7 @@ const (
 // against its key's cadence, before the model is recomputed.
 const ModelEvery = 4
 
-// ModelGrowth: past ModelGrowth × ModelEvery × autoRecomputeEvery
+// ModelGrowth: past ModelGrowth × ModelEvery × schedule.RecomputeEvery
 // (16,384) observations, a bucket waits for a ModelGrowth-th more before
 // the model is recomputed.
 const ModelGrowth = 16

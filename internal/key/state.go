@@ -328,7 +328,7 @@ func (s *State) fleetQuantile(set *Settings) (time.Duration, bool) {
 func (s *State) autoDelay(now time.Time, set *Settings) (time.Duration, bool) {
 	// The distribution's storage goes back to a pool at the end: allocated
 	// at each recomputation, its garbage would make the collector run and
-	// empty the feature model's pools too (BenchmarkAutoRecompute).
+	// empty the feature model's pools too (the root package's BenchmarkAutoRecompute).
 	var sc latency.Scratch
 	defer sc.Release()
 	var kc *tracker
