@@ -433,10 +433,10 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	if p.set.Auto && ks.Warm() {
 		r.share = float32(ks.Sched().Planned())
 	}
-	if gap, limit := ks.InForce(&p.set); limit > 0 {
-		r.gap, r.limit = gap, limit
-	} else {
-		r.gap = gap
+	gap, limit := ks.InForce(&p.set)
+	r.gap = gap
+	if limit > 0 {
+		r.limit = limit
 	}
 	return r
 }
