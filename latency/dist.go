@@ -36,7 +36,7 @@ func (e *Estimator) Distribution(now time.Time) (Distribution, bool) {
 // DistributionWith is [Estimator.Distribution] with its storage from sc
 // (nil: allocated): it must not be used after sc's Release.
 func (e *Estimator) DistributionWith(sc *Scratch, now time.Time) (Distribution, bool) {
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
 	sk, cens := e.trusted(now)
 	var scales []float64

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
@@ -78,14 +79,34 @@ func (c Config) withDefaults() (Config, error) {
 // windows have grown to the distribution's range; Quantile walks the bins and
 // costs a few hundred nanoseconds, so callers on a hot path cache its answer
 // (the tailcut policy recomputes on rotation or every few observations).
+//
+// Add does not take the sketches' lock: it appends the observation's bin
+// to one of a few buffers (shards) under the shard's own lock, the shard
+// picked from the calling goroutine's stack, so that goroutines on
+// different cores rarely meet; the writer that finds its shard full moves
+// it into the sketches, and every reader moves them all in first, so that
+// what a reader sees is what unbuffered adds would have left (see the
+// package doc).
 type Estimator struct {
 	cfg     Config
 	mapping mapping.IndexMapping
 
-	// mu guards the fields below: own, or another estimator's
-	// (ShareLock).
-	mu   *sync.Mutex
-	own  sync.Mutex
+	// mu guards the fields below and the sketches: own, or another
+	// estimator's (ShareLock).
+	mu  *sync.Mutex
+	own sync.Mutex
+	// buf buffers the observations on their way to the sketches: e's
+	// own, or the estimator's whose lock e shares.
+	buf *obsShards
+	// started is set once start is: until then an add takes mu and sets
+	// it, so that the first observation starts the first window, as an
+	// unbuffered add would.
+	started atomic.Bool
+	// direct counts the observations added under mu (the first ones) or
+	// buffered in another estimator's shards (ShareLock); Added adds
+	// those counted in e's own shards.
+	direct atomic.Uint64
+
 	cur  *ddsketch.DDSketch
 	prev *ddsketch.DDSketch
 	// ccur and cprev hold the censored observations of cur and prev
@@ -95,11 +116,6 @@ type Estimator struct {
 	start time.Time // start of the current window; zero before the first use
 	end   time.Time // start + Window, once start is set: rotate's test
 	gen   uint64    // incremented on every rotation
-	// added counts the observations given since New, Restart and
-	// rotation notwithstanding: AddBoth returns it, read under the lock
-	// it holds anyway, so that a caller counting them pays no atomic of
-	// its own.
-	added uint64
 }
 
 // New returns an empty Estimator, or an error naming the invalid field of cfg.
@@ -114,6 +130,7 @@ func New(cfg Config) (*Estimator, error) {
 	}
 	e := &Estimator{cfg: cfg, mapping: m}
 	e.mu = &e.own
+	e.buf = &obsShards{owner: e}
 	e.cur, e.prev = e.newSketch(), e.newSketch()
 	e.ccur, e.cprev = e.newSketch(), e.newSketch()
 	return e, nil
@@ -132,6 +149,7 @@ func (e *Estimator) Config() Config { return e.cfg }
 func (e *Estimator) rotate(now time.Time) {
 	if e.start.IsZero() {
 		e.start, e.end = now, now.Add(e.cfg.Window)
+		e.started.Store(true)
 		return
 	}
 	// Within the window: now − start < Window, as Sub would find it
@@ -160,6 +178,21 @@ func (e *Estimator) rotate(now time.Time) {
 	e.gen++
 }
 
+// lockAt takes e's lock for a reader at now: it rotates the windows to
+// now and moves every buffered observation into them.
+func (e *Estimator) lockAt(now time.Time) {
+	e.mu.Lock()
+	e.rotate(now)
+	e.buf.sync(e, time.Time{})
+}
+
+// lock takes e's lock and moves every buffered observation into the
+// windows, without rotating them.
+func (e *Estimator) lock() {
+	e.mu.Lock()
+	e.buf.sync(e, time.Time{})
+}
+
 // Add records one latency observed at now. Negative durations count as zero.
 func (e *Estimator) Add(d time.Duration, now time.Time) {
 	e.add(max(d.Seconds(), 0), false, now)
@@ -172,77 +205,76 @@ func (e *Estimator) Add(d time.Duration, now time.Time) {
 // each primary to its key's estimator and to its feature bucket's).
 //
 // It returns o's count of observations since New (Added), this one
-// included, read under the lock the add holds: the policy recomputes a
-// bucket's model every so many of its observations, and counting them
-// itself cost a locked atomic add per request.
+// included: the policy recomputes a bucket's model every so many of its
+// observations.
 func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now time.Time) (added uint64) {
 	v := max(d.Seconds(), 0)
-	// The sketches' mappings are made from the relative accuracy alone,
-	// and a value outside their indexable range is left to Add (the
-	// zero bin, or an error).
-	if e.cfg.RelativeAccuracy != o.cfg.RelativeAccuracy || !(v > e.mapping.MinIndexableValue() && v <= e.mapping.MaxIndexableValue()) {
+	// The sketches' mappings are made from the relative accuracy alone.
+	if e.cfg.RelativeAccuracy != o.cfg.RelativeAccuracy {
 		e.add(v, censored, now)
-		return o.add(v, censored, now)
+		o.add(v, censored, now)
+		return o.Added()
 	}
-	i := e.mapping.Index(v)
-	if e.mu == o.mu {
-		// One lock for both (ShareLock).
-		e.mu.Lock()
-		e.addIndexLocked(i, censored, now)
-		added = o.addIndexLocked(i, censored, now)
+	i, fl := e.bin(v, censored)
+	if e.buf == o.buf && e.started.Load() && o.started.Load() {
+		// One buffer for both (ShareLock): one shard lock.
+		e.buf.put(e, o, i, fl, now)
+	} else {
+		e.addBin(i, fl, now)
+		o.addBin(i, fl, now)
+	}
+	return o.Added()
+}
+
+// ShareLock makes e take o's lock and buffer instead of its own, for an
+// estimator always written together with o: AddBoth(e, …) or
+// o.AddBoth(e, …) then takes one shard's lock for both, not two. The
+// price is that a reader of e (a Distribution, a Quantile) moves o's
+// buffered observations too and holds off o's readers and the writers
+// that find their shard full while it reads, and the other way round.
+// Call it before e is used. No method of an Estimator holds its lock
+// while waiting for another's, so a shared lock cannot deadlock.
+func (e *Estimator) ShareLock(o *Estimator) { e.mu, e.buf = o.mu, o.buf }
+
+// bin returns the sketch bin of v in seconds (v ≥ 0) and the flags of
+// its buffered observation.
+func (e *Estimator) bin(v float64, censored bool) (int32, uint8) {
+	var fl uint8
+	if censored {
+		fl = obsCensored
+	}
+	// A value at or below the mapping's smallest is the zero bin's (a
+	// Duration cannot reach beyond its largest, about 10^308 s).
+	if !(v > e.mapping.MinIndexableValue()) {
+		return 0, fl | obsZero
+	}
+	return int32(e.mapping.Index(v)), fl
+}
+
+// add is Add (AddCensored when censored) of v in seconds.
+func (e *Estimator) add(v float64, censored bool, now time.Time) {
+	i, fl := e.bin(v, censored)
+	e.addBin(i, fl, now)
+}
+
+// addBin buffers an observation of bin i (flags fl) at now; the first
+// one an estimator is given goes straight into its sketches and starts
+// its first window.
+func (e *Estimator) addBin(i int32, fl uint8, now time.Time) {
+	if e.started.Load() {
+		e.buf.put(e, nil, i, fl, now)
+		return
+	}
+	e.mu.Lock()
+	if e.started.Load() { // another writer started it
 		e.mu.Unlock()
-		return added
+		e.buf.put(e, nil, i, fl, now)
+		return
 	}
-	e.addIndex(i, censored, now)
-	return o.addIndex(i, censored, now)
-}
-
-// ShareLock makes e take o's lock instead of its own, for an estimator
-// always written together with o: AddBoth(e, …) or o.AddBoth(e, …) then
-// locks once for both, not twice (the tailcut policy's feature buckets
-// share their key's: a lock and an unlock less per request, each a locked
-// read-modify-write). The price is that a reader of e (a Distribution,
-// a Quantile) holds o's writers off while it reads, and o's readers
-// hold off e's writers. Call it before e is used. No method of an
-// Estimator holds its lock while taking another's, so a shared lock
-// cannot deadlock.
-func (e *Estimator) ShareLock(o *Estimator) { e.mu = o.mu }
-
-// add is Add (AddCensored when censored) of v in seconds; it returns
-// Added.
-func (e *Estimator) add(v float64, censored bool, now time.Time) uint64 {
-	e.mu.Lock()
 	e.rotate(now)
-	// Add only fails for values beyond the mapping's range (about 10^308 s)
-	// or NaN, neither of which a Duration can produce.
-	_ = e.cur.Add(v)
-	if censored {
-		_ = e.ccur.Add(v)
-	}
-	e.added++
-	n := e.added
+	e.place(&obs{at: now, dst: e, i: i, fl: fl})
+	e.direct.Add(1)
 	e.mu.Unlock()
-	return n
-}
-
-// addIndex is add of a positive value whose bin is i: what the sketch's
-// Add does with it; it returns Added.
-func (e *Estimator) addIndex(i int, censored bool, now time.Time) uint64 {
-	e.mu.Lock()
-	n := e.addIndexLocked(i, censored, now)
-	e.mu.Unlock()
-	return n
-}
-
-// addIndexLocked is addIndex with e.mu held.
-func (e *Estimator) addIndexLocked(i int, censored bool, now time.Time) uint64 {
-	e.rotate(now)
-	e.cur.GetPositiveValueStore().AddWithCount(i, 1)
-	if censored {
-		e.ccur.GetPositiveValueStore().AddWithCount(i, 1)
-	}
-	e.added++
-	return e.added
 }
 
 // AddCensored records, at now, an observation known only to be longer than
@@ -260,11 +292,15 @@ func (e *Estimator) AddCensored(d time.Duration, now time.Time) {
 // Added returns how many observations the Estimator has been given
 // (Add, AddCensored, AddBoth) since New: a count that Restart and the
 // windows' rotation leave alone, for a caller that acts every so many
-// observations (AddBoth returns it too).
+// observations (AddBoth returns it too). It takes no lock.
 func (e *Estimator) Added() uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.added
+	n := e.direct.Load()
+	if e.buf.owner == e {
+		for k := range e.buf.s {
+			n += e.buf.s[k].n.Load()
+		}
+	}
+	return n
 }
 
 // Quantile returns the blended q-quantile at now. ok is false while neither
@@ -273,9 +309,8 @@ func (e *Estimator) Quantile(q float64, now time.Time) (d time.Duration, ok bool
 	if !(q >= 0 && q <= 1) {
 		return 0, false
 	}
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
-	e.rotate(now)
 	min := float64(e.cfg.MinSamples)
 	curOK := e.cur.GetCount() >= min && !e.cur.IsEmpty()
 	prevOK := e.prev.GetCount() >= min && !e.prev.IsEmpty()
@@ -302,20 +337,23 @@ func (e *Estimator) Quantile(q float64, now time.Time) (d time.Duration, ok bool
 // observations on, instead of after a window or two of blending with the
 // old ones.
 func (e *Estimator) Restart(now time.Time) {
-	e.mu.Lock()
+	e.lock()
 	defer e.mu.Unlock()
 	for _, w := range []*ddsketch.DDSketch{e.cur, e.prev, e.ccur, e.cprev} {
 		w.Clear()
 	}
 	e.start, e.end = now, now.Add(e.cfg.Window)
+	e.started.Store(true)
 	e.gen++
+	// What is buffered from now on is of the restarted windows.
+	e.buf.sync(e, now)
 }
 
 // WindowEnd returns when the current window ends, so a caller that caches a
 // quantile knows when the answer may change through rotation alone. It is
 // the zero time before the first observation.
 func (e *Estimator) WindowEnd() time.Time {
-	e.mu.Lock()
+	e.lock()
 	defer e.mu.Unlock()
 	if e.start.IsZero() {
 		return time.Time{}
@@ -326,9 +364,8 @@ func (e *Estimator) WindowEnd() time.Time {
 // Counts returns the number of observations in the current and the previous
 // window at now.
 func (e *Estimator) Counts(now time.Time) (current, previous int) {
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
-	e.rotate(now)
 	return int(e.cur.GetCount()), int(e.prev.GetCount())
 }
 
@@ -339,9 +376,8 @@ func (e *Estimator) Counts(now time.Time) (current, previous int) {
 // tail the hedging client could not see in full, and whoever reads it
 // needs no censoring of its own.
 func (e *Estimator) Snapshot(now time.Time) *Snapshot {
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
-	e.rotate(now)
 	if e.ccur.GetCount()+e.cprev.GetCount() == 0 {
 		s := e.cur.Copy()
 		_ = s.MergeWith(e.prev) // same mapping: cannot fail
@@ -369,7 +405,7 @@ func (e *Estimator) Seed(s *Snapshot) error {
 	if !s.sketch.IndexMapping.Equals(e.mapping) {
 		return errors.New("latency: Seed: snapshot was made with another relative accuracy")
 	}
-	e.mu.Lock()
+	e.lock()
 	defer e.mu.Unlock()
 	e.prev.Clear()
 	e.cprev.Clear()
@@ -385,9 +421,8 @@ func (e *Estimator) Merge(s *Snapshot, now time.Time) error {
 	if !s.sketch.IndexMapping.Equals(e.mapping) {
 		return errors.New("latency: Merge: snapshot was made with another relative accuracy")
 	}
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
-	e.rotate(now)
 	return e.cur.MergeWith(s.sketch)
 }
 
@@ -404,9 +439,8 @@ func (e *Estimator) Partial(q float64, now time.Time) (d time.Duration, n int) {
 	if !(q >= 0 && q <= 1) {
 		return 0, 0
 	}
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
-	e.rotate(now)
 	c, p := e.cur.GetCount(), e.prev.GetCount()
 	if c+p == 0 {
 		return 0, 0

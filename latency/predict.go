@@ -35,11 +35,11 @@ func (s *Snapshot) HedgedQuantile(q float64, delay time.Duration, hedges int, gr
 // at now: those holding at least MinSamples observations, merged unweighted.
 // ok is false while neither window does.
 func (e *Estimator) HedgedQuantile(q float64, delay time.Duration, hedges int, grant float64, now time.Time) (d time.Duration, ok bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if !(q >= 0 && q <= 1) {
 		return 0, false
 	}
+	e.lockAt(now)
+	defer e.mu.Unlock()
 	sk, cens := e.trusted(now)
 	bins, total := collectCensored(nil, sk, cens, nil)
 	return hedgedQuantileOf(q, delay, hedges, grant, bins, total)
@@ -50,7 +50,7 @@ func (e *Estimator) HedgedQuantile(q float64, delay time.Duration, hedges int, g
 // unweighted); 0 while neither does. With d a hedge delay it is the
 // predicted hedge trigger rate.
 func (e *Estimator) Survival(d time.Duration, now time.Time) float64 {
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
 	sk, cens := e.trusted(now)
 	bins, total := collectCensored(nil, sk, cens, nil)

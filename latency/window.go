@@ -17,9 +17,8 @@ import (
 // window passed without one, and after [Estimator.Restart] (whose time is
 // then end); the Snapshot is then empty too.
 func (e *Estimator) LastWindow(now time.Time) (s *Snapshot, end time.Time, ok bool) {
-	e.mu.Lock()
+	e.lockAt(now)
 	defer e.mu.Unlock()
-	e.rotate(now)
 	if e.gen == 0 || e.start.IsZero() {
 		return nil, time.Time{}, false
 	}

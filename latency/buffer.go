@@ -1,0 +1,174 @@
+package latency
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+
+	"github.com/tailcut/tailcut/internal/shard"
+)
+
+// bufLen is how many observations a shard of an Estimator's buffer holds
+// before a writer moves them into the sketches.
+const bufLen = 16
+
+// obs is one buffered observation: its sketch bin, for the estimator dst,
+// at the time at (the latest time of its shard; see obsShard.top).
+type obs struct {
+	at  time.Time
+	dst *Estimator
+	i   int32 // the bin, unless fl has obsZero
+	fl  uint8
+}
+
+// Flags of an obs.
+const (
+	obsCensored = 1 << iota // AddCensored
+	obsZero                 // a zero latency: the sketch's zero bin
+)
+
+// obsShard is one shard of an Estimator's observation buffer: a goroutine
+// appends to the shard of its shard.Hint under the shard's own lock, so
+// that goroutines on different cores take different locks, and the
+// sketches' lock is taken once per bufLen observations, or by a reader.
+// It fills one cache line.
+type obsShard struct {
+	mu sync.Mutex
+	// n counts the owner's observations buffered through this shard since
+	// New, moved into the sketches or not: Added sums the shards' counts.
+	// Written under mu, read without it.
+	n atomic.Uint64
+	// top is the latest time of the shard's observations and of the
+	// window starts that readers found (obsShards.sync): an observation
+	// is buffered at the later of its time and top, so that it lands in
+	// the window the estimator had reached when it was made, as an
+	// unbuffered add would put it, even when its time is earlier.
+	top time.Time
+	buf []obs // allocated at the shard's first use
+}
+
+// obsShards is the observation buffer of an Estimator, and of those that
+// share its lock (Estimator.ShareLock).
+type obsShards struct {
+	s     [shard.N]obsShard
+	owner *Estimator
+}
+
+// put buffers an observation of bin i (flags fl) at now for x, and for y
+// when y is not nil. x and y share set and its lock; both have started.
+func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
+	need := 1
+	if y != nil {
+		need = 2
+	}
+	h := shard.Hint()
+	for k := range shard.N {
+		s := &set.s[(h+k)%shard.N]
+		if !s.mu.TryLock() {
+			continue
+		}
+		if s.buf != nil && len(s.buf)+need > cap(s.buf) {
+			// Full: move it into the sketches, unless a reader holds
+			// them; then another shard may have room.
+			if !x.mu.TryLock() {
+				s.mu.Unlock()
+				continue
+			}
+			set.drain(s)
+			x.mu.Unlock()
+		}
+		set.append(s, x, y, i, fl, now)
+		s.mu.Unlock()
+		return
+	}
+	// Every shard busy, or full while the sketches are read: wait.
+	x.mu.Lock()
+	s := &set.s[h]
+	s.mu.Lock()
+	set.drain(s)
+	set.append(s, x, y, i, fl, now)
+	s.mu.Unlock()
+	x.mu.Unlock()
+}
+
+// append adds the observation to s, which has room and whose lock is held.
+func (set *obsShards) append(s *obsShard, x, y *Estimator, i int32, fl uint8, now time.Time) {
+	if s.buf == nil {
+		s.buf = make([]obs, 0, bufLen)
+	}
+	if now.After(s.top) {
+		s.top = now
+	}
+	for _, d := range [2]*Estimator{x, y} {
+		if d == nil {
+			continue
+		}
+		s.buf = append(s.buf, obs{at: s.top, dst: d, i: i, fl: fl})
+		if d == set.owner {
+			s.n.Store(s.n.Load() + 1) // s.mu is held
+		} else {
+			d.direct.Add(1)
+		}
+	}
+}
+
+// drain moves the observations of s into their estimators' sketches. The
+// lock of s and the estimators' lock must be held.
+func (set *obsShards) drain(s *obsShard) {
+	for j := range s.buf {
+		o := &s.buf[j]
+		o.dst.place(o)
+		o.dst = nil
+	}
+	s.buf = s.buf[:0]
+}
+
+// sync moves every buffered observation into the sketches, for a reader
+// of x, which holds the estimators' lock; an observation buffered after
+// is made no earlier than x's window start (obsShard.top), or than
+// restart when it is not zero (Estimator.Restart).
+func (set *obsShards) sync(x *Estimator, restart time.Time) {
+	for k := range set.s {
+		s := &set.s[k]
+		s.mu.Lock()
+		set.drain(s)
+		switch {
+		case !restart.IsZero():
+			s.top = restart
+		case x.start.After(s.top):
+			s.top = x.start
+		}
+		s.mu.Unlock()
+	}
+}
+
+// place adds the buffered observation o to e's sketches: to the window of
+// its time, the current or the previous one, rotating to it first when it
+// is later; an observation older than the previous window is dropped, as
+// the rotation that dropped its window would have dropped it. e.mu must
+// be held.
+func (e *Estimator) place(o *obs) {
+	e.rotate(o.at)
+	sk, cens := e.cur, e.ccur
+	if o.at.Before(e.start) {
+		if o.at.Before(e.start.Add(-e.cfg.Window)) {
+			return
+		}
+		sk, cens = e.prev, e.cprev
+	}
+	addBin(sk, o)
+	if o.fl&obsCensored != 0 {
+		addBin(cens, o)
+	}
+}
+
+// addBin adds o's bin to sk.
+func addBin(sk *ddsketch.DDSketch, o *obs) {
+	if o.fl&obsZero != 0 {
+		_ = sk.Add(0)
+		return
+	}
+	sk.GetPositiveValueStore().AddWithCount(int(o.i), 1)
+}

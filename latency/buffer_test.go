@@ -1,0 +1,201 @@
+package latency
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+
+	"github.com/tailcut/tailcut/internal/shard"
+)
+
+// TestConcurrentAddExact hammers one estimator (and a second one sharing
+// its lock, through AddBoth) from several goroutines while others read it,
+// and checks that every observation is counted once: Added, Counts and the
+// distribution equal those of the same observations added from one
+// goroutine.
+func TestConcurrentAddExact(t *testing.T) {
+	const writers, per = 8, 5000
+	cfg := Config{Window: time.Hour, MaxBins: 512}
+	e, _ := New(cfg)
+	b, _ := New(cfg)
+	b.ShareLock(e)
+	var wg, readers sync.WaitGroup
+	stop := make(chan struct{})
+	for range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = e.Quantile(0.99, t0)
+				_, _ = b.Distribution(t0)
+				if c, p := e.Counts(t0); uint64(c+p) > e.Added() {
+					t.Errorf("Counts %d + %d beyond Added %d", c, p, e.Added())
+				}
+			}
+		}()
+	}
+	// feed gives e (and b) writer w's i-th observation.
+	feed := func(e, b *Estimator, w, i int) {
+		lat := time.Duration(1+(w*per+i)%997) * 10 * time.Microsecond
+		switch i % 3 {
+		case 0:
+			e.Add(lat, t0)
+		case 1:
+			e.AddCensored(lat, t0)
+		default:
+			e.AddBoth(b, lat, false, t0)
+		}
+	}
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				feed(e, b, w, i)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+
+	ref, _ := New(cfg)
+	refB, _ := New(cfg)
+	for w := range writers {
+		for i := range per {
+			feed(ref, refB, w, i)
+		}
+	}
+	if got := e.Added(); got != writers*per {
+		t.Errorf("Added %d, want %d", got, writers*per)
+	}
+	if got, want := b.Added(), refB.Added(); got != want {
+		t.Errorf("sharing estimator's Added %d, want %d", got, want)
+	}
+	if c, p := e.Counts(t0); c != writers*per || p != 0 {
+		t.Errorf("Counts %d, %d; want %d, 0", c, p, writers*per)
+	}
+	for _, pair := range [][2]*Estimator{{e, ref}, {b, refB}} {
+		x, _ := pair[0].Distribution(t0)
+		y, _ := pair[1].Distribution(t0)
+		if x.Count() != y.Count() {
+			t.Fatalf("distribution of %v observations, want %v", x.Count(), y.Count())
+		}
+		for q := 0.0; q <= 1; q += 0.01 {
+			if x.Quantile(q) != y.Quantile(q) {
+				t.Fatalf("q%.2f %v, want %v", q, x.Quantile(q), y.Quantile(q))
+			}
+		}
+	}
+}
+
+// unbuffered adds an observation as an estimator without buffers would:
+// rotate to now, then count it in the current window.
+func unbuffered(e *Estimator, i int32, fl uint8, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rotate(now)
+	o := &obs{i: i, fl: fl}
+	addBin(e.cur, o)
+	if fl&obsCensored != 0 {
+		addBin(e.ccur, o)
+	}
+}
+
+// TestBufferedAcrossShards: observations buffered in several shards, at
+// times crossing window boundaries (and sometimes earlier than the last,
+// within a shard), and moved into the sketches shard by shard in any
+// order — by a writer finding its shard full, or by a reader — land in
+// the windows an unbuffered estimator puts them in, as long as the times
+// across shards increase.
+func TestBufferedAcrossShards(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 9))
+		cfg := Config{Window: time.Second, MinSamples: 1}
+		e, _ := New(cfg)
+		ref, _ := New(cfg)
+		now := t0
+		// The first observation starts the windows, in both.
+		e.Add(time.Millisecond, now)
+		ref.Add(time.Millisecond, now)
+		for range 3000 {
+			now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
+			if r.IntN(500) == 0 {
+				now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond) // a gap of windows
+			}
+			i, fl := int32(r.IntN(300)), uint8(0)
+			if r.IntN(5) == 0 {
+				fl = obsCensored
+			}
+			s := &e.buf.s[r.IntN(shard.N)]
+			s.mu.Lock()
+			if len(s.buf) == cap(s.buf) && s.buf != nil {
+				e.mu.Lock()
+				e.buf.drain(s)
+				e.mu.Unlock()
+			}
+			e.buf.append(s, e, nil, i, fl, now)
+			s.mu.Unlock()
+			unbuffered(ref, i, fl, now)
+			if r.IntN(300) == 0 {
+				at := now.Add(time.Duration(r.IntN(1500)-500) * time.Millisecond)
+				compareWindows(t, e, ref, at)
+				if at.After(now) {
+					now = at
+				}
+			}
+		}
+		compareWindows(t, e, ref, now)
+		if t.Failed() {
+			t.Fatalf("seed %d", seed)
+		}
+	}
+}
+
+// compareWindows checks that e's windows at now equal ref's, bin by bin.
+func compareWindows(t *testing.T, e, ref *Estimator, now time.Time) {
+	t.Helper()
+	c, p := e.Counts(now)
+	rc, rp := ref.Counts(now)
+	if c != rc || p != rp {
+		t.Errorf("at %v: counts %d, %d; want %d, %d", now.Sub(t0), c, p, rc, rp)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, pair := range [][2]*ddsketch.DDSketch{{e.cur, ref.cur}, {e.prev, ref.prev}, {e.ccur, ref.ccur}, {e.cprev, ref.cprev}} {
+		if a, b := pair[0].GetCount(), pair[1].GetCount(); a != b {
+			t.Errorf("at %v: sketch %d holds %v, want %v", now.Sub(t0), k, a, b)
+			continue
+		}
+		want := map[int]float64{}
+		pair[1].GetPositiveValueStore().ForEach(func(i int, n float64) bool { want[i] = n; return false })
+		pair[0].GetPositiveValueStore().ForEach(func(i int, n float64) bool {
+			if want[i] != n {
+				t.Errorf("at %v: sketch %d bin %d holds %v, want %v", now.Sub(t0), k, i, n, want[i])
+			}
+			return false
+		})
+	}
+}
+
+// TestBufferedRestart: what is buffered after a Restart, at a time
+// earlier than the Restart's, counts in the restarted window, as it
+// would unbuffered.
+func TestBufferedRestart(t *testing.T) {
+	e, _ := New(Config{Window: time.Second, MinSamples: 1})
+	e.Add(time.Millisecond, t0)
+	e.Restart(t0.Add(5 * time.Second))
+	e.Add(2*time.Millisecond, t0.Add(4*time.Second))
+	if c, p := e.Counts(t0.Add(5 * time.Second)); c != 1 || p != 0 {
+		t.Errorf("after Restart: counts %d, %d; want 1, 0", c, p)
+	}
+}
