@@ -3,7 +3,10 @@ package budget
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/shard"
 )
 
 // Defaults of [NewWindowed] for zero arguments.
@@ -26,7 +29,13 @@ const windowSlots = 10
 // send 200 hedges in a burst, where a [Ratio] bucket's burst is fixed.
 //
 // The window is kept in a ring of time slots (TTL/10 each), so Deposit and
-// Withdraw take O(1) time and allocate nothing.
+// Withdraw take O(1) time and allocate nothing. Deposit does not take the
+// ring's lock: it counts the deposit in one of a few shards, picked from
+// the calling goroutine's stack, under the shard's own lock, so that
+// primaries begun on different cores do not wait for each other; a
+// shard's count moves into the ring when its slot ends, and every other
+// method moves them all first, so that every answer is the one unsharded
+// deposits would have given.
 //
 // The invariant: over any stretch of T seconds, the hedges granted are at
 // most Ratio × the primaries of that stretch and of the TTL (plus one
@@ -44,11 +53,30 @@ type Windowed struct {
 	reserve      float64 // floor × TTL, in tokens
 
 	mu     sync.Mutex
-	origin time.Time // start of slot 0; zero before use
+	origin time.Time // start of slot 0; zero before use; set once
 	head   int64     // number of the slot being filled
 	ring   [windowSlots + 1]windowSlot
 	dep    int64 // deposits in the ring
 	wd     int64 // withdrawals in the ring
+
+	// started is set once origin is, which a Deposit then reads
+	// without the lock; until then a Deposit takes the lock.
+	started atomic.Bool
+	// pub is head, for a Deposit to read without the lock.
+	pub atomic.Int64
+	// shards count the deposits not yet in the ring.
+	shards *[shard.N]depShard
+}
+
+// depShard counts the deposits of one shard not yet moved into the ring:
+// n of them, made in slot (or, for a time earlier than the ring's head,
+// counted in the head's slot, as an unsharded Deposit would). It fills a
+// cache line.
+type depShard struct {
+	mu   sync.Mutex
+	slot int64
+	n    atomic.Int64 // written under mu, read without it by a reader skipping an empty shard
+	_    [64 - 24]byte
 }
 
 // windowSlot holds one slot's counts.
@@ -68,7 +96,8 @@ func NewWindowed(ratio float64, ttl time.Duration, floor float64) (*Windowed, er
 	case ttl < windowSlots*time.Millisecond:
 		return nil, fmt.Errorf("budget: ttl must be at least %v, got %v", windowSlots*time.Millisecond, ttl)
 	}
-	return &Windowed{ratio: ratio, floor: floor, ttl: ttl, slot: ttl / windowSlots, reserve: floor * ttl.Seconds()}, nil
+	return &Windowed{ratio: ratio, floor: floor, ttl: ttl, slot: ttl / windowSlots, reserve: floor * ttl.Seconds(),
+		shards: new([shard.N]depShard)}, nil
 }
 
 // Settings returns the ratio, TTL and floor in force.
@@ -77,14 +106,32 @@ func (b *Windowed) Settings() (ratio float64, ttl time.Duration, floor float64) 
 }
 
 // advance moves the ring to the slot of now, forgetting the slots that fell
-// out of the window. A now earlier than the slot being filled counts in it.
-// b.mu must be held.
+// out of the window, and moves the shards' deposits into it. A now earlier
+// than the slot being filled counts in it. b.mu must be held.
 func (b *Windowed) advance(now time.Time) {
 	if b.origin.IsZero() {
 		b.origin = now
+		b.started.Store(true)
 		return
 	}
-	k := int64(now.Sub(b.origin) / b.slot)
+	b.advanceTo(int64(now.Sub(b.origin) / b.slot))
+	b.flushAll()
+}
+
+// flushAll moves every shard's deposits into the ring. b.mu must be held.
+func (b *Windowed) flushAll() {
+	for k := range b.shards {
+		if s := &b.shards[k]; s.n.Load() != 0 {
+			s.mu.Lock()
+			b.flush(s)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// advanceTo moves the ring to slot k, if it is later than the head.
+// b.mu must be held.
+func (b *Windowed) advanceTo(k int64) {
 	if k <= b.head {
 		return
 	}
@@ -100,6 +147,23 @@ func (b *Windowed) advance(now time.Time) {
 		}
 	}
 	b.head = k
+	b.pub.Store(k)
+}
+
+// flush moves the deposits of s into the ring: into their slot, moving
+// the ring to it when it is later, or nowhere when the ring has moved
+// past it, as it would have forgotten them. b.mu and s.mu must be held.
+func (b *Windowed) flush(s *depShard) {
+	n := s.n.Load()
+	if n == 0 {
+		return
+	}
+	b.advanceTo(s.slot)
+	if b.head-s.slot < int64(len(b.ring)) {
+		b.ring[s.slot%int64(len(b.ring))].dep += n
+		b.dep += n
+	}
+	s.n.Store(0)
 }
 
 // tokens is the balance. b.mu must be held.
@@ -108,12 +172,59 @@ func (b *Windowed) tokens() float64 {
 }
 
 // Deposit records one primary request.
-func (b *Windowed) Deposit(now time.Time) {
+func (b *Windowed) Deposit(now time.Time) { b.depositIn(shard.Hint(), now) }
+
+// depositIn is Deposit in shard h, or the next one free.
+func (b *Windowed) depositIn(h int, now time.Time) {
+	if !b.started.Load() {
+		b.mu.Lock()
+		b.advance(now)
+		b.ring[b.head%int64(len(b.ring))].dep++
+		b.dep++
+		b.mu.Unlock()
+		return
+	}
+	// The slot of now, or the head's when it is later (see advance).
+	k := max(int64(now.Sub(b.origin)/b.slot), b.pub.Load())
+	for j := range shard.N {
+		s := &b.shards[(h+j)%shard.N]
+		if !s.mu.TryLock() {
+			continue
+		}
+		if s.n.Load() != 0 && k > s.slot {
+			// The shard holds an earlier slot's deposits: they go
+			// into the ring first, unless a reader holds it.
+			if !b.mu.TryLock() {
+				s.mu.Unlock()
+				continue
+			}
+			b.flush(s)
+			b.mu.Unlock()
+		}
+		b.count(s, k)
+		s.mu.Unlock()
+		return
+	}
+	// Every shard busy, or holding an earlier slot while the ring is read.
 	b.mu.Lock()
-	b.advance(now)
-	b.ring[b.head%int64(len(b.ring))].dep++
-	b.dep++
+	s := &b.shards[h]
+	s.mu.Lock()
+	if k > s.slot {
+		b.flush(s)
+	}
+	b.count(s, k)
+	s.mu.Unlock()
 	b.mu.Unlock()
+}
+
+// count counts a deposit of slot k in s, whose earlier slots' deposits
+// are in the ring: in k, or in the shard's slot when that is later (a
+// deposit of this shard at a later time came first). s.mu must be held.
+func (b *Windowed) count(s *depShard, k int64) {
+	if k > s.slot {
+		s.slot = k
+	}
+	s.n.Store(s.n.Load() + 1)
 }
 
 // Withdraw grants a hedge if a whole token is available.
@@ -152,6 +263,7 @@ func (b *Windowed) Capacity(now time.Time) float64 {
 func (b *Windowed) Deposits() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.flushAll()
 	return b.dep
 }
 

@@ -3,8 +3,11 @@ package budget
 import (
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/shard"
 )
 
 // event is one call made to a budget in a trace.
@@ -229,5 +232,81 @@ func TestWindowedConcurrent(t *testing.T) {
 	b, _ := NewWindowed(0.1, 10*time.Second, -1)
 	if granted := hammer(b); granted > 8_000 || b.Deposits() != 80_000 {
 		t.Errorf("granted %d for %d deposits, want ≤ 8,000 for 80,000", granted, b.Deposits())
+	}
+}
+
+// TestWindowedShards: deposits counted in several shards, across slot
+// boundaries, and moved into the ring by a deposit finding its shard's
+// slot over or by any other call, leave the balance an unsharded budget
+// has, call by call, as long as the times across shards increase.
+func TestWindowedShards(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 5))
+		b, _ := NewWindowed(0.1, time.Second, 0.5)
+		ref, _ := NewWindowed(0.1, time.Second, 0.5)
+		now := t0
+		b.Deposit(now)
+		ref.Deposit(now)
+		for i := range 20000 {
+			now = now.Add(time.Duration(r.IntN(2000)) * time.Microsecond)
+			if r.IntN(2000) == 0 {
+				now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond) // past the TTL
+			}
+			b.depositIn(r.IntN(shard.N), now)
+			ref.mu.Lock()
+			ref.advance(now)
+			ref.ring[ref.head%int64(len(ref.ring))].dep++
+			ref.dep++
+			ref.mu.Unlock()
+			if r.IntN(10) == 0 {
+				if g, w := b.Withdraw(now), ref.Withdraw(now); g != w {
+					t.Fatalf("seed %d, call %d: Withdraw %v, want %v", seed, i, g, w)
+				}
+			}
+			if r.IntN(100) == 0 {
+				if g, w := b.Deposits(), ref.Deposits(); g != w {
+					t.Fatalf("seed %d, call %d: Deposits %d, want %d", seed, i, g, w)
+				}
+				if g, w := b.Tokens(now), ref.Tokens(now); g != w {
+					t.Fatalf("seed %d, call %d: Tokens %v, want %v", seed, i, g, w)
+				}
+			}
+		}
+	}
+}
+
+// TestWindowedConcurrentDeposits: deposits from several goroutines at
+// once, while another reads the balance, are each counted once.
+func TestWindowedConcurrentDeposits(t *testing.T) {
+	b, _ := NewWindowed(0.1, 10*time.Second, -1)
+	b.Deposit(t0)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				if c := b.Capacity(t0); c > 0.1*80_001+1e-6 {
+					t.Errorf("capacity %v beyond the deposits made", c)
+				}
+			}
+		}
+	}()
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 10_000 {
+				b.Deposit(t0.Add(time.Duration(g*10_000+i) * time.Microsecond))
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-read
+	if got := b.Deposits(); got != 80_001 {
+		t.Errorf("Deposits %d, want 80,001", got)
 	}
 }
