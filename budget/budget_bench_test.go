@@ -31,3 +31,21 @@ func BenchmarkWindowed(b *testing.B) {
 	r, _ := NewWindowed(0, 0, 0)
 	benchBudget(b, r)
 }
+
+// BenchmarkWindowedParallel is a Deposit per request and a Withdraw every
+// hundredth from every core at once (-cpu 1,2 compares one core with two).
+func BenchmarkWindowedParallel(b *testing.B) {
+	r, _ := NewWindowed(0, 0, 0)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			now := t0.Add(time.Duration(i) * time.Microsecond)
+			r.Deposit(now)
+			if i%100 == 0 {
+				r.Withdraw(now)
+			}
+			i++
+		}
+	})
+}

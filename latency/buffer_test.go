@@ -199,3 +199,24 @@ func TestBufferedRestart(t *testing.T) {
 		t.Errorf("after Restart: counts %d, %d; want 1, 0", c, p)
 	}
 }
+
+// BenchmarkAddParallel is an Add per request from every core at once into
+// one Estimator, with a Distribution read every 256 (as the tailcut
+// policy recomputes): -cpu 1,2 compares one core with two.
+func BenchmarkAddParallel(b *testing.B) {
+	e, _ := New(Config{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var sc Scratch
+		i := 0
+		for pb.Next() {
+			now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+			e.Add(time.Duration(1+i%10)*time.Millisecond, now)
+			if i%256 == 0 {
+				_, _ = e.DistributionWith(&sc, now)
+				sc.Release()
+			}
+			i++
+		}
+	})
+}
