@@ -62,6 +62,15 @@ type Windowed struct {
 	// started is set once origin is, which a Deposit then reads
 	// without the lock; until then a Deposit takes the lock.
 	started atomic.Bool
+	// spread is set once a Deposit found the lock taken: from then on
+	// deposits go to the shards; while it is clear, a Deposit takes the
+	// lock and counts in the ring, as cheap as a shard from one
+	// goroutine. flushAll clears it when no more than one shard held
+	// deposits.
+	spread atomic.Bool
+	// dirty is set when a shard's count leaves zero, and cleared by
+	// flushAll: with nothing to move, a call visits no shard.
+	dirty atomic.Bool
 	// pub is head, for a Deposit to read without the lock.
 	pub atomic.Int64
 	// shards count the deposits not yet in the ring.
@@ -75,7 +84,7 @@ type Windowed struct {
 type depShard struct {
 	mu   sync.Mutex
 	slot int64
-	n    atomic.Int64 // written under mu, read without it by a reader skipping an empty shard
+	n    int64
 	_    [64 - 24]byte
 }
 
@@ -120,12 +129,23 @@ func (b *Windowed) advance(now time.Time) {
 
 // flushAll moves every shard's deposits into the ring. b.mu must be held.
 func (b *Windowed) flushAll() {
+	if !b.dirty.Load() {
+		return
+	}
+	b.dirty.Store(false)
+	used := 0
 	for k := range b.shards {
-		if s := &b.shards[k]; s.n.Load() != 0 {
-			s.mu.Lock()
+		s := &b.shards[k]
+		s.mu.Lock()
+		if s.n != 0 {
+			used++
 			b.flush(s)
-			s.mu.Unlock()
 		}
+		s.mu.Unlock()
+	}
+	if used <= 1 && b.spread.Load() {
+		// One goroutine at most since the last call: back to the lock.
+		b.spread.Store(false)
 	}
 }
 
@@ -154,7 +174,7 @@ func (b *Windowed) advanceTo(k int64) {
 // the ring to it when it is later, or nowhere when the ring has moved
 // past it, as it would have forgotten them. b.mu and s.mu must be held.
 func (b *Windowed) flush(s *depShard) {
-	n := s.n.Load()
+	n := s.n
 	if n == 0 {
 		return
 	}
@@ -163,7 +183,7 @@ func (b *Windowed) flush(s *depShard) {
 		b.ring[s.slot%int64(len(b.ring))].dep += n
 		b.dep += n
 	}
-	s.n.Store(0)
+	s.n = 0
 }
 
 // tokens is the balance. b.mu must be held.
@@ -176,11 +196,17 @@ func (b *Windowed) Deposit(now time.Time) { b.depositIn(shard.Hint(), now) }
 
 // depositIn is Deposit in shard h, or the next one free.
 func (b *Windowed) depositIn(h int, now time.Time) {
+	if !b.spread.Load() {
+		if b.mu.TryLock() {
+			b.depositLocked(now)
+			b.mu.Unlock()
+			return
+		}
+		b.spread.Store(true)
+	}
 	if !b.started.Load() {
 		b.mu.Lock()
-		b.advance(now)
-		b.ring[b.head%int64(len(b.ring))].dep++
-		b.dep++
+		b.depositLocked(now)
 		b.mu.Unlock()
 		return
 	}
@@ -191,7 +217,7 @@ func (b *Windowed) depositIn(h int, now time.Time) {
 		if !s.mu.TryLock() {
 			continue
 		}
-		if s.n.Load() != 0 && k > s.slot {
+		if s.n != 0 && k > s.slot {
 			// The shard holds an earlier slot's deposits: they go
 			// into the ring first, unless a reader holds it.
 			if !b.mu.TryLock() {
@@ -217,6 +243,13 @@ func (b *Windowed) depositIn(h int, now time.Time) {
 	b.mu.Unlock()
 }
 
+// depositLocked is Deposit with b.mu held: straight into the ring.
+func (b *Windowed) depositLocked(now time.Time) {
+	b.advance(now)
+	b.ring[b.head%int64(len(b.ring))].dep++
+	b.dep++
+}
+
 // count counts a deposit of slot k in s, whose earlier slots' deposits
 // are in the ring: in k, or in the shard's slot when that is later (a
 // deposit of this shard at a later time came first). s.mu must be held.
@@ -224,7 +257,9 @@ func (b *Windowed) count(s *depShard, k int64) {
 	if k > s.slot {
 		s.slot = k
 	}
-	s.n.Store(s.n.Load() + 1)
+	if s.n++; s.n == 1 && !b.dirty.Load() {
+		b.dirty.Store(true)
+	}
 }
 
 // Withdraw grants a hedge if a whole token is available.

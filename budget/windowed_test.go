@@ -252,12 +252,9 @@ func TestWindowedShards(t *testing.T) {
 			if r.IntN(2000) == 0 {
 				now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond) // past the TTL
 			}
+			b.spread.Store(true) // as if the lock had been found taken
 			b.depositIn(r.IntN(shard.N), now)
-			ref.mu.Lock()
-			ref.advance(now)
-			ref.ring[ref.head%int64(len(ref.ring))].dep++
-			ref.dep++
-			ref.mu.Unlock()
+			ref.Deposit(now) // from one goroutine: under the lock
 			if r.IntN(10) == 0 {
 				if g, w := b.Withdraw(now), ref.Withdraw(now); g != w {
 					t.Fatalf("seed %d, call %d: Withdraw %v, want %v", seed, i, g, w)
@@ -299,6 +296,9 @@ func TestWindowedConcurrentDeposits(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 10_000 {
+				if i%100 == 0 {
+					b.spread.Store(true) // as if the lock had been found taken
+				}
 				b.Deposit(t0.Add(time.Duration(g*10_000+i) * time.Microsecond))
 			}
 		})

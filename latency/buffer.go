@@ -38,8 +38,7 @@ type obsShard struct {
 	mu sync.Mutex
 	// n counts the owner's observations buffered through this shard since
 	// New, moved into the sketches or not: Added sums the shards' counts.
-	// Written under mu, read without it.
-	n atomic.Uint64
+	n uint64
 	// top is the latest time of the shard's observations and of the
 	// window starts that readers found (obsShards.sync): an observation
 	// is buffered at the later of its time and top, so that it lands in
@@ -54,6 +53,17 @@ type obsShard struct {
 type obsShards struct {
 	s     [shard.N]obsShard
 	owner *Estimator
+	// spread is set once a writer found the estimators' lock taken:
+	// from then on writers buffer their observations; while it is
+	// clear, a writer takes the lock and adds straight into the
+	// sketches, as cheap as buffering from one goroutine and the same
+	// order of adds. A reader clears it when it finds no more than one
+	// shard in use.
+	spread atomic.Bool
+	// dirty is set when an observation goes into an empty shard, and
+	// cleared by the reader that moves them all: a reader with nothing
+	// to move visits no shard.
+	dirty atomic.Bool
 }
 
 // put buffers an observation of bin i (flags fl) at now for x, and for y
@@ -105,11 +115,14 @@ func (set *obsShards) append(s *obsShard, x, y *Estimator, i int32, fl uint8, no
 		if d == nil {
 			continue
 		}
+		if len(s.buf) == 0 && !set.dirty.Load() {
+			set.dirty.Store(true)
+		}
 		s.buf = append(s.buf, obs{at: s.top, dst: d, i: i, fl: fl})
 		if d == set.owner {
-			s.n.Store(s.n.Load() + 1) // s.mu is held
+			s.n++
 		} else {
-			d.direct.Add(1)
+			d.shared.Add(1)
 		}
 	}
 }
@@ -130,9 +143,17 @@ func (set *obsShards) drain(s *obsShard) {
 // is made no earlier than x's window start (obsShard.top), or than
 // restart when it is not zero (Estimator.Restart).
 func (set *obsShards) sync(x *Estimator, restart time.Time) {
+	if restart.IsZero() && !set.dirty.Load() {
+		return
+	}
+	set.dirty.Store(false)
+	used := 0
 	for k := range set.s {
 		s := &set.s[k]
 		s.mu.Lock()
+		if len(s.buf) > 0 {
+			used++
+		}
 		set.drain(s)
 		switch {
 		case !restart.IsZero():
@@ -141,6 +162,11 @@ func (set *obsShards) sync(x *Estimator, restart time.Time) {
 			s.top = x.start
 		}
 		s.mu.Unlock()
+	}
+	if used <= 1 && set.spread.Load() {
+		// One goroutine at most since the last reader: back to
+		// adding under the lock.
+		set.spread.Store(false)
 	}
 }
 

@@ -59,6 +59,12 @@ func TestConcurrentAddExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
+				if i%100 == 0 {
+					// As if a writer had found the lock taken: buffer
+					// (a reader goes back to the lock when at most one
+					// shard was used).
+					e.buf.spread.Store(true)
+				}
 				feed(e, b, w, i)
 			}
 		}()

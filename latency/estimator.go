@@ -102,10 +102,13 @@ type Estimator struct {
 	// it, so that the first observation starts the first window, as an
 	// unbuffered add would.
 	started atomic.Bool
-	// direct counts the observations added under mu (the first ones) or
-	// buffered in another estimator's shards (ShareLock); Added adds
-	// those counted in e's own shards.
-	direct atomic.Uint64
+	// added counts the observations added under mu, and Added adds those
+	// counted in the shards of e's own buffer; shared counts all those of
+	// an estimator that writes to another's buffer (ShareLock).
+	added  uint64
+	shared atomic.Uint64
+	// sharing is set by ShareLock: e writes to another's buffer.
+	sharing bool
 
 	cur  *ddsketch.DDSketch
 	prev *ddsketch.DDSketch
@@ -216,9 +219,25 @@ func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now ti
 		return o.Added()
 	}
 	i, fl := e.bin(v, censored)
-	if e.buf == o.buf && e.started.Load() && o.started.Load() {
-		// One buffer for both (ShareLock): one shard lock.
-		e.buf.put(e, o, i, fl, now)
+	if e.buf != o.buf {
+		e.addBin(i, fl, now)
+		o.addBin(i, fl, now)
+		return o.Added()
+	}
+	// One lock, or one shard's, for both (ShareLock).
+	set := e.buf
+	if !set.spread.Load() {
+		if e.mu.TryLock() {
+			e.addLocked(i, fl, now)
+			o.addLocked(i, fl, now)
+			n := o.addedLocked()
+			e.mu.Unlock()
+			return n
+		}
+		set.spread.Store(true)
+	}
+	if e.started.Load() && o.started.Load() {
+		set.put(e, o, i, fl, now)
 	} else {
 		e.addBin(i, fl, now)
 		o.addBin(i, fl, now)
@@ -234,7 +253,7 @@ func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now ti
 // that find their shard full while it reads, and the other way round.
 // Call it before e is used. No method of an Estimator holds its lock
 // while waiting for another's, so a shared lock cannot deadlock.
-func (e *Estimator) ShareLock(o *Estimator) { e.mu, e.buf = o.mu, o.buf }
+func (e *Estimator) ShareLock(o *Estimator) { e.mu, e.buf, e.sharing = o.mu, o.buf, true }
 
 // bin returns the sketch bin of v in seconds (v ≥ 0) and the flags of
 // its buffered observation.
@@ -253,28 +272,66 @@ func (e *Estimator) bin(v float64, censored bool) (int32, uint8) {
 
 // add is Add (AddCensored when censored) of v in seconds.
 func (e *Estimator) add(v float64, censored bool, now time.Time) {
+	if !e.buf.spread.Load() && e.mu.TryLock() {
+		// Straight into the sketches, as is cheapest from one
+		// goroutine. Add only fails for values beyond the mapping's
+		// range (about 10^308 s) or NaN, neither of which a Duration
+		// can produce.
+		e.rotate(now)
+		_ = e.cur.Add(v)
+		if censored {
+			_ = e.ccur.Add(v)
+		}
+		e.count()
+		e.mu.Unlock()
+		return
+	}
 	i, fl := e.bin(v, censored)
 	e.addBin(i, fl, now)
 }
 
-// addBin buffers an observation of bin i (flags fl) at now; the first
-// one an estimator is given goes straight into its sketches and starts
-// its first window.
+// addBin adds an observation of bin i (flags fl) at now: straight into
+// the sketches while one goroutine at a time writes (obsShards.spread),
+// else into the buffer, but for the first one an estimator is given,
+// which starts its first window.
 func (e *Estimator) addBin(i int32, fl uint8, now time.Time) {
+	set := e.buf
+	if !set.spread.Load() {
+		if e.mu.TryLock() {
+			e.addLocked(i, fl, now)
+			e.mu.Unlock()
+			return
+		}
+		set.spread.Store(true)
+	}
 	if e.started.Load() {
-		e.buf.put(e, nil, i, fl, now)
+		set.put(e, nil, i, fl, now)
 		return
 	}
 	e.mu.Lock()
-	if e.started.Load() { // another writer started it
-		e.mu.Unlock()
-		e.buf.put(e, nil, i, fl, now)
-		return
-	}
-	e.rotate(now)
-	e.place(&obs{at: now, dst: e, i: i, fl: fl})
-	e.direct.Add(1)
+	e.addLocked(i, fl, now)
 	e.mu.Unlock()
+}
+
+// addLocked adds an observation of bin i (flags fl) at now into the
+// sketches: the unbuffered add. e.mu must be held.
+func (e *Estimator) addLocked(i int32, fl uint8, now time.Time) {
+	e.rotate(now)
+	o := obs{i: i, fl: fl}
+	addBin(e.cur, &o)
+	if fl&obsCensored != 0 {
+		addBin(e.ccur, &o)
+	}
+	e.count()
+}
+
+// count counts an observation added under e.mu.
+func (e *Estimator) count() {
+	if !e.sharing {
+		e.added++
+	} else {
+		e.shared.Add(1)
+	}
 }
 
 // AddCensored records, at now, an observation known only to be longer than
@@ -292,13 +349,28 @@ func (e *Estimator) AddCensored(d time.Duration, now time.Time) {
 // Added returns how many observations the Estimator has been given
 // (Add, AddCensored, AddBoth) since New: a count that Restart and the
 // windows' rotation leave alone, for a caller that acts every so many
-// observations (AddBoth returns it too). It takes no lock.
+// observations (AddBoth returns it too). It takes the buffer's shards'
+// locks in turn, not the windows'.
 func (e *Estimator) Added() uint64 {
-	n := e.direct.Load()
-	if e.buf.owner == e {
-		for k := range e.buf.s {
-			n += e.buf.s[k].n.Load()
-		}
+	if e.sharing {
+		return e.shared.Load()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addedLocked()
+}
+
+// addedLocked is Added with e.mu held.
+func (e *Estimator) addedLocked() uint64 {
+	if e.sharing {
+		return e.shared.Load()
+	}
+	n := e.added
+	for k := range e.buf.s {
+		s := &e.buf.s[k]
+		s.mu.Lock()
+		n += s.n
+		s.mu.Unlock()
 	}
 	return n
 }
