@@ -71,6 +71,7 @@ type Windowed struct {
 	// dirty is set when a shard's count leaves zero, and cleared by
 	// flushAll: with nothing to move, a call visits no shard.
 	dirty atomic.Bool
+	calm  shard.Calm // tells when to clear spread (under mu)
 	// pub is head, for a Deposit to read without the lock.
 	pub atomic.Int64
 	// shards count the deposits not yet in the ring.
@@ -133,18 +134,18 @@ func (b *Windowed) flushAll() {
 		return
 	}
 	b.dirty.Store(false)
-	used := 0
-	for k := range b.shards {
-		s := &b.shards[k]
-		s.mu.Lock()
-		if s.n != 0 {
-			used++
-			b.flush(s)
+	used, last, n := 0, 0, int64(0)
+	shard.LockEach(func(k int) *sync.Mutex { return &b.shards[k].mu }, func(k int) {
+		if s := &b.shards[k]; s.n != 0 {
+			used, last, n = used+1, k, s.n
+			b.flush(k)
 		}
-		s.mu.Unlock()
-	}
-	if used <= 1 && b.spread.Load() {
-		// One goroutine at most since the last call: back to the lock.
+	})
+	switch {
+	case used > 1:
+		b.calm.Reset()
+	case used == 1 && b.calm.Note(last, int(n)) && b.spread.Load():
+		// One depositor for a while: back to the lock.
 		b.spread.Store(false)
 	}
 }
@@ -173,11 +174,13 @@ func (b *Windowed) advanceTo(k int64) {
 // flush moves the deposits of s into the ring: into their slot, moving
 // the ring to it when it is later, or nowhere when the ring has moved
 // past it, as it would have forgotten them. b.mu and s.mu must be held.
-func (b *Windowed) flush(s *depShard) {
+func (b *Windowed) flush(k int) {
+	s := &b.shards[k]
 	n := s.n
 	if n == 0 {
 		return
 	}
+
 	b.advanceTo(s.slot)
 	if b.head-s.slot < int64(len(b.ring)) {
 		b.ring[s.slot%int64(len(b.ring))].dep += n
@@ -224,7 +227,7 @@ func (b *Windowed) depositIn(h int, now time.Time) {
 				s.mu.Unlock()
 				continue
 			}
-			b.flush(s)
+			b.flush((h + j) % shard.N)
 			b.mu.Unlock()
 		}
 		b.count(s, k)
@@ -236,7 +239,7 @@ func (b *Windowed) depositIn(h int, now time.Time) {
 	s := &b.shards[h]
 	s.mu.Lock()
 	if k > s.slot {
-		b.flush(s)
+		b.flush(h)
 	}
 	b.count(s, k)
 	s.mu.Unlock()

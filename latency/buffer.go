@@ -64,6 +64,8 @@ type obsShards struct {
 	// cleared by the reader that moves them all: a reader with nothing
 	// to move visits no shard.
 	dirty atomic.Bool
+	// calm tells when to clear spread (under the estimators' lock).
+	calm shard.Calm
 }
 
 // put buffers an observation of bin i (flags fl) at now for x, and for y
@@ -75,7 +77,8 @@ func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 	}
 	h := shard.Hint()
 	for k := range shard.N {
-		s := &set.s[(h+k)%shard.N]
+		j := (h + k) % shard.N
+		s := &set.s[j]
 		if !s.mu.TryLock() {
 			continue
 		}
@@ -86,7 +89,7 @@ func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 				s.mu.Unlock()
 				continue
 			}
-			set.drain(s)
+			set.drain(j)
 			x.mu.Unlock()
 		}
 		set.append(s, x, y, i, fl, now)
@@ -97,7 +100,7 @@ func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 	x.mu.Lock()
 	s := &set.s[h]
 	s.mu.Lock()
-	set.drain(s)
+	set.drain(h)
 	set.append(s, x, y, i, fl, now)
 	s.mu.Unlock()
 	x.mu.Unlock()
@@ -127,13 +130,22 @@ func (set *obsShards) append(s *obsShard, x, y *Estimator, i int32, fl uint8, no
 	}
 }
 
-// drain moves the observations of s into their estimators' sketches. The
-// lock of s and the estimators' lock must be held.
-func (set *obsShards) drain(s *obsShard) {
+// drain moves the observations of shard k into their estimators'
+// sketches, and clears spread once they came through one shard for a
+// while (shard.Calm). The lock of the shard and the estimators' lock must
+// be held.
+func (set *obsShards) drain(k int) {
+	s := &set.s[k]
+	if len(s.buf) == 0 {
+		return
+	}
 	for j := range s.buf {
 		o := &s.buf[j]
 		o.dst.place(o)
 		o.dst = nil
+	}
+	if set.calm.Note(k, len(s.buf)) && set.spread.Load() {
+		set.spread.Store(false)
 	}
 	s.buf = s.buf[:0]
 }
@@ -148,25 +160,21 @@ func (set *obsShards) sync(x *Estimator, restart time.Time) {
 	}
 	set.dirty.Store(false)
 	used := 0
-	for k := range set.s {
+	shard.LockEach(func(k int) *sync.Mutex { return &set.s[k].mu }, func(k int) {
 		s := &set.s[k]
-		s.mu.Lock()
 		if len(s.buf) > 0 {
 			used++
 		}
-		set.drain(s)
+		set.drain(k)
 		switch {
 		case !restart.IsZero():
 			s.top = restart
 		case x.start.After(s.top):
 			s.top = x.start
 		}
-		s.mu.Unlock()
-	}
-	if used <= 1 && set.spread.Load() {
-		// One goroutine at most since the last reader: back to
-		// adding under the lock.
-		set.spread.Store(false)
+	})
+	if used > 1 {
+		set.calm.Reset()
 	}
 }
 

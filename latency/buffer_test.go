@@ -141,11 +141,12 @@ func TestBufferedAcrossShards(t *testing.T) {
 			if r.IntN(5) == 0 {
 				fl = obsCensored
 			}
-			s := &e.buf.s[r.IntN(shard.N)]
+			k := r.IntN(shard.N)
+			s := &e.buf.s[k]
 			s.mu.Lock()
 			if len(s.buf) == cap(s.buf) && s.buf != nil {
 				e.mu.Lock()
-				e.buf.drain(s)
+				e.buf.drain(k)
 				e.mu.Unlock()
 			}
 			e.buf.append(s, e, nil, i, fl, now)

@@ -5,7 +5,10 @@
 // budget on the request path.
 package shard
 
-import "unsafe"
+import (
+	"sync"
+	"unsafe"
+)
 
 // N is the number of shards of a sharded structure: a power of two, a few
 // more than the cores a client usually runs on, so that goroutines meet
@@ -28,3 +31,61 @@ func Hint() int {
 	p := uint64(uintptr(unsafe.Pointer(&b))) >> 12
 	return int((p * 0x9E3779B97F4A7C15) >> (64 - log2N))
 }
+
+// LockEach calls f(k) for each shard k in [0, N) with mu(k) held, the
+// shards whose lock is free first and the others after, waiting for
+// them: a reader visiting every shard then waits for a writer only if
+// the writer still holds its shard once every other shard is done.
+func LockEach(mu func(k int) *sync.Mutex, f func(k int)) {
+	var busy [N]bool
+	for k := range N {
+		if m := mu(k); m.TryLock() {
+			f(k)
+			m.Unlock()
+		} else {
+			busy[k] = true
+		}
+	}
+	for k := range N {
+		if busy[k] {
+			m := mu(k)
+			m.Lock()
+			f(k)
+			m.Unlock()
+		}
+	}
+}
+
+// Quiet is how many writes in a row must have come through a single
+// shard before a sharded structure's writers go back to its one lock.
+const Quiet = 256
+
+// Calm tells when the writers of a sharded structure, spread over its
+// shards since two of them met on its lock, are down to one goroutine
+// again: when, batch after batch, Quiet writes went through one shard
+// and no other. Counting writes rather than readers keeps a reader that
+// found a single shard in use, because the other writers were
+// descheduled for a moment, from sending them back to meet on the lock.
+// The zero value is ready; it is used under the structure's lock.
+type Calm struct {
+	last, n int
+}
+
+// Note records that a batch of n writes of shard k moved into the
+// structure, and reports whether the writes of the batches since the
+// last one of another shard (this one not included when it is the first)
+// reach Quiet.
+func (c *Calm) Note(k, n int) bool {
+	if k != c.last {
+		c.last, c.n = k, 0
+		return false
+	}
+	if c.n += n; c.n >= Quiet {
+		c.n = 0
+		return true
+	}
+	return false
+}
+
+// Reset records that writes went through more than one shard.
+func (c *Calm) Reset() { c.last, c.n = -1, 0 }

@@ -1,6 +1,11 @@
 package shard
 
-import "testing"
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
 
 // TestHint: a hint is a shard index, the same for a goroutine calling
 // from the same place, and goroutines spread over more than one shard.
@@ -22,5 +27,53 @@ func TestHint(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Errorf("64 goroutines all hinted at shard %v", seen)
+	}
+}
+
+// TestLockEach: every shard is visited once, with its lock held, a busy
+// one after the others.
+func TestLockEach(t *testing.T) {
+	var mus [N]sync.Mutex
+	mus[2].Lock()
+	var order []int
+	var visited atomic.Int32
+	go func() {
+		// Let go of shard 2 once the free ones are done.
+		for visited.Load() < N-1 {
+			runtime.Gosched()
+		}
+		mus[2].Unlock()
+	}()
+	LockEach(func(k int) *sync.Mutex { return &mus[k] }, func(k int) {
+		if mus[k].TryLock() {
+			t.Errorf("shard %d visited without its lock", k)
+		}
+		order = append(order, k)
+		visited.Add(1)
+	})
+	if len(order) != N || order[N-1] != 2 {
+		t.Errorf("visited %v, want every shard once, 2 last", order)
+	}
+}
+
+// TestCalm: writes through one shard, batch after batch, reach Quiet;
+// alternating shards or a Reset never do, however large the batches.
+func TestCalm(t *testing.T) {
+	var c Calm
+	for i := range 10 {
+		if c.Note(1+i%2, 10*Quiet) {
+			t.Fatalf("alternating shards: calm after batch %d", i)
+		}
+	}
+	c.Reset()
+	calm := 0
+	for i := range Quiet + 1 {
+		if c.Note(3, 1) {
+			calm = i
+			break
+		}
+	}
+	if calm != Quiet {
+		t.Errorf("one shard: calm at batch %d of 1 write, want %d (the first batch not counted)", calm, Quiet)
 	}
 }
