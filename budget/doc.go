@@ -7,11 +7,12 @@
 //     follows it, after Finagle's RetryBudget: deposits live for a TTL (10
 //     s), so a cluster of stragglers may spend what the quiet seconds
 //     before it saved, and the cap holds over any stretch of a TTL or more.
-//     Deposit counts the primary in one of 8 shards under the shard's own
-//     lock, so that primaries begun on different cores do not wait for each
-//     other; every other call moves the shards' counts into the window
-//     first, so its answers are the unsharded budget's (512 bytes per
-//     budget; BenchmarkWindowedParallel).
+//     Once two Deposits have met on its lock, Deposit counts the primary
+//     in one of 8 shards under the shard's own lock, so that primaries
+//     begun on different cores do not wait for each other, until 256
+//     deposits in a row came through one shard; every other call moves the
+//     shards' counts into the window first, so its answers are the
+//     unsharded budget's (512 bytes per budget; BenchmarkWindowedParallel).
 //   - [Ratio]: each primary deposits a fraction of a token and
 //     each hedge spends a whole one, so hedges stay within that fraction of
 //     the traffic, whatever the traffic is, with no request rate to guess.

@@ -29,13 +29,13 @@ const windowSlots = 10
 // send 200 hedges in a burst, where a [Ratio] bucket's burst is fixed.
 //
 // The window is kept in a ring of time slots (TTL/10 each), so Deposit and
-// Withdraw take O(1) time and allocate nothing. Deposit does not take the
-// ring's lock: it counts the deposit in one of a few shards, picked from
-// the calling goroutine's stack, under the shard's own lock, so that
-// primaries begun on different cores do not wait for each other; a
-// shard's count moves into the ring when its slot ends, and every other
-// method moves them all first, so that every answer is the one unsharded
-// deposits would have given.
+// Withdraw take O(1) time and allocate nothing. Once two Deposits have
+// met on the ring's lock, Deposit counts the deposit in one of a few
+// shards, picked from the calling goroutine's stack, under the shard's own
+// lock, so that primaries begun on different cores do not wait for each
+// other; a shard's count moves into the ring when its slot ends, and
+// every other method moves them all first, so that every answer is the
+// one unsharded deposits would have given.
 //
 // The invariant: over any stretch of T seconds, the hedges granted are at
 // most Ratio × the primaries of that stretch and of the TTL (plus one

@@ -19,19 +19,23 @@
 // latency kept exact). In practice a distribution that spans a factor of 100
 // uses about 240 bins per window.
 //
-// Writers on different cores do not wait for each other: [Estimator.Add]
-// appends the observation's sketch bin to one of 8 small buffers (shards),
-// picked by a hash of the calling goroutine's stack, under that shard's own
-// lock (a busy shard sends the writer to the next). The writer that finds
-// its shard full (16 observations) moves it into the windows, unless a
-// reader holds them — it then writes to another shard instead of waiting —
-// and every reader (Quantile, Distribution, Counts, Snapshot, …) moves all
-// shards in before it reads. A buffered observation carries the later of
-// its time and its shard's latest, and lands in the window of that time,
-// so a reader sees what unbuffered adds would have left: exactly so from
-// one goroutine, and from several while their times increase. Buffering
-// adds to each Estimator 576 bytes of shards and, per shard in use, 640
-// bytes of buffer: about 1.2 KiB written from one goroutine, 5.6 KiB at
+// Writers on different cores do not wait for each other. While one
+// goroutine at a time writes, [Estimator.Add] takes the windows' lock (with
+// TryLock) and adds straight into them. Once a writer finds that lock
+// taken, writers append the observation's sketch bin to one of 8 small
+// buffers (shards), picked by a hash of the calling goroutine's stack,
+// under that shard's own lock (a busy shard sends the writer to the next).
+// The writer that finds its shard full (16 observations) moves it into the
+// windows, unless a reader holds them — it then writes to another shard
+// instead of waiting — and every reader (Quantile, Distribution, Counts,
+// Snapshot, …) moves all shards in before it reads, those a writer holds
+// last. After 256 observations in a row through one shard, writers go
+// back to the lock. A buffered observation carries the later of its time
+// and its shard's latest, and lands in the window of that time, so a
+// reader sees what unbuffered adds would have left: exactly so from one
+// goroutine, and from several while their times increase. The buffers
+// add to each Estimator 576 bytes of shards and, per shard used, 640 bytes:
+// none beyond the shards while one goroutine at a time writes, 5.6 KiB at
 // most. BenchmarkAddParallel measures Add from every core; the tailcut
 // package's BenchmarkPolicyParallel the whole request path and
 // BenchmarkKeyMemory a key's heap.

@@ -80,13 +80,13 @@ func (c Config) withDefaults() (Config, error) {
 // costs a few hundred nanoseconds, so callers on a hot path cache its answer
 // (the tailcut policy recomputes on rotation or every few observations).
 //
-// Add does not take the sketches' lock: it appends the observation's bin
-// to one of a few buffers (shards) under the shard's own lock, the shard
-// picked from the calling goroutine's stack, so that goroutines on
-// different cores rarely meet; the writer that finds its shard full moves
-// it into the sketches, and every reader moves them all in first, so that
-// what a reader sees is what unbuffered adds would have left (see the
-// package doc).
+// Writers on different cores do not wait for each other: once two have
+// met on the sketches' lock, Add appends the observation's bin to one of a
+// few buffers (shards) under the shard's own lock, the shard picked from
+// the calling goroutine's stack; the writer that finds its shard full
+// moves it into the sketches, and every reader moves them all in first,
+// so that what a reader sees is what unbuffered adds would have left (see
+// the package doc).
 type Estimator struct {
 	cfg     Config
 	mapping mapping.IndexMapping
