@@ -310,3 +310,26 @@ func TestWindowedConcurrentDeposits(t *testing.T) {
 		t.Errorf("Deposits %d, want 80,001", got)
 	}
 }
+
+// TestWindowedBackToLock: once deposits go to the shards, a single
+// goroutine's deposits (shard.Quiet of them through one shard) send them
+// back to the lock, and every deposit is counted.
+func TestWindowedBackToLock(t *testing.T) {
+	b, _ := NewWindowed(0.1, 10*time.Second, -1)
+	b.Deposit(t0)
+	b.spread.Store(true)
+	n := int64(1)
+	for ; n < 4*shard.Quiet && b.spread.Load(); n++ {
+		b.Deposit(t0)
+		if n%10 == 0 {
+			b.Tokens(t0) // moves the shards into the ring
+		}
+	}
+	if b.spread.Load() {
+		t.Fatalf("deposits still go to the shards after %d from one goroutine", n)
+	}
+	b.Deposit(t0)
+	if got := b.Deposits(); got != n+1 {
+		t.Errorf("Deposits %d, want %d", got, n+1)
+	}
+}

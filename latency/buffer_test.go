@@ -227,3 +227,26 @@ func BenchmarkAddParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestBackToLock: once writers buffer, a single goroutine's observations
+// through one shard send writers back to the lock (shard.Quiet of them),
+// and every observation is counted.
+func TestBackToLock(t *testing.T) {
+	e, _ := New(Config{Window: time.Hour})
+	e.Add(time.Millisecond, t0)
+	e.buf.spread.Store(true)
+	n := 1
+	for ; n < 2*shard.Quiet && e.buf.spread.Load(); n++ {
+		e.Add(time.Millisecond, t0)
+	}
+	if e.buf.spread.Load() {
+		t.Fatalf("writers still buffer after %d observations from one goroutine", n)
+	}
+	for range 100 {
+		e.Add(time.Millisecond, t0)
+		n++
+	}
+	if c, _ := e.Counts(t0); c != n || e.Added() != uint64(n) {
+		t.Errorf("Counts %d, Added %d; want %d", c, e.Added(), n)
+	}
+}
