@@ -51,7 +51,9 @@ type obsShard struct {
 // obsShards is the observation buffer of an Estimator, and of those that
 // share its lock (Estimator.ShareLock).
 type obsShards struct {
-	s     [shard.N]obsShard
+	// s holds the shards, allocated when a writer first buffers: an
+	// estimator written from one goroutine at a time never does.
+	s     atomic.Pointer[[shard.N]obsShard]
 	owner *Estimator
 	// spread is set once a writer found the estimators' lock taken:
 	// from then on writers buffer their observations; while it is
@@ -68,6 +70,15 @@ type obsShards struct {
 	calm shard.Calm
 }
 
+// shards returns the shards, allocating them if need be.
+func (set *obsShards) shards() *[shard.N]obsShard {
+	if p := set.s.Load(); p != nil {
+		return p
+	}
+	set.s.CompareAndSwap(nil, new([shard.N]obsShard))
+	return set.s.Load()
+}
+
 // put buffers an observation of bin i (flags fl) at now for x, and for y
 // when y is not nil. x and y share set and its lock; both have started.
 func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
@@ -75,10 +86,11 @@ func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 	if y != nil {
 		need = 2
 	}
+	sh := set.shards()
 	h := shard.Hint()
 	for k := range shard.N {
 		j := (h + k) % shard.N
-		s := &set.s[j]
+		s := &sh[j]
 		if !s.mu.TryLock() {
 			continue
 		}
@@ -98,7 +110,7 @@ func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 	}
 	// Every shard busy, or full while the sketches are read: wait.
 	x.mu.Lock()
-	s := &set.s[h]
+	s := &sh[h]
 	s.mu.Lock()
 	set.drain(h)
 	set.append(s, x, y, i, fl, now)
@@ -135,7 +147,7 @@ func (set *obsShards) append(s *obsShard, x, y *Estimator, i int32, fl uint8, no
 // while (shard.Calm). The lock of the shard and the estimators' lock must
 // be held.
 func (set *obsShards) drain(k int) {
-	s := &set.s[k]
+	s := &set.s.Load()[k]
 	if len(s.buf) == 0 {
 		return
 	}
@@ -158,10 +170,14 @@ func (set *obsShards) sync(x *Estimator, restart time.Time) {
 	if restart.IsZero() && !set.dirty.Load() {
 		return
 	}
+	sh := set.s.Load()
+	if sh == nil {
+		return // nothing was ever buffered
+	}
 	set.dirty.Store(false)
 	used := 0
-	shard.LockEach(func(k int) *sync.Mutex { return &set.s[k].mu }, func(k int) {
-		s := &set.s[k]
+	shard.LockEach(func(k int) *sync.Mutex { return &sh[k].mu }, func(k int) {
+		s := &sh[k]
 		if len(s.buf) > 0 {
 			used++
 		}

@@ -142,7 +142,7 @@ func TestBufferedAcrossShards(t *testing.T) {
 				fl = obsCensored
 			}
 			k := r.IntN(shard.N)
-			s := &e.buf.s[k]
+			s := &e.buf.shards()[k]
 			s.mu.Lock()
 			if len(s.buf) == cap(s.buf) && s.buf != nil {
 				e.mu.Lock()

@@ -34,9 +34,9 @@
 // and its shard's latest, and lands in the window of that time, so a
 // reader sees what unbuffered adds would have left: exactly so from one
 // goroutine, and from several while their times increase. The buffers
-// add to each Estimator 576 bytes of shards and, per shard used, 640 bytes:
-// none beyond the shards while one goroutine at a time writes, 5.6 KiB at
-// most. BenchmarkAddParallel measures Add from every core; the tailcut
+// cost an Estimator 48 bytes while one goroutine at a time writes; once
+// writers have met, 512 bytes of shards and 640 bytes per shard used,
+// 5.6 KiB at most. BenchmarkAddParallel measures Add from every core; the tailcut
 // package's BenchmarkPolicyParallel the whole request path and
 // BenchmarkKeyMemory a key's heap.
 //

@@ -366,11 +366,13 @@ func (e *Estimator) addedLocked() uint64 {
 		return e.shared.Load()
 	}
 	n := e.added
-	for k := range e.buf.s {
-		s := &e.buf.s[k]
-		s.mu.Lock()
-		n += s.n
-		s.mu.Unlock()
+	if sh := e.buf.s.Load(); sh != nil {
+		for k := range sh {
+			s := &sh[k]
+			s.mu.Lock()
+			n += s.n
+			s.mu.Unlock()
+		}
 	}
 	return n
 }
