@@ -11,8 +11,9 @@
 //     in one of 8 shards under the shard's own lock, so that primaries
 //     begun on different cores do not wait for each other, until 256
 //     deposits in a row came through one shard; every other call moves the
-//     shards' counts into the window first, so its answers are the
-//     unsharded budget's (512 bytes per budget; BenchmarkWindowedParallel).
+//     shards' counts into the window first (but a shard a Deposit holds at
+//     that moment), so its answers are the unsharded budget's (512 bytes
+//     per budget; BenchmarkWindowedParallel).
 //   - [Ratio]: each primary deposits a fraction of a token and
 //     each hedge spends a whole one, so hedges stay within that fraction of
 //     the traffic, whatever the traffic is, with no request rate to guess.

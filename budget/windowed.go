@@ -34,8 +34,9 @@ const windowSlots = 10
 // shards, picked from the calling goroutine's stack, under the shard's own
 // lock, so that primaries begun on different cores do not wait for each
 // other; a shard's count moves into the ring when its slot ends, and
-// every other method moves them all first, so that every answer is the
-// one unsharded deposits would have given.
+// every other method moves them first (but a shard a Deposit holds at
+// that moment), so that every answer is the one unsharded deposits would
+// have given.
 //
 // The invariant: over any stretch of T seconds, the hedges granted are at
 // most Ratio × the primaries of that stretch and of the TTL (plus one
@@ -128,19 +129,25 @@ func (b *Windowed) advance(now time.Time) {
 	b.flushAll()
 }
 
-// flushAll moves every shard's deposits into the ring. b.mu must be held.
+// flushAll moves the shards' deposits into the ring, but those of a shard
+// a Deposit holds at that moment. b.mu must be held.
 func (b *Windowed) flushAll() {
 	if !b.dirty.Load() {
 		return
 	}
 	b.dirty.Store(false)
 	used, last, n := 0, 0, int64(0)
-	shard.LockEach(func(k int) *sync.Mutex { return &b.shards[k].mu }, func(k int) {
+	// A shard a Deposit holds at this moment is left for the next call,
+	// so that a reader never waits for a Deposit.
+	left := shard.LockEach(func(k int) *sync.Mutex { return &b.shards[k].mu }, func(k int) {
 		if s := &b.shards[k]; s.n != 0 {
 			used, last, n = used+1, k, s.n
 			b.flush(k)
 		}
-	})
+	}, false)
+	if left {
+		b.dirty.Store(true)
+	}
 	switch {
 	case used > 1:
 		b.calm.Reset()

@@ -162,10 +162,11 @@ func (set *obsShards) drain(k int) {
 	s.buf = s.buf[:0]
 }
 
-// sync moves every buffered observation into the sketches, for a reader
-// of x, which holds the estimators' lock; an observation buffered after
-// is made no earlier than x's window start (obsShard.top), or than
-// restart when it is not zero (Estimator.Restart).
+// sync moves the buffered observations into the sketches, for a reader
+// of x, which holds the estimators' lock: all of them for a Restart
+// (restart not zero), else all but those of a shard a writer holds at
+// that moment. An observation buffered after is made no earlier than
+// x's window start (obsShard.top), or than restart.
 func (set *obsShards) sync(x *Estimator, restart time.Time) {
 	if restart.IsZero() && !set.dirty.Load() {
 		return
@@ -176,7 +177,10 @@ func (set *obsShards) sync(x *Estimator, restart time.Time) {
 	}
 	set.dirty.Store(false)
 	used := 0
-	shard.LockEach(func(k int) *sync.Mutex { return &sh[k].mu }, func(k int) {
+	// A shard a writer holds at this moment is left for the next reader
+	// (so that a reader never waits for a writer), but by a Restart,
+	// after which nothing of before may remain buffered.
+	left := shard.LockEach(func(k int) *sync.Mutex { return &sh[k].mu }, func(k int) {
 		s := &sh[k]
 		if len(s.buf) > 0 {
 			used++
@@ -188,7 +192,10 @@ func (set *obsShards) sync(x *Estimator, restart time.Time) {
 		case x.start.After(s.top):
 			s.top = x.start
 		}
-	})
+	}, !restart.IsZero())
+	if left {
+		set.dirty.Store(true)
+	}
 	if used > 1 {
 		set.calm.Reset()
 	}

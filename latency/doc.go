@@ -28,12 +28,13 @@
 // The writer that finds its shard full (16 observations) moves it into the
 // windows, unless a reader holds them — it then writes to another shard
 // instead of waiting — and every reader (Quantile, Distribution, Counts,
-// Snapshot, …) moves all shards in before it reads, those a writer holds
-// last. After 256 observations in a row through one shard, writers go
-// back to the lock. A buffered observation carries the later of its time
-// and its shard's latest, and lands in the window of that time, so a
-// reader sees what unbuffered adds would have left: exactly so from one
-// goroutine, and from several while their times increase. The buffers
+// Snapshot, …) moves the shards in before it reads, but for one that a
+// writer holds at that moment, left for the next reader: no reader waits
+// for a writer. After 256 observations in a row through one shard,
+// writers go back to the lock. A buffered observation carries the later
+// of its time and its shard's latest, and lands in the window of that
+// time, so a reader sees what unbuffered adds would have left: exactly so
+// from one goroutine, and from several while their times increase. The buffers
 // cost an Estimator 48 bytes while one goroutine at a time writes; once
 // writers have met, 512 bytes of shards and 640 bytes per shard used,
 // 5.6 KiB at most. BenchmarkAddParallel measures Add from every core; the tailcut

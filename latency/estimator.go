@@ -84,8 +84,7 @@ func (c Config) withDefaults() (Config, error) {
 // met on the sketches' lock, Add appends the observation's bin to one of a
 // few buffers (shards) under the shard's own lock, the shard picked from
 // the calling goroutine's stack; the writer that finds its shard full
-// moves it into the sketches, and every reader moves them all in first,
-// so that what a reader sees is what unbuffered adds would have left (see
+// moves it into the sketches, and every reader moves them in first (see
 // the package doc).
 type Estimator struct {
 	cfg     Config

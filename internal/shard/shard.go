@@ -33,18 +33,22 @@ func Hint() int {
 }
 
 // LockEach calls f(k) for each shard k in [0, N) with mu(k) held, the
-// shards whose lock is free first and the others after, waiting for
-// them: a reader visiting every shard then waits for a writer only if
-// the writer still holds its shard once every other shard is done.
-func LockEach(mu func(k int) *sync.Mutex, f func(k int)) {
+// shards whose lock is free first. With wait, it then waits for the
+// others, so that a reader visiting every shard waits for a writer only
+// if the writer still holds its shard once every other shard is done;
+// without, it leaves them, and reports whether it left any.
+func LockEach(mu func(k int) *sync.Mutex, f func(k int), wait bool) (left bool) {
 	var busy [N]bool
 	for k := range N {
 		if m := mu(k); m.TryLock() {
 			f(k)
 			m.Unlock()
 		} else {
-			busy[k] = true
+			busy[k], left = true, true
 		}
+	}
+	if !wait {
+		return left
 	}
 	for k := range N {
 		if busy[k] {
@@ -54,6 +58,7 @@ func LockEach(mu func(k int) *sync.Mutex, f func(k int)) {
 			m.Unlock()
 		}
 	}
+	return false
 }
 
 // Quiet is how many writes in a row must have come through a single

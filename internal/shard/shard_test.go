@@ -2,6 +2,7 @@ package shard
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,16 +45,30 @@ func TestLockEach(t *testing.T) {
 		}
 		mus[2].Unlock()
 	}()
-	LockEach(func(k int) *sync.Mutex { return &mus[k] }, func(k int) {
+	visit := func(k int) {
 		if mus[k].TryLock() {
 			t.Errorf("shard %d visited without its lock", k)
 		}
 		order = append(order, k)
 		visited.Add(1)
-	})
+	}
+	if LockEach(func(k int) *sync.Mutex { return &mus[k] }, visit, true) {
+		t.Error("LockEach waiting reports a shard left")
+	}
 	if len(order) != N || order[N-1] != 2 {
 		t.Errorf("visited %v, want every shard once, 2 last", order)
 	}
+
+	// Without waiting, a busy shard is left and reported.
+	mus[5].Lock()
+	order = order[:0]
+	if !LockEach(func(k int) *sync.Mutex { return &mus[k] }, visit, false) {
+		t.Error("LockEach not waiting does not report the busy shard")
+	}
+	if len(order) != N-1 || slices.Contains(order, 5) {
+		t.Errorf("visited %v, want every shard but 5", order)
+	}
+	mus[5].Unlock()
 }
 
 // TestCalm: writes through one shard, batch after batch, reach Quiet;
