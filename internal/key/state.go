@@ -227,7 +227,7 @@ func (s *State) Delay(now time.Time, set *Settings) time.Duration {
 func (s *State) recompute(now time.Time, set *Settings) time.Duration {
 	var d time.Duration
 	var ok bool
-	if set.Auto && s.warm.Load() && s.sched.Shifted() {
+	if set.Auto && s.warm.Load() && s.sched.Shifted(now) {
 		if set.Cycles != nil {
 			set.Cycles.beforeRestart(s, now)
 		}

@@ -27,10 +27,10 @@ type State struct {
 	expect    atomic.Int64  // the sum of the sampled primaries' predicted P(X > delay), in millionths
 	planned   atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 
-	lowEvidence float64      // evidence for a downward shift (shift.go)
-	served      servedBefore // the traffic served before the last shift
-	shifts      atomic.Int64 // windows restarted after a shift
-	last        *Choice      // the last choice: the incumbent while of the current epoch
+	shift  *shiftTest   // the shift test's state across stretches (shift.go), allocated at the key's first test
+	served servedBefore // the traffic served before the last shift
+	shifts atomic.Int64 // windows restarted after a shift
+	last   *Choice      // the last choice: the incumbent while of the current epoch
 }
 
 // Planned returns the share of requests that the schedule in force
@@ -82,7 +82,9 @@ func (s *State) Shift(p *Params, est *latency.Estimator, now time.Time) {
 	s.rememberServed(p, est, now)
 	est.Restart(now)
 	s.shifts.Add(1)
-	s.lowEvidence = 0
+	if t := s.shift; t != nil {
+		t.suspect, t.lowEvidence = nil, 0
+	}
 }
 
 // Recompute chooses the key's schedule on dist at now, the distribution
@@ -91,7 +93,21 @@ func (s *State) Shift(p *Params, est *latency.Estimator, now time.Time) {
 // observations dist's tail rests on (its Count, or more for a mixture
 // with a larger sample), which sets the percentile they resolve. The
 // caller holds the key's lock and puts the choice in force.
+//
+// While an upward suspect awaits confirmation (shift.go), the choice in
+// force is kept as it is, and so is its predicted trigger rate: the
+// stretches that confirm the suspect or drop it are tested against the
+// prediction it was raised against, not against one its own primaries
+// have already moved; and a burst does not move the schedule either.
+// The stretch ends as soon as its count would confirm the suspect over
+// shiftConfirmEvery primaries, so that a real shift is declared after a
+// few dozen primaries more.
 func (s *State) Recompute(p *Params, dist latency.Distribution, resolved float64, now time.Time) Choice {
+	if s.shift != nil && s.shift.suspect != nil && s.last != nil {
+		next := float64(min(s.Every(p.MinEvery), shiftConfirmEvery))
+		s.overLimit.Store(int32(s.shift.confirmAbove(next, s.Planned(), float64(s.basis.Load()))))
+		return *s.last
+	}
 	var inc *Choice
 	if c := s.last; c != nil && c.epoch == s.shifts.Load() {
 		inc = c
@@ -104,7 +120,7 @@ func (s *State) Recompute(p *Params, dist latency.Distribution, resolved float64
 	share := SmoothedShare(dist.Survival(ch.Delay), basis)
 	next := float64(Every(int32(basis), p.MinEvery)) // observations to the next recomputation
 	s.planned.Store(math.Float64bits(share))
-	s.overLimit.Store(int32(shiftAbove(next, share, basis)))
+	s.overLimit.Store(int32(min(shiftAbove(next, min(s.shift.calibration()*share, 1), basis, s.shift.dispersion()), math.MaxInt32)))
 	s.basis.Store(int32(basis))
 	s.last = &ch
 	return ch

@@ -3,12 +3,14 @@ package schedule
 import (
 	"math"
 	"testing"
+	"time"
 	"unsafe"
 )
 
 // TestStateLayout: the fields the request path reads and writes are a
 // State's first 32 bytes, which the policy places on a cache line of its
-// own request-path fields (its TestKeyStateLayout).
+// own request-path fields (its TestKeyStateLayout), and the rest fits in
+// 64 more.
 func TestStateLayout(t *testing.T) {
 	var s State
 	for name, end := range map[string]uintptr{
@@ -22,6 +24,11 @@ func TestStateLayout(t *testing.T) {
 			t.Errorf("%s ends at byte %d of State, want within its first 32", name, end)
 		}
 	}
+	// The rest fills one more line of the policy's key (its
+	// TestKeyStateLayout).
+	if n := unsafe.Sizeof(s); n > 96 {
+		t.Errorf("State is %d bytes, want at most 96", n)
+	}
 }
 
 // stretch records n primaries between two recomputations, each predicted
@@ -32,65 +39,117 @@ func stretch(s *State, share float64, n, over int) {
 	}
 }
 
+// stretchEvery is the virtual time between two recomputations in the
+// shift tests: shiftLasting spans a few.
+const stretchEvery = shiftLasting / 4
+
 // TestShiftedUp: once Recompute-like state predicts a share p from a large
 // basis, a stretch with the expected count of over-delay primaries is
-// steady, and one past shiftAbove's bound is an upward shift, both by
-// Steady (the request path's check) and Shifted (the recomputation's).
+// steady, and one past shiftAbove's bound ends at once (Steady false, the
+// request path's check) as a suspect: the shift is declared (Shifted, the
+// recomputation's check) once the stretches after it confirm it, at least
+// shiftConfirm of them over shiftLasting.
 func TestShiftedUp(t *testing.T) {
 	const share, basis, n = 0.05, 20_000, 256
-	limit := shiftAbove(n, share, basis)
-	for _, tc := range []struct {
-		over    int
-		shifted bool
-	}{{12, false}, {int(limit) + 1, true}} {
-		var s State
-		s.basis.Store(basis)
-		s.planned.Store(math.Float64bits(share))
-		s.overLimit.Store(int32(limit))
-		stretch(&s, share, n, tc.over)
-		if got := s.Shifted(); got != tc.shifted {
-			t.Errorf("%d of %d over a delay predicted at %v: Shifted %v, want %v", tc.over, n, share, got, tc.shifted)
+	limit := shiftAbove(n, share, basis, 1)
+	now := time.Unix(1_700_000_000, 0)
+	var s State
+	s.basis.Store(basis)
+	s.planned.Store(math.Float64bits(share))
+	s.overLimit.Store(int32(limit))
+	stretch(&s, share, n, 12)
+	if s.Shifted(now) || !s.Steady() {
+		t.Fatalf("12 of %d over a delay predicted at %v: shifted, or not steady", n, share)
+	}
+	s.Reset(true)
+	stretch(&s, share, n, int(limit)+1)
+	if s.Steady() {
+		t.Errorf("%d of %d over a delay predicted at %v: steady", int(limit)+1, n, share)
+	}
+	stretches := 0
+	for ; stretches < 10 && !s.Shifted(now); stretches++ {
+		s.Reset(true)
+		stretch(&s, share, n, int(limit)+1)
+		now = now.Add(stretchEvery)
+	}
+	if want := max(shiftConfirm, int(shiftLasting/stretchEvery)); stretches != want {
+		t.Errorf("stretches of %d of %d over a delay predicted at %v: shifted after %d more, want %d", int(limit)+1, n, share, stretches, want)
+	}
+}
+
+// TestShiftedBurst: a stretch past shiftAbove's bound followed by steady
+// ones is a burst (a scheduler's pause delays every request in flight at
+// once), not a shift; and a key whose stretches burst now and then learns
+// the dispersion of its counts, so that a burst of the same size is no
+// longer even a suspect.
+func TestShiftedBurst(t *testing.T) {
+	const share, basis, n = 0.05, 20_000, 256
+	limit := int(shiftAbove(n, share, basis, 1)) + 1
+	now := time.Unix(1_700_000_000, 0)
+	var s State
+	s.basis.Store(basis)
+	for i := range 400 {
+		over := 13
+		if i%10 == 0 {
+			over = limit
 		}
-		if got := s.Steady(); got == tc.shifted {
-			t.Errorf("%d of %d over a delay predicted at %v: Steady %v, want %v", tc.over, n, share, got, !tc.shifted)
+		s.Reset(true)
+		stretch(&s, share, n, over)
+		now = now.Add(stretchEvery)
+		if s.Shifted(now) {
+			t.Fatalf("stretch %d: a shift on bursts", i)
 		}
+	}
+	if d := s.shift.dispersion(); d < 2 {
+		t.Errorf("dispersion %v after a burst every ten stretches, want above 2", d)
+	}
+	if s.shift.suspect != nil {
+		t.Error("steady stretches left a suspect")
+	}
+	s.Reset(true)
+	stretch(&s, share, n, limit)
+	s.Shifted(now)
+	if s.shift.suspect != nil {
+		t.Errorf("a burst of %d, of the size the key has learned, made a suspect", limit)
 	}
 }
 
 // TestShiftedDown: a downward shift shows slowly. Stretches in which
-// half the predicted share outlives the delay build the evidence up to
+// a quarter of the predicted share outlives the delay build the evidence up to
 // proof within a few thousand primaries; stretches at the predicted share
 // keep it at zero; and below shiftBelowBasis the test does not run.
 func TestShiftedDown(t *testing.T) {
 	const share, n = 0.1, 256
+	now := time.Unix(1_700_000_000, 0)
 	var s State
 	s.basis.Store(20_000)
 	stretches := 0
-	for ; stretches < 100 && !s.Shifted(); stretches++ {
+	for ; stretches < 100 && !s.Shifted(now); stretches++ {
 		s.Reset(true)
-		stretch(&s, share, n, n/20)
+		stretch(&s, share, n, n/40)
+		now = now.Add(stretchEvery)
 	}
 	if stretches == 100 || stretches < 2 {
-		t.Errorf("half the predicted share over the delay: shifted after %d stretches, want after a few", stretches)
+		t.Errorf("a quarter of the predicted share over the delay: shifted after %d stretches, want after a few", stretches)
 	}
 	var steady State
 	steady.basis.Store(20_000)
 	for range 100 {
 		steady.Reset(true)
 		stretch(&steady, share, n, 26)
-		if steady.Shifted() {
+		if steady.Shifted(now) {
 			t.Fatal("the predicted share over the delay: a downward shift")
 		}
 	}
-	if steady.lowEvidence > shiftEvidence/4 {
-		t.Errorf("evidence %v on the predicted share, want near 0", steady.lowEvidence)
+	if steady.shift.lowEvidence > shiftEvidence/4 {
+		t.Errorf("evidence %v on the predicted share, want near 0", steady.shift.lowEvidence)
 	}
 	var few State
 	few.basis.Store(shiftBelowBasis - 1)
 	for range 100 {
 		few.Reset(true)
 		stretch(&few, share, n, 0)
-		if few.Shifted() {
+		if few.Shifted(now) {
 			t.Fatal("a basis below shiftBelowBasis: a downward shift")
 		}
 	}
