@@ -73,10 +73,15 @@ const shiftConfirmEvery = 16
 // shiftConfirm is how many stretches after a suspect must confirm it.
 const shiftConfirm = 1
 
+// shiftUndecided is how many stretches after a suspect may be in excess
+// by more than one standard deviation and less than confirms it, before
+// the suspect is dropped.
+const shiftUndecided = 3
+
 // shiftLasting is how long the evidence for a shift must last before the
 // shift is declared: longer than a scheduler's pause, far shorter than a
 // window.
-const shiftLasting = 10 * time.Millisecond
+const shiftLasting = 50 * time.Millisecond
 
 // shiftMinCount is the fewest primaries a stretch must hold to raise a
 // suspect or count in the dispersion (a window's rotation may end one
@@ -139,6 +144,7 @@ type shiftTest struct {
 	suspect     *stretchCount
 	since       time.Time
 	confirmed   int
+	undecided   int       // stretches after the suspect in excess by less than confirms it
 	lowEvidence float64   // evidence for a downward shift
 	lowSince    time.Time // when it began building
 }
@@ -178,10 +184,15 @@ func (t *shiftTest) calibration() float64 {
 // calibration. A stretch counts in the dispersion at most as an excess of
 // shiftSigmas standard deviations would: one burst, or the one stretch of
 // a shift that the windows then absorbed, must not make the key deaf to
-// the next shift. The sums start at shiftPrior stretches of the model's
+// the next shift. Stretches whose predicted share rests on fewer than
+// shiftBelowBasis observations teach nothing: their excess is as much the
+// share's error as the key's variance. The sums start at shiftPrior stretches of the model's
 // own prediction and variance, so that the first few stretches do not
 // set them alone.
 func (t *shiftTest) learn(c stretchCount) {
+	if c.basis < shiftBelowBasis {
+		return // the predicted share is itself too uncertain
+	}
 	if t.variance == 0 {
 		e, v := c.expect(1)
 		t.sqExcess, t.variance = shiftPrior*v, shiftPrior*v
@@ -190,7 +201,7 @@ func (t *shiftTest) learn(c stretchCount) {
 	e, v := c.expect(t.calibration())
 	x := c.over - e
 	const keep = 1 - 1.0/shiftDispersionMemory
-	t.sqExcess = keep*t.sqExcess + min(x*x, shiftSigmas*shiftSigmas*v)
+	t.sqExcess = keep*t.sqExcess + x*x
 	t.variance = keep*t.variance + v
 	const keepCal = 1 - 1.0/shiftCalibrationMemory
 	raw, _ := c.expect(1)
@@ -248,23 +259,29 @@ func (s *State) Shifted(now time.Time) bool {
 	disp, cal := t.dispersion(), t.calibration()
 	e, _ := c.expect(cal)
 	if t.suspect != nil {
-		if over <= t.confirmAbove(n, share, basis) {
+		_, v := c.expect(cal)
+		switch {
+		case over > t.confirmAbove(n, share, basis):
+			t.confirmed++
+			if t.confirmed >= shiftConfirm && now.Sub(t.since) >= shiftLasting {
+				t.suspect = nil
+				return true
+			}
+		case over > e+math.Sqrt(disp*v) && t.undecided < shiftUndecided:
+			// In excess, not enough to confirm on so few: the next
+			// stretch decides.
+			t.undecided++
+		default:
 			// Over: a burst, not a shift. Its stretch and this one are
 			// the key's own variance.
 			t.learn(*t.suspect)
 			t.learn(c)
 			t.suspect = nil
-			return false
-		}
-		t.confirmed++
-		if t.confirmed >= shiftConfirm && now.Sub(t.since) >= shiftLasting {
-			t.suspect = nil
-			return true
 		}
 		return false
 	}
 	if over > shiftAbove(n, min(cal*share, 1), basis, disp) {
-		t.suspect, t.since, t.confirmed = &c, now, 0
+		t.suspect, t.since, t.confirmed, t.undecided = &c, now, 0, 0
 		return false
 	}
 	p := e / n
