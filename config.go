@@ -15,6 +15,7 @@ import (
 const (
 	DefaultQuantile    = 0.95 // The Tail at Scale's rule, for a pinned Quantile
 	DefaultTarget      = 0.99 // the percentile the auto delay minimises
+	DefaultTolerance   = 0.03 // how much higher a Target prediction the auto delay accepts for fewer hedges
 	DefaultMultiplier  = 1.0
 	DefaultWindow      = 30 * time.Second
 	DefaultMinSamples  = 20
@@ -80,6 +81,20 @@ type Config struct {
 	// the percentile they resolve. Must be in (0, 1), and left zero when
 	// Quantile is set (New rejects the pair: the quantile decides alone).
 	Target float64
+
+	// Tolerance prices load: among the auto delay's candidate schedules,
+	// it takes the one that hedges least among those whose predicted
+	// Target percentile is within this share of the best prediction
+	// (0.03: at most 3 % above it). The budget stays a cap, not a target:
+	// a schedule that spends the whole budget for a prediction a few
+	// percent lower is not taken. Zero means 0.03; negative means none:
+	// the lowest prediction the budget allows, told apart from those
+	// within a sketch bin (2 %) by the deeper tail. Must be below 1, and
+	// left zero when Quantile is set. The default is the largest of those
+	// measured (0.03, 0.05, 0.1, 0.2) that keeps the bhope scenario's p99
+	// within 3 % of the limit of fixed delays at its own extra load
+	// (lab's TestBhopeAutoTargets; `tailcut lab --scenario bhope`).
+	Tolerance float64
 
 	// Multiplier scales the quantile: delay = Multiplier × quantile.
 	// Zero means 1.
@@ -291,9 +306,12 @@ type BreakerConfig struct {
 
 // normalize fills defaults and validates; errors name the field.
 func (c Config) normalize() (Config, error) {
-	targetSet := c.Target != 0
+	targetSet, toleranceSet := c.Target != 0, c.Tolerance != 0
 	if c.Target == 0 {
 		c.Target = DefaultTarget
+	}
+	if c.Tolerance == 0 {
+		c.Tolerance = DefaultTolerance
 	}
 	if c.Multiplier == 0 {
 		c.Multiplier = DefaultMultiplier
@@ -345,6 +363,10 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("tailcut: Target (%v) is the auto delay's aim and has no effect with Quantile (%v) set: set one of them", c.Target, c.Quantile)
 	case !(c.Target > 0 && c.Target < 1):
 		return c, fmt.Errorf("tailcut: Target must be in (0, 1), got %v", c.Target)
+	case c.Quantile != 0 && toleranceSet:
+		return c, fmt.Errorf("tailcut: Tolerance (%v) is a setting of the auto delay and has no effect with Quantile (%v) set", c.Tolerance, c.Quantile)
+	case !(c.Tolerance < 1) || math.IsInf(c.Tolerance, -1):
+		return c, fmt.Errorf("tailcut: Tolerance must be below 1 (0 means %v, negative means none), got %v", DefaultTolerance, c.Tolerance)
 	case !(c.Multiplier > 0) || math.IsInf(c.Multiplier, 0):
 		return c, fmt.Errorf("tailcut: Multiplier must be positive and finite, got %v", c.Multiplier)
 	case c.Window < MinWindow:

@@ -2,6 +2,7 @@ package tailcut
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -24,13 +25,16 @@ func TestConfigErrorsStateTheRange(t *testing.T) {
 		{Config{Window: time.Nanosecond}, "tailcut: Window must be zero (30s) or at least 100ms, got 1ns"},
 		{Config{Window: -time.Second}, "tailcut: Window must be zero (30s) or at least 100ms, got -1s"},
 		{Config{Quantile: 0.95, Target: 0.999}, "tailcut: Target (0.999) is the auto delay's aim and has no effect with Quantile (0.95) set: set one of them"},
+		{Config{Tolerance: 1}, "tailcut: Tolerance must be below 1 (0 means 0.03, negative means none), got 1"},
+		{Config{Tolerance: math.NaN()}, "tailcut: Tolerance must be below 1 (0 means 0.03, negative means none), got NaN"},
+		{Config{Quantile: 0.95, Tolerance: 0.1}, "tailcut: Tolerance (0.1) is a setting of the auto delay and has no effect with Quantile (0.95) set"},
 	} {
 		_, err := New(tt.cfg)
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("New(%+v) = %v, want %q", tt.cfg, err, tt.want)
 		}
 	}
-	for _, cfg := range []Config{{MaxHedges: 0}, {FeatureBuckets: 256}, {Window: MinWindow}, {Quantile: 0.95, Period: -1}} {
+	for _, cfg := range []Config{{MaxHedges: 0}, {FeatureBuckets: 256}, {Window: MinWindow}, {Quantile: 0.95, Period: -1}, {Tolerance: -1}, {Tolerance: 0.5}} {
 		if _, err := New(cfg); err != nil {
 			t.Errorf("New(%+v) = %v, want it accepted", cfg, err)
 		}

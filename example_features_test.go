@@ -47,7 +47,7 @@ func ExamplePolicy_BeginWith() {
 	// Output:
 	// replica:0: own schedule true
 	// replica:1: own schedule true, hedge after 7ms
-	// the key's: after 24.5ms
+	// the key's: after 25.5ms
 }
 
 // Through Do and the adapters, labels ride the context.

@@ -273,6 +273,7 @@ func New(cfg Config) (*Policy, error) {
 		Parent: (*parentOf)(p), Logger: cfg.Logger,
 	}
 	p.set.Sched.Target, p.set.Sched.MaxHedges = cfg.Target, cfg.MaxHedges
+	p.set.Sched.Tolerance = max(cfg.Tolerance, 0)
 	p.set.Sched.MinDelay, p.set.Sched.MaxDelay = cfg.MinDelay, cfg.MaxDelay
 	p.set.Sched.Window, p.set.Sched.MinEvery = cfg.Window, recomputeEvery
 	p.set.FeatureBuckets, p.set.ClassHashes = cfg.FeatureBuckets, classHashes
@@ -313,12 +314,12 @@ func (c *Config) estimatorConfig() latency.Config {
 }
 
 // Config returns the configuration in force, with defaults filled in —
-// but Target left zero when Quantile is set (the pair is refused), so that
-// New(p.Config()) makes a policy configured as p.
+// but Target and Tolerance left zero when Quantile is set (the pairs are
+// refused), so that New(p.Config()) makes a policy configured as p.
 func (p *Policy) Config() Config {
 	c := p.cfg
 	if c.Quantile != 0 {
-		c.Target = 0
+		c.Target, c.Tolerance = 0, 0
 	}
 	return c
 }

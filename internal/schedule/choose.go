@@ -164,7 +164,9 @@ func (c *chooser) score(cands []cand) time.Duration {
 // best returns the schedule of the candidates that score within a sketch
 // bin of top (2 %: predictions land on bin values, and closer ones are
 // not told apart by the sketch), given their later hedges and told apart
-// by the deeper tail, then by cost.
+// by the deeper tail, then by cost — or, when the Params' Tolerance
+// allows more than a bin, the cheapest candidate whose score is within
+// that share of top, if it hedges less (see Paying for load).
 func (c *chooser) best(cands []cand, top time.Duration, deep float64) Choice {
 	best, bestDeep := Choice{}, time.Duration(-1)
 	for _, cd := range cands {
@@ -180,8 +182,36 @@ func (c *chooser) best(cands []cand, top time.Duration, deep float64) Choice {
 		}
 		best, bestDeep = ch, d
 	}
-	return best
+	if c.p.Tolerance <= 1.0/50 {
+		return best
+	}
+	limit := top + time.Duration(c.p.Tolerance*float64(top))
+	cheap := -1
+	for i, cd := range cands {
+		if cd.score <= limit && cd.HedgeRate < best.HedgeRate && (cheap < 0 || cd.HedgeRate < cands[cheap].HedgeRate) {
+			cheap = i
+		}
+	}
+	if cheap < 0 {
+		return best
+	}
+	ch, _ := c.p.withLater(c.dist, cands[cheap].Choice, cands[cheap].rate, deep)
+	if ch.HedgeRate >= best.HedgeRate {
+		return best
+	}
+	return ch
 }
+
+// Paying for load. The budget is a cap, not a target: a schedule that
+// predicts a Target percentile a few percent above the best one's at a
+// fraction of its hedges is the better trade wherever hedges cost the
+// servers and the client something the prediction does not price (a
+// hedge's own CPU and connection, the server work that a losing attempt
+// a client cannot abandon still costs, the correlated tail that makes a
+// hedge win less often than the model of independent attempts says). So
+// among the candidates whose score is within Tolerance of the best, the
+// one that hedges least is chosen (`tailcut lab` on bhope, demo, drift
+// and outage measures what a tolerance costs each).
 
 // same reports whether a and b are within half a percent of b.
 func same(a, b time.Duration) bool { return absDuration(a-b) <= b/200 }

@@ -193,3 +193,35 @@ func TestServedTargetKeepsTheDeepTail(t *testing.T) {
 		t.Errorf("paths taken %v: want both the served target's own schedule and the Target's (the test's premise)", paths)
 	}
 }
+
+// TestToleranceTakesTheCheaper: with a Tolerance, Choose takes the
+// candidate that hedges least among those whose Target prediction is
+// within that share of the best; it is cheaper than the choice with none,
+// its prediction within the tolerance of that choice's; and the budget's
+// ratio is a cap it does not spend by default. With no tolerance the
+// choice is the lowest prediction, as before.
+func TestToleranceTakesTheCheaper(t *testing.T) {
+	b, _ := budget.NewWindowed(0, 0, 0)
+	for name, gen := range autoDists {
+		dist := learn(t, gen, 20_000)
+		none := params(b, 2)
+		best := none.Choose(dist, 0.99)
+		tol := params(b, 2)
+		tol.Tolerance = 0.1
+		cheap := tol.Choose(dist, 0.99)
+		if cheap.HedgeRate > best.HedgeRate {
+			t.Errorf("%s: tolerance 0.1 hedges %.4f, more than with none (%.4f)", name, cheap.HedgeRate, best.HedgeRate)
+		}
+		// Scores are band averages; the Target prediction itself may
+		// differ from them by a bin or two.
+		if lim := float64(best.Hedged) * (1 + tol.Tolerance + 0.04); float64(cheap.Hedged) > lim {
+			t.Errorf("%s: tolerance 0.1 predicts %v, more than 1.14 × the best's %v", name, cheap.Hedged, best.Hedged)
+		}
+	}
+	dist := learn(t, autoDists["lognormal 5ms/2ms, 5% x10"], 20_000)
+	none, tol := params(b, 2), params(b, 2)
+	tol.Tolerance = 0.1
+	if a, c := none.Choose(dist, 0.99), tol.Choose(dist, 0.99); c.HedgeRate >= a.HedgeRate*0.95 {
+		t.Errorf("bhope's distribution: tolerance 0.1 hedges %.4f, want at least 5 %% below the %.4f of none", c.HedgeRate, a.HedgeRate)
+	}
+}

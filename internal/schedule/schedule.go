@@ -145,6 +145,11 @@ type Params struct {
 	// MinEvery is the fewest observations between two recomputations
 	// (Every's least).
 	MinEvery int32
+	// Tolerance is how much higher a Target prediction, as a share of the
+	// best, the choice accepts for a cheaper schedule (Choose); at most
+	// a sketch bin's apart (2 %) tell nothing apart, and candidates that
+	// close are ranked by their deeper tail as before.
+	Tolerance float64
 	// Ratio is the budget's ratio (budgetRatio), and Modelled whether
 	// its denials are modelled, by asking Model.
 	Ratio    float64
