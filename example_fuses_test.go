@@ -32,7 +32,7 @@ func ExampleConfig_dryRun() {
 	fmt.Printf("p99 now %v, with hedging after %v: %v\n",
 		k.P99.Round(time.Millisecond), k.Delay.Round(time.Millisecond), k.PredictedP99.Round(time.Millisecond))
 	// Output:
-	// hedges sent 0, would have sent 82 (4 % of requests)
+	// hedges sent 0, would have sent 79 (4 % of requests)
 	// p99 now 200ms, with hedging after 16ms: 32ms
 }
 

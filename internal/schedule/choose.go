@@ -59,6 +59,7 @@ type chooser struct {
 	target   float64
 	cap      float64
 	unhedged time.Duration // the unhedged prediction of the target
+	grid     *savingGrid   // what a hedge saves, by delay (pay.go)
 }
 
 // cand is a candidate: the one-hedge schedule at a delay, its trigger
@@ -81,7 +82,7 @@ func (p *Params) chooseUpTo(dist latency.Distribution, target, maxRate float64) 
 		cap, steps, scale = ModelledCap*p.Ratio, autoModelledSteps[:], p.Ratio
 	}
 	cap = min(cap, maxRate)
-	c := chooser{p: p, dist: dist, target: target, cap: cap, unhedged: dist.Hedged(target)}
+	c := chooser{p: p, dist: dist, target: target, cap: cap, unhedged: dist.Hedged(target), grid: newSavingGrid(dist)}
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
 	deep := deepOf(target)
@@ -90,8 +91,13 @@ func (p *Params) chooseUpTo(dist latency.Distribution, target, maxRate float64) 
 	n := c.candidates(&cands, steps, scale)
 	if n == 0 {
 		// Every candidate's rate exceeds the cap (a distribution of a few
-		// wide bins): hedge only past the cap's quantile, once.
-		return c.candidate(p.clamp(upperEdge(dist.Quantile(1 - cap)))).Choice
+		// wide bins): hedge only past the cap's quantile, once — if a
+		// hedge there pays; if not, past the slowest latency seen.
+		d := upperEdge(dist.Quantile(1 - cap))
+		if !c.grid.pays(d) {
+			d = noHedge(dist)
+		}
+		return c.candidate(p.clamp(d)).Choice
 	}
 	return c.best(cands[:n], c.score(cands[:n]), deep)
 }
@@ -109,6 +115,9 @@ func (c *chooser) candidates(cands *[len(autoModelledSteps)]cand, steps []float6
 		d := c.p.clamp(upperEdge(c.dist.Quantile(1 - step*scale)))
 		if n > 0 && cands[n-1].Delay == d {
 			continue // two steps on one bin
+		}
+		if !c.grid.pays(d) {
+			continue // a hedge there saves less than it costs (pay.go)
 		}
 		cd := c.candidate(d)
 		if cd.rate > c.cap {

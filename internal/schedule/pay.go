@@ -1,0 +1,91 @@
+package schedule
+
+import (
+	"time"
+
+	"github.com/tailcut/tailcut/latency"
+)
+
+// A hedge that cannot pay. A hedge costs something whatever it wins: the
+// client's CPU to send it, read and cancel it, a connection, the server's
+// work. Over a service that answers in tens of microseconds that cost is
+// as large as anything a hedge could save, and a delay at the p90 sends
+// hedges that can only make requests slower (bench/cmd/fastloop over
+// loopback HTTP). So a candidate first-hedge delay d is kept only if the
+// time a hedge sent at d is expected to save, read from the key's own
+// distribution for independent attempts, E[(X − d − X′)⁺ | X > d], is at
+// least HedgeCost; when no candidate's is, the schedule hedges only past
+// the slowest latency the key has seen (twice it): a request that slow is
+// no longer of the distribution the saving was read from.
+
+// HedgeCost is the time a hedge must be expected to save for its delay to
+// be a candidate: the order of a hedge's own client cost over loopback
+// HTTP (its CPU per request in bench/cmd/fastloop, hedged against not).
+const HedgeCost = 100 * time.Microsecond
+
+// savingGrid is the distribution's quantiles the expected saving is read
+// from, with their masses: uniform below the p90 and geometric in the
+// survival above it, so that the tail, where the saving is, is resolved.
+type savingGrid struct {
+	x, m [savingPoints]float64 // seconds; mass
+}
+
+// savingPoints is the size of a savingGrid: half below the p90, half
+// above it down to a survival of 1e-4.
+const savingPoints = 48
+
+func newSavingGrid(dist latency.Distribution) *savingGrid {
+	g := new(savingGrid)
+	const half = savingPoints / 2
+	for i := range half {
+		g.x[i] = dist.Quantile(0.9 * (float64(i) + 0.5) / half).Seconds()
+		g.m[i] = 0.9 / half
+	}
+	// Survival from 0.1 down to 1e-4 in equal ratios; the last point
+	// takes the mass beyond.
+	s, step := 0.1, 0.75 // 0.1 × 0.75²⁴ ≈ 1e-4
+	for i := half; i < savingPoints; i++ {
+		next := s * step
+		if i == savingPoints-1 {
+			next = 0
+		}
+		g.x[i] = dist.Quantile(1 - (s+next)/2).Seconds()
+		g.m[i] = s - next
+		s = next
+	}
+	return g
+}
+
+// saving is the expected time a hedge sent at d saves a request still out
+// then: E[(X − d − X′)⁺ | X > d] over the grid.
+func (g *savingGrid) saving(d time.Duration) time.Duration {
+	a := d.Seconds()
+	var out, saved float64
+	for i, x := range g.x {
+		if x <= a {
+			continue
+		}
+		var e float64 // E[(x − a − X′)⁺]
+		for j, y := range g.x {
+			if v := x - a - y; v > 0 {
+				e += g.m[j] * v
+			}
+		}
+		out += g.m[i]
+		saved += g.m[i] * e
+	}
+	if out <= 0 {
+		return 0
+	}
+	return time.Duration(saved / out * 1e9)
+}
+
+// pays reports whether a hedge sent at d is expected to save at least
+// HedgeCost, or is never sent (no request of the grid outlives d).
+func (g *savingGrid) pays(d time.Duration) bool {
+	return g.x[savingPoints-1] <= d.Seconds() || g.saving(d) >= HedgeCost
+}
+
+// noHedge is the delay of a schedule none of whose candidates pays: twice
+// the slowest latency of dist.
+func noHedge(dist latency.Distribution) time.Duration { return 2 * upperEdge(dist.Quantile(1)) }

@@ -1,0 +1,49 @@
+package schedule
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tailcut/tailcut/budget"
+)
+
+// TestNoHedgeThatCannotPay: over a service answering in 50–100 µs, a
+// tenth of its answers in 100–250 µs, a hedge at the p90 would cut the
+// p99 by tens of microseconds, and saves less than HedgeCost: the auto
+// delay sends none (its delay past every latency seen, its predicted
+// hedge rate zero).
+// Over bhope's milliseconds, and over a fast service whose stragglers
+// take milliseconds, hedging pays and the choice hedges as much as its
+// budget allows.
+func TestNoHedgeThatCannotPay(t *testing.T) {
+	b, _ := budget.NewWindowed(0, 0, 0)
+	fast := func(r *rand.Rand) time.Duration { return time.Duration(50_000 + r.Int64N(50_001)) }
+	short := func(r *rand.Rand) time.Duration {
+		if r.IntN(10) == 0 {
+			return time.Duration(100_000 + r.Int64N(150_001))
+		}
+		return fast(r)
+	}
+	dist := learn(t, short, 20_000)
+	ch := params(b, 2).Choose(dist, 0.99)
+	if ch.HedgeRate != 0 || ch.Delay < dist.Quantile(1) {
+		t.Errorf("U(50, 100) µs, 10 %% U(100, 250) µs: delay %v, hedge rate %.4f; want past the slowest latency (%v), none", ch.Delay, ch.HedgeRate, dist.Quantile(1))
+	}
+	if s := newSavingGrid(dist).saving(dist.Quantile(0.9)); s <= 0 || s >= HedgeCost {
+		t.Errorf("U(50, 100) µs, 10 %% U(100, 250) µs: a hedge at the p90 saves %v, want some, less than %v", s, HedgeCost)
+	}
+	stragglers := func(r *rand.Rand) time.Duration {
+		if r.IntN(100) < 5 {
+			return 5*time.Millisecond + time.Duration(r.Int64N(int64(5*time.Millisecond)))
+		}
+		return fast(r)
+	}
+	for name, gen := range map[string]func(*rand.Rand) time.Duration{
+		"bhope": autoDists["lognormal 5ms/2ms, 5% x10"], "U(50, 100) µs, 5 % of 5–10 ms": stragglers,
+	} {
+		if ch := params(b, 2).Choose(learn(t, gen, 20_000), 0.99); ch.HedgeRate < 0.04 {
+			t.Errorf("%s: hedge rate %.4f at %v, want hedges where they pay", name, ch.HedgeRate, ch.Delay)
+		}
+	}
+}
