@@ -159,17 +159,21 @@ func TestBhopeAutoTargets(t *testing.T) {
 // static delays gain more: a static delay that hedges 4.7 % before the
 // shift saves what the window lets it spend after it. There the auto
 // delay's p99 is within 0.5 % of every static delay's at equal or lower
-// extra load (0.35 % above static:25ms on seed 2 measured).
+// extra load (0.35 % above static:25ms on seed 2 measured). These hold for
+// the lowest prediction (Tolerance -1); at the default Tolerance the auto
+// delay spends less and a static delay at less extra load may beat it by
+// up to 1.5 %, with either budget (1.2 % above static:25ms on seed 2
+// measured, 0.2 % above static:25.5ms with the bucket).
 func TestDriftAutoBeatsEveryStatic(t *testing.T) {
 	statics := []string{"static:24ms", "static:25ms", "static:25.5ms", "static:26ms", "static:26.25ms", "static:26.5ms", "static:27ms", "static:28ms", "static:30ms"}
 	longtest.Skip(t, "a hundred runs of drift")
 	for _, tc := range []struct {
-		burst, tolerance float64
-	}{{10, 0}, {0, 0.005}} {
+		burst, tolerance, policyTolerance float64
+	}{{10, 0, -1}, {0, 0.005, -1}, {10, 0.015, 0}, {0, 0.015, 0}} {
 		for seed := uint64(1); seed <= 5; seed++ {
-			t.Run(fmt.Sprintf("burst%v/seed%d", tc.burst, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("burst%v/tolerance%v/seed%d", tc.burst, tc.policyTolerance, seed), func(t *testing.T) {
 				t.Parallel()
-				cfg := Config{Scenario: mustLookup(t, "drift"), Seed: seed, Burst: tc.burst}
+				cfg := Config{Scenario: mustLookup(t, "drift"), Seed: seed, Burst: tc.burst, Policy: tailcut.Config{Tolerance: tc.policyTolerance}}
 				ad := mustRun(t, cfg, "adaptive")
 				t.Logf("burst %v, seed %d: adaptive p99 %v at %.2f %%", tc.burst, seed, ad.P99, 100*ad.ExtraLoad)
 				for _, st := range statics {
