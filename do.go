@@ -97,6 +97,11 @@ type Hedger[T any] struct {
 	// the request's context; see [AttemptObserver]. Nil costs nothing.
 	Observer AttemptObserver
 
+	// Tied, if set, sends tied requests to the keys whose servers report
+	// when an attempt starts executing ([AttemptStarted]): see [Tied].
+	// InlinePrimary does not apply to them.
+	Tied *Tied
+
 	// maxAttempts, if positive, caps the attempts of a call below the
 	// policy's 1 + MaxHedges (DoReplicas: one per backend).
 	maxAttempts int
@@ -459,6 +464,9 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
+	}
+	if h.Tied != nil {
+		return h.doTied(ctx, key, f, fn) // tied.go
 	}
 	p := h.Policy
 	if p == nil {
