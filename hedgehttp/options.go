@@ -46,6 +46,7 @@ type config struct {
 	observer    tailcut.AttemptObserver              // WithObserver; nil: none
 	bodyHedge   *BodyHedge                           // WithBodyHedge; nil: off
 	hedgePath   *HedgePath                           // WithHedgePath; nil: the base
+	tied        *tailcut.Tied                        // WithTied (tied.go); nil: none
 	err         error                                // the first invalid option
 }
 

@@ -188,6 +188,7 @@ func NewTransport(base http.RoundTripper, p *tailcut.Policy, opts ...Option) *Tr
 		Keep:          keep,
 		InlinePrimary: cfg.inline > 0 || cfg.inline == 0 && returnsWhenCancelled(base),
 		Observer:      cfg.observer,
+		Tied:          cfg.tied,
 	}
 	return t
 }
@@ -526,6 +527,9 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 	r, err := rt.request(ctx, a.Index)
 	if err != nil {
 		return nil, err
+	}
+	if t.cfg.tied != nil {
+		r = tiedRequest(ctx, r) // tied.go
 	}
 	// The clock is read only when something needs it (endpoints, hard
 	// timeouts from the estimator, Retry-After): a read is not free on a
