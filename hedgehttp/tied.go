@@ -201,16 +201,29 @@ func WithTied(delay time.Duration) Option {
 // without it; its Stats count twins, cancellations and duplicated work.
 func (t *Transport) Tied() *tailcut.Tied { return t.cfg.tied }
 
+// tiedAttempt is what a tied attempt's transport learns of its start.
+type tiedAttempt struct{ started atomic.Bool }
+
+// unstarted reports whether the attempt, whose context is ctx, was
+// cancelled before its server started it: a tied sibling's loser, which
+// says nothing about its replica's latency, and must not keep the
+// replica's estimate from decaying (WithEndpoints). False for a nil a.
+func (a *tiedAttempt) unstarted(ctx context.Context) bool {
+	return a != nil && ctx.Err() != nil && !a.started.Load()
+}
+
 // tiedRequest returns r listening for its attempt's start signal, which it
 // reports to tailcut.AttemptStarted under ctx, the attempt's context.
-func tiedRequest(ctx context.Context, r *http.Request) *http.Request {
+func tiedRequest(ctx context.Context, r *http.Request) (*http.Request, *tiedAttempt) {
+	a := new(tiedAttempt)
 	trace := &httptrace.ClientTrace{
 		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
 			if code == http.StatusEarlyHints && len(h[StartedHeader]) > 0 {
+				a.started.Store(true)
 				tailcut.AttemptStarted(ctx)
 			}
 			return nil
 		},
 	}
-	return r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
+	return r.WithContext(httptrace.WithClientTrace(r.Context(), trace)), a
 }

@@ -528,8 +528,9 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 	if err != nil {
 		return nil, err
 	}
+	var tie *tiedAttempt
 	if t.cfg.tied != nil {
-		r = tiedRequest(ctx, r) // tied.go
+		r, tie = tiedRequest(ctx, r) // tied.go
 	}
 	// The clock is read only when something needs it (endpoints, hard
 	// timeouts from the estimator, Retry-After): a read is not free on a
@@ -548,7 +549,7 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 	if !start.IsZero() {
 		now = time.Now()
 	}
-	if ep != nil {
+	if ep != nil && !tie.unstarted(ctx) {
 		ep.record(resp, err, now.Sub(start), ctx.Err() != nil, now)
 	}
 	if err != nil {

@@ -1,0 +1,281 @@
+// Command tied measures tied requests against hedging and no hedging over
+// loopback: replicas with a bounded worker pool and a FIFO queue
+// (hedgehttp.Admission), an open-loop Poisson client through
+// hedgehttp.Transport spreading attempts over the replicas, over HTTP/1.1
+// and HTTP/2. It reports, per strategy, the latency percentiles, the
+// attempts that reached a server, the runs the servers started and the
+// work they executed (handler busy time), as medians over interleaved
+// repetitions. See the README for the figures.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/hedgehttp"
+)
+
+// workload is a scenario: how long each request's work takes.
+type workload struct {
+	name string
+	draw func(r *rand.Rand) time.Duration
+	mean time.Duration
+}
+
+var workloads = map[string]workload{
+	// Quick requests, one in a hundred heavy: the heavy ones hold a
+	// worker while quick ones queue behind them.
+	"mixed": {"mixed", func(r *rand.Rand) time.Duration {
+		if r.Float64() < 0.01 {
+			return 100 * time.Millisecond
+		}
+		return 5*time.Millisecond + time.Duration(r.ExpFloat64()*float64(5*time.Millisecond))
+	}, 10900 * time.Microsecond},
+	// Mimir-like: heavy queries of a second behind a concurrency limit,
+	// among quick ones.
+	"heavy": {"heavy", func(r *rand.Rand) time.Duration {
+		if r.Float64() < 0.005 {
+			return time.Second
+		}
+		return 5*time.Millisecond + time.Duration(r.ExpFloat64()*float64(5*time.Millisecond))
+	}, 14950 * time.Microsecond},
+}
+
+// workHeader carries a request's work, drawn by the client: the same
+// request is as heavy at every replica, and every strategy runs the same
+// requests.
+const workHeader = "X-Work"
+
+type strategy struct {
+	name string
+	opts func() ([]hedgehttp.Option, bool) // options, and whether to hedge at all
+}
+
+func strategies(delay time.Duration) []strategy {
+	return []strategy{
+		{"none", func() ([]hedgehttp.Option, bool) { return nil, false }},
+		{"hedge", func() ([]hedgehttp.Option, bool) { return nil, true }},
+		{"tied", func() ([]hedgehttp.Option, bool) { return []hedgehttp.Option{hedgehttp.WithTied(0)}, true }},
+		{"tied:" + delay.String(), func() ([]hedgehttp.Option, bool) {
+			return []hedgehttp.Option{hedgehttp.WithTied(delay)}, true
+		}},
+	}
+}
+
+// result is one run's figures.
+type result struct {
+	p50, p99, p999 time.Duration
+	attempts       float64 // attempts that reached a server ÷ requests
+	runs           float64 // runs started ÷ requests
+	work           float64 // busy time ÷ the requests' work
+	errors         int
+}
+
+func main() {
+	var (
+		replicas = flag.Int("replicas", 3, "servers")
+		workers  = flag.Int("workers", 2, "requests each server executes at once (its Admission's Limit)")
+		util     = flag.Float64("util", 0.6, "offered load ÷ capacity")
+		requests = flag.Int("requests", 4000, "requests per run")
+		reps     = flag.Int("reps", 3, "repetitions; the order of strategies rotates")
+		wl       = flag.String("workload", "mixed", "mixed or heavy")
+		protos   = flag.String("protos", "h1,h2", "h1, h2 or both")
+		delay    = flag.Duration("delay", time.Millisecond, "the delayed tied strategy's twin delay")
+		seed     = flag.Uint64("seed", 1, "seed of arrivals and service times")
+	)
+	flag.Parse()
+	w, ok := workloads[*wl]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "tied: unknown workload %q (mixed, heavy)\n", *wl)
+		os.Exit(2)
+	}
+	rate := *util * float64(*replicas**workers) / w.mean.Seconds()
+	fmt.Printf("workload %s: %d replicas × %d workers, %.0f req/s (utilisation %.2f), %d requests, %d reps\n\n",
+		w.name, *replicas, *workers, rate, *util, *requests, *reps)
+	sts := strategies(*delay)
+	for _, proto := range strings.Split(*protos, ",") {
+		h2 := proto == "h2"
+		all := make([][]result, len(sts))
+		for rep := range *reps {
+			for j := range sts {
+				i := (j + rep) % len(sts)
+				r, err := run(sts[i], w, h2, *replicas, *workers, rate, *requests, *seed+uint64(rep))
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "tied:", err)
+					os.Exit(1)
+				}
+				all[i] = append(all[i], r)
+			}
+		}
+		report(os.Stdout, proto, sts, all)
+	}
+}
+
+// run sends n requests at rate under strategy st to fresh servers.
+func run(st strategy, w workload, h2 bool, replicas, workers int, rate float64, n int, seed uint64) (result, error) {
+	var adms []*hedgehttp.Admission
+	var urls []string
+	var base *http.Transport
+	for range replicas {
+		app := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			d, _ := time.ParseDuration(r.Header.Get(workHeader))
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				io.WriteString(rw, "ok")
+			case <-r.Context().Done():
+			}
+		})
+		adm, err := hedgehttp.NewAdmission(app, hedgehttp.AdmissionOptions{Limit: workers})
+		if err != nil {
+			return result{}, err
+		}
+		srv := httptest.NewUnstartedServer(adm)
+		if h2 {
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+		} else {
+			srv.Start()
+		}
+		defer srv.Close()
+		if base == nil {
+			base = srv.Client().Transport.(*http.Transport).Clone()
+			base.MaxIdleConnsPerHost = 512
+			if h2 {
+				base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // every replica has its own test certificate
+			}
+		}
+		adms = append(adms, adm)
+		urls = append(urls, srv.URL)
+	}
+	defer base.CloseIdleConnections()
+	opts, hedge := st.opts()
+	opts = append(opts, hedgehttp.WithEndpoints(urls...))
+	p, err := tailcut.New(tailcut.Config{})
+	if err != nil {
+		return result{}, err
+	}
+	tr, err := hedgehttp.New(base, p, opts...)
+	if err != nil {
+		return result{}, err
+	}
+	client := &http.Client{Transport: tr}
+	arrivals := rand.New(rand.NewPCG(seed, 1<<32))
+	works := rand.New(rand.NewPCG(seed, 2<<32))
+	var total time.Duration
+	lat := make([]time.Duration, n)
+	errs := make([]bool, n)
+	var wg sync.WaitGroup
+	next := time.Now()
+	for i := range n {
+		next = next.Add(time.Duration(arrivals.ExpFloat64() / rate * float64(time.Second)))
+		work := w.draw(works)
+		total += work
+		time.Sleep(time.Until(next))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if !hedge {
+				ctx = tailcut.WithoutHedging(ctx)
+			}
+			start := time.Now()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://replicas/", nil)
+			req.Header.Set(workHeader, work.String())
+			resp, err := client.Do(req)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			lat[i], errs[i] = time.Since(start), err != nil
+		}()
+	}
+	wg.Wait()
+	var attempts, runs int64
+	var busy time.Duration
+	for _, a := range adms {
+		// Let cancelled attempts leave their queues and runs end.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if s := a.Stats(); s.Waiting == 0 && s.Running == 0 {
+				break
+			}
+		}
+		s := a.Stats()
+		if os.Getenv("TIED_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "%s replica: %+v\n", st.name, s)
+		}
+		attempts += s.Started + s.Left
+		runs += s.Started
+		busy += s.Busy
+	}
+	var r result
+	for _, e := range errs {
+		if e {
+			r.errors++
+		}
+	}
+	slices.Sort(lat)
+	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(math.Ceil(f*float64(len(lat))))-1)] }
+	r.p50, r.p99, r.p999 = q(0.5), q(0.99), q(0.999)
+	r.attempts = float64(attempts) / float64(n)
+	r.runs = float64(runs) / float64(n)
+	r.work = busy.Seconds() / total.Seconds()
+	return r, nil
+}
+
+// report prints the medians (and ranges) over the repetitions.
+func report(out io.Writer, proto string, sts []strategy, all [][]result) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s\tp50\tp99\tp99.9\tattempts/req\truns/req\tbusy ÷ work\terrors\t\n", proto)
+	for i, st := range sts {
+		rs := all[i]
+		d := func(f func(result) time.Duration) string {
+			v := make([]float64, len(rs))
+			for j, r := range rs {
+				v[j] = float64(f(r))
+			}
+			m, lo, hi := med(v)
+			return fmt.Sprintf("%v [%v–%v]", time.Duration(m).Round(100*time.Microsecond), time.Duration(lo).Round(100*time.Microsecond), time.Duration(hi).Round(100*time.Microsecond))
+		}
+		x := func(f func(result) float64) string {
+			v := make([]float64, len(rs))
+			for j, r := range rs {
+				v[j] = f(r)
+			}
+			m, lo, hi := med(v)
+			return fmt.Sprintf("%.3f [%.3f–%.3f]", m, lo, hi)
+		}
+		e := 0
+		for _, r := range rs {
+			e += r.errors
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", st.name,
+			d(func(r result) time.Duration { return r.p50 }), d(func(r result) time.Duration { return r.p99 }),
+			d(func(r result) time.Duration { return r.p999 }),
+			x(func(r result) float64 { return r.attempts }), x(func(r result) float64 { return r.runs }),
+			x(func(r result) float64 { return r.work }), e)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+}
+
+// med returns the median, lowest and highest of v.
+func med(v []float64) (m, lo, hi float64) {
+	slices.Sort(v)
+	return v[len(v)/2], v[0], v[len(v)-1]
+}
