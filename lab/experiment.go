@@ -136,6 +136,8 @@ func Experiments() []*Experiment {
 		{Name: "periodic", Title: "Periodic load: the limit of forecasting the cycle", Summary: "none / static sweep / adaptive / oracle / the best per-phase schedule on diurnal and batch, at equal p99 and equal extra load, 5 seeds", run: expPeriodic,
 			steps: func(o Options) int { return 2*o.seeds(periodicSeeds) + map[bool]int{false: 0, true: 3}[o.Real] }},
 		{Name: "bigtable", Title: "The Tail at Scale: 1,000 keys over 100 servers", Summary: "hedge after 10 ms: p99.9 of a 1,000-key read, and the extra requests", run: expBigtable},
+		{Name: "tied", Title: "Tied requests: hedge the queue, never the work", Summary: "none / adaptive / tied on mmc, lock, heavy-query and mimir: p99, extra attempts, work executed", run: expTied,
+			steps: func(Options) int { return len(tiedScenarios) }},
 	}
 }
 

@@ -10,6 +10,7 @@ const (
 	evArrive                // an attempt reaches its server (Config.RTT)
 	evDeliver               // an attempt's answer reaches the client (Config.RTT)
 	evCapacity              // a batch job takes or frees workers (Scenario.Batch)
+	evStarted               // an attempt's start signal reaches the client (Tied, Config.RTT)
 )
 
 // event is one scheduled event. Events are values in a slice-backed heap,

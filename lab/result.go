@@ -32,6 +32,10 @@ type Result struct {
 	TriggerRate float64
 	// Utilization is busy worker-time ÷ (workers × span).
 	Utilization float64
+	// Work is the busy worker-time itself: the work the servers
+	// executed, a cancelled attempt's up to its cancellation (its whole
+	// work where the server does not honour cancellation).
+	Work time.Duration
 	// Slow is the fraction of requests slower than the scenario's
 	// SlowThreshold (zero when it has none).
 	Slow float64
@@ -242,6 +246,9 @@ func budgetLimit(cfg Config, r *Result) float64 {
 // verdict applies the rollout gates: p99 down ≥ 20 %, errors not up, extra
 // load within budget.
 func verdict(cfg Config, st Strategy, r, base *Result) (v, warn string) {
+	if st.Kind == Tied {
+		return tiedVerdict(cfg, r, base) // tied.go
+	}
 	switch {
 	case r.HedgeRate > 0.5:
 		warn = RootCauseWarning

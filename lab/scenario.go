@@ -325,7 +325,7 @@ func builtins() []*Scenario {
 			},
 			CDF: plain(func(t float64) float64 { return -math.Expm1(-max(t, 0) / float64(10*time.Millisecond)) }),
 		},
-	}, append(periodicScenarios(), objectsScenario())...)
+	}, append(append(queueScenarios(), periodicScenarios()...), objectsScenario())...) // tied.go, periodic.go
 }
 
 // Scenarios returns the built-in scenarios in the order `tailcut lab --list`

@@ -258,7 +258,8 @@ type call struct {
 	att     [tailcut.MaxHedgesLimit + 1]int32
 	pr      tailcut.Request
 	hasPol  bool
-	running uint8 // attempts outstanding (sent, not finished, not cancelled)
+	running uint8       // attempts outstanding (sent, not finished, not cancelled)
+	tie     tailcut.Tie // Tied (tied.go)
 
 	value float64 // the scenario's numeric feature (Scenario.Value)
 }
@@ -322,6 +323,7 @@ type sim struct {
 	lockWaits                  int64
 
 	policy    *tailcut.Policy
+	tied      *tailcut.Tied // Tied only
 	bud       budget.Budget
 	delay     int64
 	oracleThr int64
@@ -407,7 +409,7 @@ func (s *sim) setup() error {
 		s.delay = max(s.delay, 1)
 	case Oracle:
 		s.oracleThr = int64(quantileOf(trueQ, cfg.Threshold()))
-	case Adaptive, Predictive:
+	case Adaptive, Predictive, Tied:
 		pc, err := s.st.policyConfig(cfg)
 		if err != nil {
 			return err
@@ -439,6 +441,11 @@ func (s *sim) setup() error {
 			return fmt.Errorf("lab: adaptive policy: %w", err)
 		}
 		s.policy = p
+		if s.st.Kind == Tied {
+			if s.tied, err = tailcut.NewTied(s.st.Delay); err != nil {
+				return fmt.Errorf("lab: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -501,6 +508,10 @@ func (s *sim) run() {
 			}
 		case evCapacity:
 			s.setCapacity()
+		case evStarted:
+			if a := &s.attempts[e.id]; a.gen == e.gen {
+				s.onStarted(e.id)
+			}
 		case evSeries:
 			s.recordSeries()
 			if s.completed < cfg.Requests {
@@ -588,11 +599,14 @@ func (s *sim) startCall(req int32, index, leg int) {
 		cl.hasPol = true
 		delay = int64(cl.pr.Delay())
 		s.lastDelay = delay
-	case Adaptive:
+	case Adaptive, Tied:
 		cl.pr = s.policy.Begin(policyKey, s.vnow())
 		cl.hasPol = true
 		delay = int64(cl.pr.Delay())
 		s.lastDelay = delay
+		if s.tied != nil {
+			delay = s.beginTie(cl, delay) // tied.go
+		}
 	case Static, Retry, Speculative, Oracle:
 		if s.bud != nil {
 			s.bud.Deposit(s.vnow())
@@ -616,7 +630,7 @@ func (s *sim) startCall(req int32, index, leg int) {
 			s.extra[index]++
 			s.launch(c, s.draw(c, index, leg, 1))
 		}
-	case Static, Adaptive, Predictive, Retry, Speculative:
+	case Static, Adaptive, Predictive, Retry, Speculative, Tied:
 		s.schedule(s.now+max(delay, 0), evTimer, c, gen, 1)
 	case Phased:
 		if delay >= 0 {
@@ -706,6 +720,9 @@ func (s *sim) startWork(a int32) {
 	s.replicas[at.replica].busy++
 	at.state = stWorking
 	at.busyFrom = s.now
+	if s.tied != nil {
+		s.signalStart(a) // tied.go
+	}
 	end := s.now + int64(at.svc.Work)
 	if gc := s.sc.GC; gc != nil {
 		end = s.gcFinish(int(at.replica), s.now, int64(at.svc.Work))
@@ -831,6 +848,9 @@ func (s *sim) deliver(a int32) {
 	if cl.hasPol {
 		s.policy.Observe(&cl.pr, k, time.Duration(s.now-at.sent), tailcut.Completed, s.vnow())
 	}
+	if s.tied != nil {
+		cl.tie.Answered(k)
+	}
 	s.freeAttempt(a)
 	// The first answer wins: every other attempt is cancelled.
 	for j := range int(cl.n) {
@@ -920,6 +940,12 @@ func (s *sim) onTimer(c int32, gen uint32, k int) {
 		s.nTriggered++ // still unanswered at its delay: it needs a hedge
 	}
 	switch s.st.Kind {
+	case Tied:
+		if cl.tie.Tied() {
+			s.twin(c, index, leg) // tied.go: one twin, no later timer
+			return
+		}
+		fallthrough
 	case Adaptive, Predictive:
 		switch s.policy.Hedge(&cl.pr, s.vnow()) {
 		case tailcut.Send:
@@ -1007,6 +1033,7 @@ func (s *sim) result() *Result {
 	if s.now > 0 {
 		r.Utilization = float64(s.busyNS) / (float64(cfg.Replicas*cfg.Workers) * float64(s.now))
 	}
+	r.Work = time.Duration(s.busyNS)
 	switch {
 	case s.policy != nil:
 		r.Delay = s.policy.Delay(policyKey, s.vnow())

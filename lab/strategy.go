@@ -43,9 +43,15 @@ const (
 	// best such schedule, found offline, is the limit of any forecast of
 	// the cycle's timing (the periodic experiment).
 	Phased
+	// Tied sends tied requests under the real tailcut.Policy and a
+	// tailcut.Tied: the twin goes Delay after the primary (zero: at
+	// once) to another replica, and the first attempt to take a worker
+	// cancels the other, still queued; its key is hedged as Adaptive
+	// until its first answer (the simulated servers all signal a start).
+	Tied
 )
 
-var kindNames = [...]string{None: "none", Retry: "retry", Static: "static", Adaptive: "adaptive", Speculative: "speculative", Oracle: "oracle", Predictive: "predictive", Phased: "phased"}
+var kindNames = [...]string{None: "none", Retry: "retry", Static: "static", Adaptive: "adaptive", Speculative: "speculative", Oracle: "oracle", Predictive: "predictive", Phased: "phased", Tied: "tied"}
 
 // String returns the kind's name as --strategies spells it.
 func (k Kind) String() string {
@@ -58,8 +64,8 @@ func (k Kind) String() string {
 // Strategy is one way of sending requests. Parse one with [ParseStrategy].
 type Strategy struct {
 	Kind Kind
-	// Delay is the hedge delay (Static), the timeout (Retry) or the
-	// re-issue delay (Speculative). Zero means the scenario's own
+	// Delay is the hedge delay (Static), the timeout (Retry), the
+	// re-issue delay (Speculative) or the twin's delay (Tied). Zero means the scenario's own
 	// Quantile for Static and Speculative and its p99 for Retry, read
 	// from its true distribution.
 	Delay time.Duration
@@ -188,7 +194,7 @@ func (s Strategy) String() string {
 	if s.Unbudgeted {
 		name += "!"
 	}
-	if s.Delay > 0 && (s.Kind == Static || s.Kind == Retry || s.Kind == Speculative) {
+	if s.Delay > 0 && (s.Kind == Static || s.Kind == Retry || s.Kind == Speculative || s.Kind == Tied) {
 		name += ":" + s.Delay.String()
 	}
 	if s.Kind == Predictive && s.Features != LabelsOnly && int(s.Features) < len(featureSetNames) {
@@ -208,7 +214,7 @@ func (s Strategy) String() string {
 }
 
 // StrategyNames lists the strategy names ParseStrategy accepts.
-var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive[:period=off|detect|given|<period>]", "speculative[:delay]", "oracle", "predictive[:values|:labels+values]", "phased:d1/d2/…"}
+var StrategyNames = []string{"none", "retry[:timeout]", "static[:delay]", "adaptive[:period=off|detect|given|<period>]", "speculative[:delay]", "oracle", "predictive[:values|:labels+values]", "phased:d1/d2/…", "tied[:delay]"}
 
 // ParseStrategy parses one strategy: none, retry[:d], static[:d],
 // adaptive[:period=p], speculative[:d], oracle or predictive[:features],
@@ -238,6 +244,8 @@ func ParseStrategy(s string) (Strategy, error) {
 		st.Kind = Oracle
 	case "predictive":
 		st.Kind = Predictive
+	case "tied":
+		st.Kind = Tied
 	case "phased":
 		st.Kind = Phased
 		if !hasArg {
@@ -268,7 +276,7 @@ func ParseStrategy(s string) (Strategy, error) {
 		return st, fmt.Errorf("lab: strategy %q: unknown features %q (valid: labels, values, labels+values)", s, arg)
 	}
 	if hasArg {
-		if st.Kind != Static && st.Kind != Retry && st.Kind != Speculative {
+		if st.Kind != Static && st.Kind != Retry && st.Kind != Speculative && st.Kind != Tied {
 			return st, fmt.Errorf("lab: strategy %q takes no argument", s)
 		}
 		d, err := time.ParseDuration(arg)
@@ -334,4 +342,4 @@ func DefaultStrategies() []Strategy {
 }
 
 // policy reports whether the strategy runs the real tailcut.Policy.
-func (k Kind) policy() bool { return k == Adaptive || k == Predictive }
+func (k Kind) policy() bool { return k == Adaptive || k == Predictive || k == Tied }
