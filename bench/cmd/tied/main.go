@@ -18,8 +18,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -53,6 +55,30 @@ var workloads = map[string]workload{
 		}
 		return 5*time.Millisecond + time.Duration(r.ExpFloat64()*float64(5*time.Millisecond))
 	}, 14950 * time.Microsecond},
+}
+
+// replicaHeader carries the replica a request's primary goes to, drawn
+// by the client: attempt k goes to the k-th replica after it, as in the
+// lab (spread).
+const replicaHeader = "X-Replica"
+
+// spread sends each attempt to its replica: the primary's (replicaHeader)
+// plus its Hedge-Attempt index.
+type spread struct {
+	base http.RoundTripper
+	urls []string
+}
+
+func (s *spread) RoundTrip(r *http.Request) (*http.Response, error) {
+	first, _ := strconv.Atoi(r.Header.Get(replicaHeader))
+	k, _ := strconv.Atoi(r.Header.Get(hedgehttp.AttemptHeader))
+	u, err := url.Parse(s.urls[(first+k)%len(s.urls)])
+	if err != nil {
+		return nil, err
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Scheme, r2.URL.Host, r2.Host = u.Scheme, u.Host, ""
+	return s.base.RoundTrip(r2)
 }
 
 // workHeader carries a request's work, drawn by the client: the same
@@ -96,6 +122,7 @@ func main() {
 		protos   = flag.String("protos", "h1,h2", "h1, h2 or both")
 		delay    = flag.Duration("delay", time.Millisecond, "the delayed tied strategy's twin delay")
 		seed     = flag.Uint64("seed", 1, "seed of arrivals and service times")
+		p2c      = flag.Bool("p2c", false, "spread attempts with hedgehttp.WithEndpoints (power of two choices) instead of at random")
 	)
 	flag.Parse()
 	w, ok := workloads[*wl]
@@ -113,7 +140,7 @@ func main() {
 		for rep := range *reps {
 			for j := range sts {
 				i := (j + rep) % len(sts)
-				r, err := run(sts[i], w, h2, *replicas, *workers, rate, *requests, *seed+uint64(rep))
+				r, err := run(sts[i], w, h2, *p2c, *replicas, *workers, rate, *requests, *seed+uint64(rep))
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "tied:", err)
 					os.Exit(1)
@@ -126,7 +153,7 @@ func main() {
 }
 
 // run sends n requests at rate under strategy st to fresh servers.
-func run(st strategy, w workload, h2 bool, replicas, workers int, rate float64, n int, seed uint64) (result, error) {
+func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate float64, n int, seed uint64) (result, error) {
 	var adms []*hedgehttp.Admission
 	var urls []string
 	var base *http.Transport
@@ -165,18 +192,23 @@ func run(st strategy, w workload, h2 bool, replicas, workers int, rate float64, 
 	}
 	defer base.CloseIdleConnections()
 	opts, hedge := st.opts()
-	opts = append(opts, hedgehttp.WithEndpoints(urls...))
+	var rt http.RoundTripper = &spread{base: base, urls: urls}
+	if p2c {
+		rt = base
+		opts = append(opts, hedgehttp.WithEndpoints(urls...))
+	}
 	p, err := tailcut.New(tailcut.Config{})
 	if err != nil {
 		return result{}, err
 	}
-	tr, err := hedgehttp.New(base, p, opts...)
+	tr, err := hedgehttp.New(rt, p, opts...)
 	if err != nil {
 		return result{}, err
 	}
 	client := &http.Client{Transport: tr}
 	arrivals := rand.New(rand.NewPCG(seed, 1<<32))
 	works := rand.New(rand.NewPCG(seed, 2<<32))
+	replicaPick := rand.New(rand.NewPCG(seed, 3<<32))
 	var total time.Duration
 	lat := make([]time.Duration, n)
 	errs := make([]bool, n)
@@ -185,6 +217,7 @@ func run(st strategy, w workload, h2 bool, replicas, workers int, rate float64, 
 	for i := range n {
 		next = next.Add(time.Duration(arrivals.ExpFloat64() / rate * float64(time.Second)))
 		work := w.draw(works)
+		first := replicaPick.IntN(replicas)
 		total += work
 		time.Sleep(time.Until(next))
 		wg.Add(1)
@@ -197,6 +230,7 @@ func run(st strategy, w workload, h2 bool, replicas, workers int, rate float64, 
 			start := time.Now()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://replicas/", nil)
 			req.Header.Set(workHeader, work.String())
+			req.Header.Set(replicaHeader, strconv.Itoa(first))
 			resp, err := client.Do(req)
 			if err == nil {
 				_, err = io.Copy(io.Discard, resp.Body)
