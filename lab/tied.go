@@ -107,40 +107,34 @@ func heavyLabel(perMille uint64) func(seed uint64, c Call) string {
 const streamHeavy = 0x6865617679717279
 
 // queueScenarios are the scenarios where requests queue for a bounded
-// number of workers behind heavy queries, whose work is the request's
-// own: hedging such a query duplicates it, and the queue it was sent
-// around is made longer.
+// number of workers behind heavy queries, whose work is the query's own:
+// hedging such a query duplicates it, and the queue it was sent around
+// is made longer.
 func queueScenarios() []*Scenario {
-	light := func(r *rand.Rand) time.Duration { return uniform(r, 5, 15) }
 	return []*Scenario{
-		{
-			Name: "heavy-query",
-			Summary: "3 replicas × 4 workers at about 60 % load: 98 % of queries take U(5,15) ms, " +
-				"2 % are heavy, U(200,400) ms at any replica (a property of the query)",
-			Defaults: Defaults{Requests: 50000, Rate: 400, Fanout: 1, Replicas: 3, Workers: 4},
-			Label:    heavyLabel(20),
-			Draw: func(r *rand.Rand, c Call) Service {
-				if c.Label == heavyQueryLabel {
-					return Service{Work: uniform(r, 200, 400)}
-				}
-				return Service{Work: light(r)}
-			},
-			CDF: plain(func(t float64) float64 { return 0.98*uniformCDF(5, 15, t) + 0.02*uniformCDF(200, 400, t) }),
+		heavyScenario("heavy-query", "3 replicas × 4 workers at about 60 % load: 98 % of queries take U(5,15) ms, "+
+			"2 % are heavy, U(200,400) ms at any replica (a property of the query)",
+			Defaults{Requests: 50000, Rate: 400, Fanout: 1, Replicas: 3, Workers: 4}, 20, 200, 400),
+		heavyScenario("mimir", "Mimir-like: 3 queriers × 4 concurrent queries at about 60 % load: 99.5 % take U(5,15) ms, "+
+			"0.5 % are heavy, U(2,4) s at any querier",
+			Defaults{Requests: 40000, Rate: 300, Fanout: 1, Replicas: 3, Workers: 4}, 5, 2000, 4000),
+	}
+}
+
+// heavyScenario returns a scenario whose queries take U(5,15) ms, but
+// perMille in a thousand, heavy ones, U(lo,hi) ms.
+func heavyScenario(name, summary string, d Defaults, perMille uint64, lo, hi float64) *Scenario {
+	p := float64(perMille) / 1000
+	return &Scenario{
+		Name: name, Summary: summary, Defaults: d,
+		Label: heavyLabel(perMille),
+		Draw: func(r *rand.Rand, c Call) Service {
+			if c.Label == heavyQueryLabel {
+				return Service{Work: uniform(r, lo, hi)}
+			}
+			return Service{Work: uniform(r, 5, 15)}
 		},
-		{
-			Name: "mimir",
-			Summary: "Mimir-like: 3 queriers × 4 concurrent queries at about 60 % load: 99.5 % take U(5,15) ms, " +
-				"0.5 % are heavy, U(2,4) s at any querier",
-			Defaults: Defaults{Requests: 40000, Rate: 300, Fanout: 1, Replicas: 3, Workers: 4},
-			Label:    heavyLabel(5),
-			Draw: func(r *rand.Rand, c Call) Service {
-				if c.Label == heavyQueryLabel {
-					return Service{Work: uniform(r, 2000, 4000)}
-				}
-				return Service{Work: light(r)}
-			},
-			CDF: plain(func(t float64) float64 { return 0.995*uniformCDF(5, 15, t) + 0.005*uniformCDF(2000, 4000, t) }),
-		},
+		CDF: plain(func(t float64) float64 { return (1-p)*uniformCDF(5, 15, t) + p*uniformCDF(lo, hi, t) }),
 	}
 }
 
@@ -158,6 +152,11 @@ var tiedScenarios = []struct {
 	{"mimir", 0, 0},
 }
 
+// tiedRTT is the tied experiment's round trip: a start signal reaches the
+// client, and a cancellation its server, half of it later, so that two
+// attempts may both start before either hears of the other.
+const tiedRTT = 500 * time.Microsecond
+
 // TiedStrategies are the tied experiment's strategies: none, adaptive,
 // then the tied ones.
 const TiedStrategies = "none,adaptive,tied,tied:1ms"
@@ -171,7 +170,7 @@ func expTied(o Options) (*Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg := Config{Scenario: sc, Seed: o.Seed, Replicas: ts.replicas, Rate: ts.rate, Requests: o.requests(sc.Defaults.Requests)}
+		cfg := Config{Scenario: sc, Seed: o.Seed, Replicas: ts.replicas, Rate: ts.rate, Requests: o.requests(sc.Defaults.Requests), RTT: tiedRTT}
 		o.step("tied %s", ts.name)
 		rs, err := runAll(cfg, TiedStrategies)
 		if err != nil {
@@ -194,7 +193,7 @@ func expTied(o Options) (*Outcome, error) {
 	return &Outcome{
 		Setup: "Servers with a FIFO queue in front of a bounded pool of workers; an attempt reports its start when it takes a worker, " +
 			"and the client cancels the sibling that has not started (tailcut.Tied, the decision code the Transport runs). " +
-			"mmc runs on 3 servers of 4 workers (900 req/s); lock is the lock experiment's server (one replica, cancellation ignored); " +
+			"mmc runs on 3 servers of 4 workers (900 req/s); the round trip is 0.5 ms; lock is the lock experiment's server (one replica, cancellation ignored); " +
 			"heavy-query and mimir have heavy queries whose work is the query's own, at any replica. Work is busy worker-time, " +
 			"a cancelled attempt's up to its cancellation.",
 		Claim: "tied requests (Dean & Barroso, The Tail at Scale, 2013) hedge the queueing delay without duplicating the work: " +
