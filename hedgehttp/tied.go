@@ -108,18 +108,22 @@ func (a *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if a.onWait != nil {
 			a.onWait()
 		}
+		got := false
 		select {
 		case a.slot <- struct{}{}: // blocked senders are served in arrival order
+			got = true
 		case <-ctx.Done():
 		}
 		a.waiting.Add(-1)
+		if got {
+			defer func() { <-a.slot }()
+		}
 		if ctx.Err() != nil {
 			// Cancelled while queued, or just as its turn came: its
 			// client is gone, and nobody reads an answer.
 			a.leave(r)
 			return
 		}
-		defer func() { <-a.slot }()
 	}
 	if a.signals(r) {
 		h := w.Header()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
@@ -257,5 +258,37 @@ func TestNewAdmissionRejects(t *testing.T) {
 	}
 	if _, err := New(nil, nil, WithTied(-time.Second)); err == nil {
 		t.Error("WithTied(-1s): nil error")
+	}
+}
+
+// A request cancelled as its turn comes leaves the queue and gives its
+// slot back: cancelled requests never eat the Admission's slots.
+func TestAdmissionCancelledKeepsNoSlot(t *testing.T) {
+	adm, err := NewAdmission(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), AdmissionOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 64 {
+		// A free slot and a done context: select picks either.
+		adm.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+	}
+	done := make(chan string)
+	go func() {
+		rec := httptest.NewRecorder()
+		adm.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		done <- rec.Body.String()
+	}()
+	select {
+	case body := <-done:
+		if body != "ok" {
+			t.Errorf("body = %q", body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a live request waited 10s for the one slot: a cancelled request kept it")
+	}
+	if st := adm.Stats(); st.Left != 64 || st.Started != 1 {
+		t.Errorf("stats = %+v, want 64 left, 1 started", st)
 	}
 }
