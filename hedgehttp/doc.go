@@ -94,6 +94,12 @@
 // Handlers must watch the request context: a cancelled loser frees the
 // server only if its handler stops.
 //
+// Tied requests hedge the queue, never the work: [Admission] bounds how many
+// requests a handler executes at once and sends a 103 carrying
+// [StartedHeader] as each leaves its queue; a Transport with [WithTied] then
+// cancels the request's other copy, still queued elsewhere, which never
+// runs. Either half alone keeps plain hedging.
+//
 // [Idempotent] makes hedged writes safe: the copies of a request carrying
 // one Idempotency-Key (a POST, PUT, PATCH or DELETE; the key scoped by
 // method, path and an optional Scope, the host not included) run the
