@@ -22,8 +22,8 @@ var layerParts = map[string][]string{
 	// the adapters read.
 	"options": {"reqopts.go", "chain.go"},
 	// The executor: Do, Hedger, Gather, DoReplicas and what they run
-	// attempts with.
-	"execute": {"do.go", "gather.go", "replicas.go", "classify.go", "observer.go"},
+	// attempts with; tied requests (tied.go) are run by the Hedger.
+	"execute": {"do.go", "gather.go", "replicas.go", "classify.go", "observer.go", "tied.go"},
 	// The policy: the key map, the fuses, the decisions and what they
 	// learn. A key's own state and schedule are internal/key's.
 	"decide": {"policy.go", "features.go", "auto.go", "warmup.go", "model.go", "regress.go", "diagnosis.go", "fuses.go", "fleet.go", "onattempt.go"},
