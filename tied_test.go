@@ -3,6 +3,7 @@ package tailcut
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -283,6 +284,65 @@ func TestTiedCallerGone(t *testing.T) {
 		}
 		if s.ran[0].Load()+s.ran[1].Load() != 0 {
 			t.Error("an attempt ran after its caller gave up")
+		}
+	})
+}
+
+// tieObserver records the attempts an Observer is told of.
+type tieObserver struct {
+	mu      sync.Mutex
+	started []AttemptStart
+	ended   []AttemptEnd
+}
+
+func (o *tieObserver) AttemptStarted(ctx context.Context, a AttemptStart) context.Context {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.started = append(o.started, a)
+	return ctx
+}
+
+func (o *tieObserver) AttemptEnded(ctx context.Context, e AttemptEnd) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ended = append(o.ended, e)
+}
+
+// A tied request tells the Observer of each attempt once, started and
+// ended: the twin that won, and the primary cancelled in its queue.
+func TestTiedObserver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tied := newTestTied(t, 0)
+		h := &Hedger[int]{Policy: newTestPolicy(t, Config{}), Tied: tied}
+		teach(t, h, "k")
+		o := &tieObserver{}
+		h.Observer = o
+		s := &queueServer{
+			queue:  []time.Duration{50 * time.Millisecond, 5 * time.Millisecond},
+			work:   []time.Duration{20 * time.Millisecond, 20 * time.Millisecond},
+			signal: true,
+		}
+		if v, err := h.Do(context.Background(), "k", s.call); err != nil || v != 1 {
+			t.Fatalf("Do = %d, %v", v, err)
+		}
+		synctest.Wait()
+		if len(o.started) != 2 || len(o.ended) != 2 {
+			t.Fatalf("started %d, ended %d; want 2 and 2", len(o.started), len(o.ended))
+		}
+		if o.started[1].Reason != SentAfterDelay {
+			t.Errorf("the twin's reason = %v, want delay", o.started[1].Reason)
+		}
+		for _, e := range o.ended {
+			switch e.Index {
+			case 0:
+				if e.Won || e.Outcome != Canceled || e.Latency != 5*time.Millisecond {
+					t.Errorf("primary ended %+v, want cancelled at 5ms, not won", e)
+				}
+			case 1:
+				if !e.Won || e.Outcome != Completed {
+					t.Errorf("twin ended %+v, want completed and won", e)
+				}
+			}
 		}
 	})
 }
