@@ -20,34 +20,43 @@ type Stats struct {
 }
 
 // Counts are the counters shared by the policy totals and each key.
+//
+// Each field is declared once, with what publishes it in its tags:
+// json, its key in the JSON of Counts; metric and otel, the names of the
+// Prometheus metric (package hedgeprom, after the namespace) and of the
+// OpenTelemetry instrument (package hedgeotel, after the prefix) that
+// export it; unit, what one count is; help, the metrics' help text; and
+// for an array, index, what indexes it (see [Counters]). The exporters,
+// the JSON and [Counts.Each] read the fields through these tags only.
 type Counts struct {
-	Requests int64 // requests begun
-	Attempts int64 // attempts sent: primaries plus hedges
-	Hedges   int64 // hedges sent
-	// Wins[k] counts requests answered by attempt k (0 is the primary).
-	Wins [MaxHedgesLimit + 1]int64
+	Requests int64 `json:"requests" metric:"requests_total" otel:"requests.started" unit:"request" help:"Requests begun (primaries sent)."`
+	Attempts int64 `json:"attempts" metric:"attempts_total" otel:"attempts" unit:"attempt" help:"Attempts sent: primaries plus hedges."`
+	Hedges   int64 `json:"hedges" metric:"hedges_total" otel:"hedges.sent" unit:"hedge" help:"Hedges sent."`
+	// Wins[k] counts requests answered by attempt k (0 is the primary);
+	// the metrics count those a hedge answered.
+	Wins [MaxHedgesLimit + 1]int64 `json:"wins_by_attempt" metric:"hedge_wins_total" otel:"hedge.wins" unit:"hedge" index:"attempt" help:"Requests answered by a hedge rather than the primary."`
 	// Failed counts requests whose every attempt failed.
-	Failed int64
+	Failed int64 `json:"failed" metric:"requests_failed_total" otel:"requests.failed" unit:"request" help:"Requests whose every attempt failed."`
 	// Abandoned counts requests whose caller gave up — cancelled its
 	// context, or let its deadline pass — before an answer was returned
 	// ([Policy.Abandon]). They are neither answered nor failed: a caller's
 	// choice counts in no error figure (Failed, the circuit breaker).
-	Abandoned int64
+	Abandoned int64 `json:"abandoned" metric:"requests_abandoned_total" otel:"requests.abandoned" unit:"request" help:"Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures."`
 	// Denied counts hedges not sent, by cause (indexed by Decision; the
 	// Send and DryRun entries are always zero). [Counts.DeniedBy] reads
 	// it by name: c.DeniedBy(DenyBudget). The DenyEarly entry counts
 	// slots moved later while a key warms up, which may come to a hedge
 	// after all.
-	Denied [numDecisions]int64
+	Denied [numDecisions]int64 `json:"denied" metric:"hedges_denied_total" otel:"hedges.denied" unit:"hedge" index:"decision" help:"Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight; chained: the call was made while serving a hedge; early: a slot moved later while the key warms up)."`
 	// Triggered counts requests that asked for a hedge at least once: still
 	// unanswered at their hedge delay, or failed. Granted or not, each
 	// counts once. It is the numerator of the diagnosis (see [Diagnosis]).
-	Triggered int64
+	Triggered int64 `json:"triggered" metric:"hedge_triggers_total" otel:"hedge.triggers" unit:"hedge" help:"Requests that asked for a hedge (slower than the delay, or failed), granted or not."`
 	// WouldHedge counts hedges that would have been sent had Config.DryRun
 	// not been set.
-	WouldHedge int64
+	WouldHedge int64 `json:"would_hedge" metric:"dry_run_hedges_total" otel:"dry_run.hedges" unit:"hedge" help:"Hedges that would have been sent in a dry run."`
 	// BreakerTrips counts how many times the circuit breaker opened.
-	BreakerTrips int64
+	BreakerTrips int64 `json:"breaker_trips" metric:"breaker_trips_total" otel:"breaker.trips" unit:"trip" help:"Times the circuit breaker on hedges opened."`
 }
 
 // TriggerRate is triggered ÷ requests: the share of requests that needed a
@@ -222,20 +231,10 @@ func (p *Policy) Counts() Counts {
 
 // add adds o's counts to c.
 func (c *Counts) add(o *Counts) {
-	c.Requests += o.Requests
-	c.Attempts += o.Attempts
-	c.Hedges += o.Hedges
-	for i := range c.Wins {
-		c.Wins[i] += o.Wins[i]
+	a, b := c.slots(), o.slots()
+	for i := range a {
+		a[i] += b[i]
 	}
-	c.Failed += o.Failed
-	c.Abandoned += o.Abandoned
-	for i := range c.Denied {
-		c.Denied[i] += o.Denied[i]
-	}
-	c.Triggered += o.Triggered
-	c.WouldHedge += o.WouldHedge
-	c.BreakerTrips += o.BreakerTrips
 }
 
 // add adds o's counts to c.

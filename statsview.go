@@ -42,49 +42,58 @@ func (c Class) String() string {
 	return "unknown"
 }
 
-// countsJSON is the JSON form of [Counts]: names in snake_case, denials by
-// their Decision's name, the derived rates beside the counts.
+// countFields are the fields of [Counts] under their json tags, without
+// Counts' methods (its MarshalJSON).
+type countFields Counts
+
+// countsJSON is the JSON form of [Counts]: every field under its json tag,
+// denials by their Decision's name (the field at depth 0 hides the
+// array's), the derived rates beside the counts.
 type countsJSON struct {
-	Requests  int64 `json:"requests"`
-	Attempts  int64 `json:"attempts"`
-	Hedges    int64 `json:"hedges"`
-	Failed    int64 `json:"failed"`
-	Abandoned int64 `json:"abandoned"`
-	// WinsByAttempt[k] counts the requests answered by attempt k (0: the
-	// primary).
-	WinsByAttempt []int64          `json:"wins_by_attempt"`
-	Denied        map[string]int64 `json:"denied"`
-	Triggered     int64            `json:"triggered"`
-	WouldHedge    int64            `json:"would_hedge"`
-	BreakerTrips  int64            `json:"breaker_trips"`
-	HedgeRate     float64          `json:"hedge_rate"`
-	ExtraLoad     float64          `json:"extra_load"`
-	HedgeWinRate  float64          `json:"hedge_win_rate"`
-	TriggerRate   float64          `json:"trigger_rate"`
+	countFields
+	Denied       map[string]int64 `json:"denied"`
+	HedgeRate    float64          `json:"hedge_rate"`
+	ExtraLoad    float64          `json:"extra_load"`
+	HedgeWinRate float64          `json:"hedge_win_rate"`
+	TriggerRate  float64          `json:"trigger_rate"`
 }
 
 func (c *Counts) json() countsJSON {
-	j := countsJSON{
-		Requests: c.Requests, Attempts: c.Attempts, Hedges: c.Hedges, Failed: c.Failed, Abandoned: c.Abandoned,
-		WinsByAttempt: c.Wins[:], Denied: make(map[string]int64, NumDecisions),
-		Triggered: c.Triggered, WouldHedge: c.WouldHedge, BreakerTrips: c.BreakerTrips,
-		HedgeRate: c.HedgeRate(), ExtraLoad: c.ExtraLoad(), HedgeWinRate: c.HedgeWinRate(), TriggerRate: c.TriggerRate(),
-	}
+	j := countsJSON{countFields: countFields(*c), Denied: make(map[string]int64, NumDecisions),
+		HedgeRate: c.HedgeRate(), ExtraLoad: c.ExtraLoad(), HedgeWinRate: c.HedgeWinRate(), TriggerRate: c.TriggerRate()}
 	for d := range numDecisions {
-		if d != Send && d != DryRun {
+		if d.denial() {
 			j.Denied[d.String()] = c.Denied[d]
 		}
 	}
 	return j
 }
 
-// MarshalJSON encodes the counts with names in snake_case: "requests",
-// "attempts", "hedges", "failed", "abandoned", "wins_by_attempt" (index 0
-// the primary), "denied" (an object keyed by [Decision.String]: "budget",
-// "breaker", …), "triggered", "would_hedge", "breaker_trips", and the
-// rates "hedge_rate", "extra_load", "hedge_win_rate" and "trigger_rate"
-// as fractions (0.05 is 5 %).
+// MarshalJSON encodes the counts with names in snake_case, each field
+// under its json tag: "requests", "attempts", "hedges", "wins_by_attempt"
+// (index 0 the primary), "failed", "abandoned", "denied" (an object keyed
+// by [Decision.String]: "budget", "breaker", …), "triggered",
+// "would_hedge", "breaker_trips", and the rates "hedge_rate",
+// "extra_load", "hedge_win_rate" and "trigger_rate" as fractions (0.05 is
+// 5 %).
 func (c Counts) MarshalJSON() ([]byte, error) { return json.Marshal(c.json()) }
+
+// UnmarshalJSON decodes counts as [Counts.MarshalJSON] encodes them, such
+// as those of a proxy's /debug/tailcut read back; the rates, derived from
+// the counts, and names it does not know are ignored.
+func (c *Counts) UnmarshalJSON(b []byte) error {
+	var j countsJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*c = Counts(j.countFields)
+	for d := range numDecisions {
+		if d.denial() {
+			c.Denied[d] = j.Denied[d.String()]
+		}
+	}
+	return nil
+}
 
 // autoJSON is the JSON form of [AutoChoice]: durations in milliseconds.
 type autoJSON struct {

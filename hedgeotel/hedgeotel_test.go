@@ -222,19 +222,25 @@ func TestLoserSpanEndsAtCancellation(t *testing.T) {
 	})
 }
 
-func TestMetrics(t *testing.T) {
-	p := newPolicy(t)
-	now := time.Unix(1000, 0)
-	for i := range 40 {
-		r := p.Begin("a", now)
+// traffic sends n requests to key at now, every every-th hedged at once
+// and answered by its hedge.
+func traffic(p *tailcut.Policy, key string, n, every int, now time.Time) {
+	for i := range n {
+		r := p.Begin(key, now)
 		winner := 0
-		if i%4 == 0 && p.Hedge(&r, now) == tailcut.Send {
+		if i%every == 0 && p.Hedge(&r, now) == tailcut.Send {
 			p.Observe(&r, 1, time.Millisecond, tailcut.Completed, now)
 			winner = 1
 		}
 		p.Observe(&r, 0, time.Millisecond, tailcut.Completed, now)
 		p.End(&r, winner, now)
 	}
+}
+
+func TestMetrics(t *testing.T) {
+	p := newPolicy(t)
+	now := time.Unix(1000, 0)
+	traffic(p, "a", 40, 4, now)
 	for _, k := range []string{"b", "c"} { // their callers give up
 		r := p.Begin(k, now)
 		p.Observe(&r, 0, time.Millisecond, tailcut.Abandoned, now)
@@ -347,5 +353,51 @@ func TestNoSpanPassThrough(t *testing.T) {
 	})
 	if v != 42 || err != nil || discarded != 1 {
 		t.Errorf("Do = %d, %v with %d discarded; want 42, nil, 1", v, err, discarded)
+	}
+}
+
+// TestMetricsExportEveryCounter: each of tailcut.Counters is an instrument
+// under its name and unit, observed per tailcut.key (and tailcut.reason for
+// a counter by reason) with the value Counts.Each reads: a counter added to
+// tailcut.Counts is exported without a line here.
+func TestMetricsExportEveryCounter(t *testing.T) {
+	p := newPolicy(t)
+	now := time.Unix(1000, 0)
+	traffic(p, "a", 8, 2, now)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	if _, err := hedgeotel.RegisterMetrics(mp.Meter("tailcut"), p, hedgeotel.MetricsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{} // name unit attributes → value
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && d.IsMonotonic {
+				for _, dp := range d.DataPoints {
+					got[m.Name+" "+m.Unit+" "+dp.Attributes.Encoded(attribute.DefaultEncoder())] = dp.Value
+				}
+			}
+		}
+	}
+	list := tailcut.Counters()
+	k := p.Stats().Keys[0].Counts
+	n := 0
+	k.Each(func(i int, reason string, v int64) {
+		name := "tailcut." + list[i].Instrument + " {" + list[i].Unit + "} tailcut.key=a"
+		if reason != "" {
+			name += ",tailcut.reason=" + reason
+		}
+		if g, ok := got[name]; !ok || g != v {
+			t.Errorf("%s = %v (observed: %v), want %d", name, g, ok, v)
+		}
+		n++
+	})
+	if n != len(got) {
+		t.Errorf("%d counter series read, %d observed: %v", n, len(got), got)
 	}
 }

@@ -58,28 +58,20 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 	if pre == "" {
 		pre = "tailcut."
 	}
-	m := &meters{p: p, cap: keycap.New(o.MaxKeys, DefaultMaxKeys), attrs: o.Attributes}
+	m := &meters{p: p, cap: keycap.New[tailcut.Counts](o.MaxKeys, DefaultMaxKeys), attrs: o.Attributes}
 	var errs []error
-	counter := func(name, desc string) metric.Int64ObservableCounter {
-		c, err := meter.Int64ObservableCounter(pre+name, metric.WithDescription(desc), metric.WithUnit("{"+unitOf(name)+"}"))
+	var all []metric.Observable
+	for _, n := range tailcut.Counters() {
+		c, err := meter.Int64ObservableCounter(pre+n.Instrument, metric.WithDescription(n.Help), metric.WithUnit("{"+n.Unit+"}"))
 		errs = append(errs, err)
-		return c
+		m.counts = append(m.counts, c)
+		all = append(all, c)
 	}
 	gauge := func(name, desc, unit string) metric.Float64ObservableGauge {
 		g, err := meter.Float64ObservableGauge(pre+name, metric.WithDescription(desc), metric.WithUnit(unit))
 		errs = append(errs, err)
 		return g
 	}
-	m.requests = counter("requests.started", "Requests begun (primaries sent).")
-	m.attempts = counter("attempts", "Attempts sent: primaries plus hedges.")
-	m.hedges = counter("hedges.sent", "Hedges sent.")
-	m.denied = counter("hedges.denied", "Hedges asked for and not sent, by tailcut.reason.")
-	m.wins = counter("hedge.wins", "Requests answered by a hedge rather than the primary.")
-	m.triggers = counter("hedge.triggers", "Requests that asked for a hedge, granted or not.")
-	m.would = counter("dry_run.hedges", "Hedges that would have been sent in a dry run.")
-	m.failed = counter("requests.failed", "Requests whose every attempt failed.")
-	m.abandoned = counter("requests.abandoned", "Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures.")
-	m.trips = counter("breaker.trips", "Times the circuit breaker on hedges opened.")
 	m.delay = gauge("hedge.delay", "Hedge delay in force.", "s")
 	m.extraLoad = gauge("extra_load", "Load added by hedges: attempts / requests - 1.", "1")
 	m.window = gauge("hedge.trigger_window", "Share of requests that asked for a hedge over the last diagnosis window.", "1")
@@ -96,34 +88,20 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return meter.RegisterCallback(m.observe, m.requests, m.attempts, m.hedges, m.denied, m.wins, m.triggers,
-		m.would, m.failed, m.abandoned, m.trips, m.delay, m.extraLoad, m.window, m.diagnosis, m.breaker, m.p99, m.predicted,
-		m.inflight, m.keys)
-}
-
-// unitOf returns the UCUM annotation of a counter's unit.
-func unitOf(name string) string {
-	switch name {
-	case "requests.started", "requests.failed", "requests.abandoned":
-		return "request"
-	case "attempts":
-		return "attempt"
-	case "breaker.trips":
-		return "trip"
-	}
-	return "hedge"
+	all = append(all, m.delay, m.extraLoad, m.window, m.diagnosis, m.breaker, m.p99, m.predicted, m.inflight, m.keys)
+	return meter.RegisterCallback(m.observe, all...)
 }
 
 // meters holds the instruments and the key bounding state.
 type meters struct {
 	p     *tailcut.Policy
-	cap   *keycap.Cap
+	cap   *keycap.Cap[tailcut.Counts, *tailcut.Counts]
 	attrs []attribute.KeyValue
 
-	requests, attempts, hedges, denied, wins, triggers, would, failed, abandoned, trips metric.Int64ObservableCounter
-	delay, extraLoad, window, diagnosis, breaker, p99, predicted                        metric.Float64ObservableGauge
-	inflight                                                                            metric.Int64ObservableUpDownCounter
-	keys                                                                                metric.Int64ObservableGauge
+	counts                                                       []metric.Int64ObservableCounter // by index in tailcut.Counters
+	delay, extraLoad, window, diagnosis, breaker, p99, predicted metric.Float64ObservableGauge
+	inflight                                                     metric.Int64ObservableUpDownCounter
+	keys                                                         metric.Int64ObservableGauge
 }
 
 var (
@@ -134,12 +112,13 @@ var (
 // observe is the collection callback.
 func (m *meters) observe(_ context.Context, o metric.Observer) error {
 	s := m.p.Stats()
-	own, other := m.cap.Split(s)
+	own, other := m.cap.Split(s.Counts, len(s.Keys), func(i int) (string, *tailcut.Counts) { return s.Keys[i].Key, &s.Keys[i].Counts })
 
 	with := func(kv ...attribute.KeyValue) metric.MeasurementOption {
 		return metric.WithAttributes(append(kv, m.attrs...)...)
 	}
-	for _, k := range own {
+	for _, i := range own {
+		k := &s.Keys[i]
 		key := KeyKey.String(k.Key)
 		m.counters(o, key, &k.Counts, with)
 		o.ObserveFloat64(m.delay, k.Delay.Seconds(), with(key))
@@ -168,24 +147,13 @@ func (m *meters) observe(_ context.Context, o metric.Observer) error {
 
 // counters observes the counters of one key attribute.
 func (m *meters) counters(o metric.Observer, key attribute.KeyValue, n *tailcut.Counts, with func(...attribute.KeyValue) metric.MeasurementOption) {
-	o.ObserveInt64(m.requests, n.Requests, with(key))
-	o.ObserveInt64(m.attempts, n.Attempts, with(key))
-	o.ObserveInt64(m.hedges, n.Hedges, with(key))
-	var wins int64
-	for _, w := range n.Wins[1:] {
-		wins += w
-	}
-	o.ObserveInt64(m.wins, wins, with(key))
-	o.ObserveInt64(m.triggers, n.Triggered, with(key))
-	o.ObserveInt64(m.would, n.WouldHedge, with(key))
-	o.ObserveInt64(m.failed, n.Failed, with(key))
-	o.ObserveInt64(m.abandoned, n.Abandoned, with(key))
-	o.ObserveInt64(m.trips, n.BreakerTrips, with(key))
-	for d := range tailcut.NumDecisions {
-		if dec := tailcut.Decision(d); dec != tailcut.Send && dec != tailcut.DryRun {
-			o.ObserveInt64(m.denied, n.Denied[d], with(key, attribute.String("tailcut.reason", dec.String())))
+	n.Each(func(i int, reason string, v int64) {
+		if reason == "" {
+			o.ObserveInt64(m.counts[i], v, with(key))
+		} else {
+			o.ObserveInt64(m.counts[i], v, with(key, attribute.String("tailcut.reason", reason)))
 		}
-	}
+	})
 }
 
 func b2f(b bool) float64 {

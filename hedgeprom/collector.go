@@ -48,13 +48,12 @@ type Options struct {
 // detached from the policy.
 type Collector struct {
 	p   *tailcut.Policy
-	cap *keycap.Cap
+	cap *keycap.Cap[tailcut.Counts, *tailcut.Counts]
 	lat *attemptLatency // nil with Options.NoAttemptLatency
 
-	requests, attempts, hedges, denied, wins, failed, abandoned, triggered *prometheus.Desc
-	would, trips                                                           *prometheus.Desc
-	delay, extraLoad, windowTrigger, diagnosis, breaker, p99, predicted    *prometheus.Desc
-	inflight, keys                                                         *prometheus.Desc
+	counts                                                              []*prometheus.Desc // by index in tailcut.Counters
+	delay, extraLoad, windowTrigger, diagnosis, breaker, p99, predicted *prometheus.Desc
+	inflight, keys                                                      *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -75,17 +74,7 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 	k := "key"
 	c := &Collector{
 		p:             p,
-		cap:           keycap.New(o.MaxKeys, DefaultMaxKeys),
-		requests:      d("requests_total", "Requests begun (primaries sent).", k),
-		attempts:      d("attempts_total", "Attempts sent: primaries plus hedges.", k),
-		hedges:        d("hedges_total", "Hedges sent.", k),
-		denied:        d("hedges_denied_total", "Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight; chained: the call was made while serving a hedge; early: a slot moved later while the key warms up).", k, "reason"),
-		wins:          d("hedge_wins_total", "Requests answered by a hedge rather than the primary.", k),
-		failed:        d("requests_failed_total", "Requests whose every attempt failed.", k),
-		abandoned:     d("requests_abandoned_total", "Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures.", k),
-		triggered:     d("hedge_triggers_total", "Requests that asked for a hedge (slower than the delay, or failed), granted or not.", k),
-		would:         d("dry_run_hedges_total", "Hedges that would have been sent in a dry run.", k),
-		trips:         d("breaker_trips_total", "Times the circuit breaker on hedges opened.", k),
+		cap:           keycap.New[tailcut.Counts](o.MaxKeys, DefaultMaxKeys),
 		delay:         d("hedge_delay_seconds", "Hedge delay in force.", k),
 		extraLoad:     d("extra_load_ratio", "Load added by hedges: attempts / requests - 1, since the policy started.", k),
 		windowTrigger: d("hedge_trigger_window_ratio", "Share of requests that asked for a hedge over the last ended diagnosis window.", k),
@@ -96,6 +85,13 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 		inflight:      d("hedges_inflight", "Hedges in flight now (capped by MaxInflightHedges)."),
 		keys:          d("keys", "Keys the policy tracks."),
 	}
+	for _, n := range tailcut.Counters() {
+		if n.ByReason {
+			c.counts = append(c.counts, d(n.Metric, n.Help, k, "reason"))
+		} else {
+			c.counts = append(c.counts, d(n.Metric, n.Help, k))
+		}
+	}
 	if !o.NoAttemptLatency {
 		c.lat = newAttemptLatency(ns, o, c.cap)
 		p.OnAttempt(c.lat.observe)
@@ -105,8 +101,10 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.attempts, c.hedges, c.denied, c.wins, c.failed,
-		c.abandoned, c.triggered, c.would, c.trips, c.delay, c.extraLoad, c.windowTrigger, c.diagnosis, c.breaker,
+	for _, d := range c.counts {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{c.delay, c.extraLoad, c.windowTrigger, c.diagnosis, c.breaker,
 		c.p99, c.predicted, c.inflight, c.keys} {
 		ch <- d
 	}
@@ -122,9 +120,10 @@ var breakerStates = []tailcut.BreakerState{tailcut.BreakerClosed, tailcut.Breake
 // Collect reads the policy's Stats and sends the metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.p.Stats()
-	own, other := c.cap.Split(s)
+	own, other := c.cap.Split(s.Counts, len(s.Keys), func(i int) (string, *tailcut.Counts) { return s.Keys[i].Key, &s.Keys[i].Counts })
 
-	for _, k := range own {
+	for _, i := range own {
+		k := &s.Keys[i]
 		c.counters(ch, k.Key, &k.Counts)
 		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{k.Key}, labels...)...)
@@ -156,27 +155,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // counters sends the counters of one key label.
 func (c *Collector) counters(ch chan<- prometheus.Metric, key string, n *tailcut.Counts) {
-	counter := func(d *prometheus.Desc, v int64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{key}, labels...)...)
-	}
-	counter(c.requests, n.Requests)
-	counter(c.attempts, n.Attempts)
-	counter(c.hedges, n.Hedges)
-	var wins int64
-	for _, w := range n.Wins[1:] {
-		wins += w
-	}
-	counter(c.wins, wins)
-	counter(c.failed, n.Failed)
-	counter(c.abandoned, n.Abandoned)
-	counter(c.triggered, n.Triggered)
-	counter(c.would, n.WouldHedge)
-	counter(c.trips, n.BreakerTrips)
-	for d := range tailcut.NumDecisions {
-		if dec := tailcut.Decision(d); dec != tailcut.Send && dec != tailcut.DryRun {
-			counter(c.denied, n.DeniedBy(dec), dec.String())
+	n.Each(func(i int, reason string, v int64) {
+		if reason == "" {
+			ch <- prometheus.MustNewConstMetric(c.counts[i], prometheus.CounterValue, float64(v), key)
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.counts[i], prometheus.CounterValue, float64(v), key, reason)
 		}
-	}
+	})
 }
 
 func b2f(b bool) float64 {

@@ -317,3 +317,46 @@ func exposition(t *testing.T, reg prometheus.Gatherer) string {
 	}
 	return buf.String()
 }
+
+// TestCollectorExportsEveryCounter: each of tailcut.Counters is exported
+// under its name, labelled by key (and by reason for a counter by reason),
+// with the value Counts.Each reads: a counter added to tailcut.Counts is
+// exported without a line here.
+func TestCollectorExportsEveryCounter(t *testing.T) {
+	b, _ := budget.NewRatio(0.1, 5, -1)
+	p := newPolicy(t, tailcut.Config{Budget: b})
+	traffic(p, "users", 100, 4)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(hedgeprom.NewCollector(p, hedgeprom.Options{NoAttemptLatency: true}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{} // name{labels} → value
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetCounter().GetValue()
+		}
+	}
+	list := tailcut.Counters()
+	k := p.Stats().Keys[0].Counts
+	n := 0
+	k.Each(func(i int, reason string, v int64) {
+		name := "tailcut_" + list[i].Metric + "{key=users"
+		if reason != "" {
+			name += ",reason=" + reason
+		}
+		name += "}"
+		if g, ok := got[name]; !ok || g != float64(v) {
+			t.Errorf("%s = %v (exported: %v), want %d", name, g, ok, v)
+		}
+		n++
+	})
+	if n < len(list)+tailcut.NumDecisions-3 {
+		t.Errorf("%d series for %d counters", n, len(list))
+	}
+}

@@ -6,57 +6,65 @@ package keycap
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/tailcut/tailcut"
 )
 
 // Other is the label under which the keys past the cap are summed.
 const Other = "other"
+
+// Counts is what a Cap sums: a set of counters that can be combined one by
+// one, as *tailcut.Counts does ([tailcut.Counts.Combine]). Keeping the
+// counters' list out of this package lets a counter added to
+// tailcut.Counts be summed here unnamed.
+type Counts[C any] interface {
+	*C
+	Combine(o *C, f func(x *int64, y int64))
+}
 
 // Cap keeps the first Max keys it sees — in a [Cap.Split] or a [Cap.Label],
 // whichever comes first — under their own label for its whole life (in
 // order of first sight; Stats sorts keys, so ties within a Split go
 // alphabetically) and sums the others under [Other]. It is safe for
 // concurrent use.
-type Cap struct {
+type Cap[C any, P Counts[C]] struct {
 	max int
 
 	mu       sync.Mutex
 	exported map[string]bool
-	other    tailcut.Counts // the last "other" sums, kept monotonic
+	other    C // the last "other" sums, kept monotonic
 
 	own  sync.Map    // the keys of exported, for Label without mu
 	full atomic.Bool // len(exported) == max: a key not in own is Other
 }
 
 // New returns a Cap of max keys: zero means def, a negative max none.
-func New(max, def int) *Cap {
+func New[C any, P Counts[C]](max, def int) *Cap[C, P] {
 	if max == 0 {
 		max = def
 	} else if max < 0 {
 		max = 0
 	}
-	return &Cap{max: max, exported: make(map[string]bool)}
+	return &Cap[C, P]{max: max, exported: make(map[string]bool)}
 }
 
-// Split returns the keys of s that keep their own label, and the counts of
-// all the others: the policy's totals minus the labelled keys, so evicted
-// keys count too. A momentary lag of the totals behind the keys is clamped,
-// so the counters of Other never go back.
-func (c *Cap) Split(s tailcut.Stats) (own []tailcut.KeyStats, other tailcut.Counts) {
+// Split takes the policy's totals and its n keys, key(i) giving the i-th's
+// name and counts, and returns the indices of the keys that keep their own
+// label, and the counts of all the others: the totals minus the labelled
+// keys, so evicted keys count too. A momentary lag of the totals behind
+// the keys is clamped, so the counters of Other never go back.
+func (c *Cap[C, P]) Split(total C, n int, key func(i int) (string, *C)) (own []int, other C) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var sum tailcut.Counts
-	for _, k := range s.Keys {
-		c.admitLocked(k.Key)
-		if c.exported[k.Key] {
-			own = append(own, k)
-			each(&sum, &k.Counts, func(x *int64, y int64) { *x += y })
+	var sum C
+	for i := range n {
+		name, counts := key(i)
+		if c.admitLocked(name) {
+			own = append(own, i)
+			P(&sum).Combine(counts, func(x *int64, y int64) { *x += y })
 		}
 	}
-	other = s.Counts
-	each(&other, &sum, func(x *int64, y int64) { *x -= y })
-	each(&other, &c.other, func(x *int64, y int64) { *x = max(*x, y) })
+	other = total
+	P(&other).Combine(&sum, func(x *int64, y int64) { *x -= y })
+	P(&other).Combine(&c.other, func(x *int64, y int64) { *x = max(*x, y) })
 	c.other = other
 	return own, other
 }
@@ -64,7 +72,7 @@ func (c *Cap) Split(s tailcut.Stats) (own []tailcut.KeyStats, other tailcut.Coun
 // Label returns the label key is exported under: key itself if it holds,
 // or can still take, one of the Max places, else [Other]. A key that
 // holds its place is found without a lock (the request path calls it).
-func (c *Cap) Label(key string) string {
+func (c *Cap[C, P]) Label(key string) string {
 	if _, ok := c.own.Load(key); ok {
 		return key
 	}
@@ -81,7 +89,7 @@ func (c *Cap) Label(key string) string {
 
 // admitLocked gives key a place if it has none and one is free, and
 // reports whether it holds one. c.mu must be held.
-func (c *Cap) admitLocked(key string) bool {
+func (c *Cap[C, P]) admitLocked(key string) bool {
 	if c.exported[key] {
 		return true
 	}
@@ -93,22 +101,4 @@ func (c *Cap) admitLocked(key string) bool {
 	c.own.Store(key, struct{}{})
 	c.full.Store(len(c.exported) >= c.max)
 	return true
-}
-
-// each applies f to every pair of counters of a and b.
-func each(a, b *tailcut.Counts, f func(x *int64, y int64)) {
-	f(&a.Requests, b.Requests)
-	f(&a.Attempts, b.Attempts)
-	f(&a.Hedges, b.Hedges)
-	for i := range a.Wins {
-		f(&a.Wins[i], b.Wins[i])
-	}
-	f(&a.Failed, b.Failed)
-	f(&a.Abandoned, b.Abandoned)
-	for i := range a.Denied {
-		f(&a.Denied[i], b.Denied[i])
-	}
-	f(&a.Triggered, b.Triggered)
-	f(&a.WouldHedge, b.WouldHedge)
-	f(&a.BreakerTrips, b.BreakerTrips)
 }

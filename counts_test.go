@@ -1,0 +1,164 @@
+package tailcut
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// numbered returns Counts whose every counter (each array entry apart)
+// holds a different value, set through reflection, field by field: Send's
+// and DryRun's denial entries, never counted, stay zero.
+func numbered() Counts {
+	var c Counts
+	v := reflect.ValueOf(&c).Elem()
+	n := int64(1)
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() != reflect.Array {
+			f.SetInt(n)
+			n++
+			continue
+		}
+		for j := range f.Len() {
+			if v.Type().Field(i).Name == "Denied" && !Decision(j).denial() {
+				continue
+			}
+			f.Index(j).SetInt(n)
+			n++
+		}
+	}
+	return c
+}
+
+// TestCountersCoverCounts: every field of Counts is a Counter, read by
+// Each, summed by add, visited by Combine and encoded in the JSON (and read
+// back), all from its one declaration. A field declared without its tags
+// stops the package at init (TestCountersOfRejects).
+func TestCountersCoverCounts(t *testing.T) {
+	c := numbered()
+	typ := reflect.TypeFor[Counts]()
+	list := Counters()
+	if len(list) != typ.NumField() {
+		t.Fatalf("%d counters for %d fields of Counts", len(list), typ.NumField())
+	}
+	seen := map[string]bool{}
+	for i, k := range list {
+		if k.Field != typ.Field(i).Name {
+			t.Errorf("counter %d is %s, field %d is %s", i, k.Field, i, typ.Field(i).Name)
+		}
+		if !strings.HasSuffix(k.Metric, "_total") || strings.Contains(k.Instrument, "_total") || seen[k.Metric] || seen[k.Instrument] {
+			t.Errorf("counter %s: metric %q, instrument %q: want a unique counter name in each", k.Field, k.Metric, k.Instrument)
+		}
+		seen[k.Metric], seen[k.Instrument] = true, true
+	}
+
+	// Each: a plain field's value, a denial per reason, the hedges' wins.
+	v := reflect.ValueOf(c)
+	got := map[string]int64{}
+	c.Each(func(i int, reason string, n int64) { got[list[i].Field+"/"+reason] = n })
+	want := map[string]int64{}
+	for i, k := range list {
+		f := v.Field(i)
+		switch {
+		case k.ByReason:
+			for d := range numDecisions {
+				if d.denial() {
+					want[k.Field+"/"+d.String()] = f.Index(int(d)).Int()
+				}
+			}
+		case f.Kind() == reflect.Array:
+			want[k.Field+"/"] = c.hedgeWins()
+		default:
+			want[k.Field+"/"] = f.Int()
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Each reported %v, want %v", got, want)
+	}
+
+	// add and Combine: every counter, once.
+	sum := c
+	sum.add(&c)
+	visits := 0
+	sum.Combine(&c, func(x *int64, y int64) { *x -= 2 * y; visits++ })
+	if sum != (Counts{}) || visits != int(countSlots) {
+		t.Errorf("add then Combine left %+v after %d visits, want nothing after %d", sum, visits, countSlots)
+	}
+
+	// The JSON: every counter under its name, read back whole.
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range list {
+		if _, ok := doc[k.Name]; !ok {
+			t.Errorf("JSON lacks %q: %s", k.Name, b)
+		}
+	}
+	var back Counts
+	if err := json.Unmarshal(b, &back); err != nil || back != c {
+		t.Errorf("read back %+v (%v), want %+v", back, err, c)
+	}
+}
+
+// TestCounterNames: the names the exporters publish stay what dashboards
+// query; adding a counter adds names, never renames one.
+func TestCounterNames(t *testing.T) {
+	want := map[string][3]string{ // field: JSON, Prometheus, OpenTelemetry
+		"Requests":     {"requests", "requests_total", "requests.started"},
+		"Attempts":     {"attempts", "attempts_total", "attempts"},
+		"Hedges":       {"hedges", "hedges_total", "hedges.sent"},
+		"Wins":         {"wins_by_attempt", "hedge_wins_total", "hedge.wins"},
+		"Failed":       {"failed", "requests_failed_total", "requests.failed"},
+		"Abandoned":    {"abandoned", "requests_abandoned_total", "requests.abandoned"},
+		"Denied":       {"denied", "hedges_denied_total", "hedges.denied"},
+		"Triggered":    {"triggered", "hedge_triggers_total", "hedge.triggers"},
+		"WouldHedge":   {"would_hedge", "dry_run_hedges_total", "dry_run.hedges"},
+		"BreakerTrips": {"breaker_trips", "breaker_trips_total", "breaker.trips"},
+	}
+	have := map[string][3]string{}
+	for _, k := range Counters() {
+		have[k.Field] = [3]string{k.Name, k.Metric, k.Instrument}
+	}
+	for f, w := range want {
+		if have[f] != w {
+			t.Errorf("Counts.%s is published as %q, want %q", f, have[f], w)
+		}
+	}
+}
+
+// TestCountersOfRejects: a field without its names, or of a kind the
+// exporters cannot read, stops the package at init.
+func TestCountersOfRejects(t *testing.T) {
+	const tags = `json:"x" metric:"x_total" otel:"x" unit:"x" help:"X."`
+	for name, typ := range map[string]reflect.Type{
+		"no tags": reflect.StructOf([]reflect.StructField{{Name: "X", Type: reflect.TypeFor[int64]()}}),
+		"no help": reflect.StructOf([]reflect.StructField{{Name: "X", Type: reflect.TypeFor[int64](),
+			Tag: `json:"x" metric:"x_total" otel:"x" unit:"x"`}}),
+		"int32":               reflect.StructOf([]reflect.StructField{{Name: "X", Type: reflect.TypeFor[int32](), Tag: tags}}),
+		"array without index": reflect.StructOf([]reflect.StructField{{Name: "X", Type: reflect.TypeFor[[NumDecisions]int64](), Tag: tags}}),
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: countersOf accepted it", name)
+				}
+			}()
+			countersOf(typ)
+		}()
+	}
+}
+
+func TestCountsEachAllocs(t *testing.T) {
+	c := numbered()
+	var sum int64
+	if n := testing.AllocsPerRun(100, func() { c.Each(func(_ int, _ string, v int64) { sum += v }) }); n != 0 {
+		t.Errorf("Each allocates %v times", n)
+	}
+}
