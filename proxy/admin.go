@@ -136,21 +136,11 @@ type DebugRoute struct {
 	// delay_ms absent, on a route that does not hedge.
 	DelayMS float64 `json:"delay_ms,omitempty"`
 	Warm    bool    `json:"warm"`
-	// Requests, Attempts and Hedges count since the route's policy was
-	// made; HedgeRate is hedges ÷ requests, ExtraLoad attempts ÷
-	// requests − 1, HedgeWinRate the share of hedges that won.
-	Requests     int64   `json:"requests"`
-	Attempts     int64   `json:"attempts"`
-	Hedges       int64   `json:"hedges"`
-	HedgeRate    float64 `json:"hedge_rate"`
-	ExtraLoad    float64 `json:"extra_load"`
-	HedgeWinRate float64 `json:"hedge_win_rate"`
-	Failed       int64   `json:"failed"`
-	// Abandoned counts requests whose client went away before an answer
-	// (tailcut's Counts.Abandoned): not failures.
-	Abandoned int64 `json:"abandoned"`
-	// Denials counts hedges not sent, by reason (budget, pushback, …).
-	Denials map[string]int64 `json:"denials"`
+	// Counts are the route policy's counters since it was made, as
+	// tailcut.Counts encodes them ("requests", "hedges", "hedge_rate",
+	// "denied" by reason, …): among them Abandoned, the requests whose
+	// client went away before an answer, not failures.
+	Counts tailcut.Counts `json:"counts"`
 	// Diagnosis is the verdict on the last diagnosis window (healthy,
 	// grey_zone, masking: hedging hides a server-side cause, unknown)
 	// and TriggerRate that window's share of requests asking for a hedge.
@@ -185,19 +175,11 @@ func (s *Server) Debug() Debug {
 		st := r.policy.Stats()
 		dr := DebugRoute{
 			Name: r.cfg.Name, Host: r.cfg.Host, PathPrefix: r.prefix, Upstream: r.cfg.Upstream, Hedging: r.hedging,
-			Requests: st.Requests, Attempts: st.Attempts, Hedges: st.Hedges,
-			HedgeRate: st.HedgeRate(), ExtraLoad: st.ExtraLoad(), HedgeWinRate: st.HedgeWinRate(), Failed: st.Failed,
-			Abandoned: st.Abandoned,
-			Denials:   map[string]int64{},
+			Counts:    st.Counts,
 			Diagnosis: tailcut.DiagnosisUnknown.String(), Breaker: tailcut.BreakerClosed.String(),
 		}
 		if r.hedging {
 			dr.DelayMS = ms(r.policy.Config().WarmupDelay)
-		}
-		for reason, n := range st.Denied {
-			if n > 0 {
-				dr.Denials[tailcut.Decision(reason).String()] = n
-			}
 		}
 		for _, k := range st.Keys {
 			if k.Key == r.cfg.Name {

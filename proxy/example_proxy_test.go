@@ -57,7 +57,7 @@ routes:
 		fmt.Printf("%s → %d %s\n", path, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	r := s.Debug().Routes[0]
-	fmt.Printf("route %s: %d request, %d upstreams\n", r.Name, r.Requests, len(r.Upstreams))
+	fmt.Printf("route %s: %d request, %d upstreams\n", r.Name, r.Counts.Requests, len(r.Upstreams))
 	// Output:
 	// /users/42 → 200 /users/42 (Hedge-Attempt 0)
 	// /orders/7 → 404 tailcut proxy: no route for this request

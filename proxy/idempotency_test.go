@@ -268,7 +268,7 @@ routes: [{name: r, upstream: pool, policy: {warmup_delay: 2ms, budget: 100%%}}]
 			if code, _ := p.get(t, "/list"); code != http.StatusCreated {
 				t.Errorf("GET: %d", code)
 			}
-			if p.Debug().Routes[0].Hedges == 0 {
+			if p.Debug().Routes[0].Counts.Hedges == 0 {
 				t.Error("a GET to the slow upstream was not hedged")
 			}
 		})

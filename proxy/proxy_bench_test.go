@@ -109,7 +109,7 @@ routes: [{name: r, upstream: u, %s}]
 			url, c := benchFront(b, s.Handler())
 			benchGets(b, url+"/item", c)
 			st := s.Debug().Routes[0]
-			b.ReportMetric(st.HedgeRate*100, "hedge-%")
+			b.ReportMetric(st.Counts.HedgeRate()*100, "hedge-%")
 		})
 	}
 }
@@ -214,7 +214,7 @@ routes:
 			b.ReportMetric(float64(vs[0].cpu)/float64(v.cpu), v.name+"/bare-cpu")
 		}
 	}
-	b.ReportMetric(s.Debug().Routes[0].HedgeRate*100, "hedge-%")
+	b.ReportMetric(s.Debug().Routes[0].Counts.HedgeRate()*100, "hedge-%")
 }
 
 // cpuTime returns the CPU time (user + system) the process has used.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tailcut/tailcut"
 	"github.com/tailcut/tailcut/hedgehttp"
 )
 
@@ -318,7 +319,7 @@ routes:
 	// Each primary the straggler got was answered by a hedge. (A hedge may
 	// also land on the straggler when the healthy replica is slower than
 	// the delay, under -race; the primary answers those.)
-	if slowPrimaries == 0 || r.Hedges < slowPrimaries || r.Requests != 20 || r.HedgeWinRate == 0 {
+	if slowPrimaries == 0 || r.Counts.Hedges < slowPrimaries || r.Counts.Requests != 20 || r.Counts.HedgeWinRate() == 0 {
 		t.Errorf("route %+v: want a winning hedge for each of the straggler's %d primaries", r, slowPrimaries)
 	}
 	if len(r.Upstreams) != 2 || r.Upstreams[0].URL != slow.URL || r.Upstreams[0].Attempts < slow.hits.Load() {
@@ -492,7 +493,7 @@ routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%}}]
 	// Later hedges are denied: the shed asked for a 30 s pause. (The first
 	// shed's answer may reach the proxy after its primary won, and be
 	// dropped; a later primary waits 20 ms, long after its hedge is shed.)
-	for i := 0; p.Debug().Routes[0].Denials["pushback"] == 0; i++ {
+	for i := 0; p.Debug().Routes[0].Counts.DeniedBy(tailcut.DenyPushback) == 0; i++ {
 		if i == 3 {
 			t.Fatalf("no pushback denial after %d requests: %+v", i+1, p.Debug().Routes[0])
 		}
@@ -505,7 +506,7 @@ routes: [{name: r, upstream: u, policy: {warmup_delay: 2ms, budget: 100%%}}]
 	// within the limit and served.)
 	r := p.Debug().Routes[0]
 	st := h.Stats()
-	if wins := int64(math.Round(r.HedgeWinRate * float64(r.Hedges))); st.Hedge.Shed == 0 || wins > st.Hedge.Served {
+	if wins := int64(math.Round(r.Counts.HedgeWinRate() * float64(r.Counts.Hedges))); st.Hedge.Shed == 0 || wins > st.Hedge.Served {
 		t.Errorf("route %+v, server %+v: a shed hedge won", r, st)
 	}
 }
@@ -535,15 +536,32 @@ routes: [{name: r1, upstream: pool, policy: {warmup_delay: 5ms, budget: 100%%}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d Debug
-	err = json.NewDecoder(resp.Body).Decode(&d)
+	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err != nil {
+	var d Debug
+	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Routes) != 1 || d.Routes[0].Name != "r1" || d.Routes[0].Requests != 10 || len(d.Routes[0].Upstreams) != 2 ||
+	if len(d.Routes) != 1 || d.Routes[0].Name != "r1" || d.Routes[0].Counts.Requests != 10 || len(d.Routes[0].Upstreams) != 2 ||
 		d.Routes[0].DelayMS <= 0 || d.Routes[0].Diagnosis == "" {
 		t.Errorf("debug %+v", d)
+	}
+	// The route's counts are tailcut.Counts' JSON: every counter, by name.
+	if want := p.Debug().Routes[0].Counts; d.Routes[0].Counts != want {
+		t.Errorf("counts read back %+v, want %+v", d.Routes[0].Counts, want)
+	}
+	var raw struct {
+		Routes []struct {
+			Counts map[string]any `json:"counts"`
+		} `json:"routes"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil || len(raw.Routes) != 1 {
+		t.Fatalf("%v: %s", err, b)
+	}
+	for _, k := range tailcut.Counters() {
+		if _, ok := raw.Routes[0].Counts[k.Name]; !ok {
+			t.Errorf("/debug/tailcut's counts lack %q: %v", k.Name, raw.Routes[0].Counts)
+		}
 	}
 
 	problems, err := testutil.GatherAndLint(p.reg)

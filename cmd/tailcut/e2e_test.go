@@ -385,10 +385,12 @@ routes:
 	_, body := get(admin + "/debug/tailcut")
 	var dbg struct {
 		Routes []struct {
-			Name      string
-			Hedges    int64
-			WinRate   float64 `json:"hedge_win_rate"`
-			Requests  int64
+			Name   string
+			Counts struct {
+				Hedges   int64
+				WinRate  float64 `json:"hedge_win_rate"`
+				Requests int64
+			}
 			Upstreams []struct{ URL string }
 		}
 	}
@@ -399,7 +401,7 @@ routes:
 	for _, r := range dbg.Routes {
 		if r.Name == "hedged" {
 			found = true
-			if r.Requests != 1000 || r.Hedges == 0 || r.WinRate == 0 || len(r.Upstreams) != 1 {
+			if c := r.Counts; c.Requests != 1000 || c.Hedges == 0 || c.WinRate == 0 || len(r.Upstreams) != 1 {
 				t.Errorf("/debug/tailcut route %+v", r)
 			}
 		}
