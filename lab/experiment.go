@@ -333,16 +333,19 @@ func expBhope(o Options) (*Outcome, error) {
 
 // ---- lock ----
 
+// lockSetup is one row of the lock experiment: a scenario under a
+// strategy.
+type lockSetup struct {
+	name string
+	sc   *Scenario
+	st   Strategy
+}
+
 func expLock(o Options) (*Outcome, error) {
 	global, _ := Lookup("lock")
 	sharded, _ := Lookup("lock16")
 	n := o.requests(2000)
-	type row struct {
-		name string
-		sc   *Scenario
-		st   Strategy
-	}
-	rows := []row{
+	rows := []lockSetup{
 		{"A: no hedging, global lock", global, Strategy{Kind: None}},
 		{"B: hedging 50 ms, global lock", global, mustStrategy("static!:50ms")},
 		{"C: hedging 50 ms, 16 sharded locks", sharded, mustStrategy("static!:50ms")},
@@ -379,20 +382,9 @@ func expLock(o Options) (*Outcome, error) {
 	tables := []Table{t}
 	realNote := ""
 	if o.Real {
-		rt := Table{Title: "The same, for real: a Go HTTP server over loopback with a real sync.Mutex",
-			Header: []string{"setup", "p50 ms", "p99 ms", "p99 vs A", "hedge rate", "client attempts", "lock wait (timed)", "mutex profile delay", "errors"}}
-		var ra *Result
-		for _, rw := range rows[:3] {
-			o.step("lock (real) %s", rw.name)
-			r, err := RunReal(Config{Scenario: rw.sc, Requests: n, Seed: o.Seed, MaxHedges: publishedHedges}, rw.st)
-			if err != nil {
-				return nil, err
-			}
-			if ra == nil {
-				ra = r
-			}
-			rt.Rows = append(rt.Rows, []string{rw.name, Millis(r.P50), Millis(r.P99), signedPct(-cut(ra.P99, r.P99)), pctf(r.HedgeRate),
-				fmt.Sprint(r.Attempts), r.LockWait.Round(time.Millisecond).String(), r.MutexProfileDelay.Round(time.Millisecond).String(), fmt.Sprint(r.Errors)})
+		rt, err := lockReal(o, rows[:3], n)
+		if err != nil {
+			return nil, err
 		}
 		tables = append(tables, rt)
 		realNote = " The real run's table is beside the simulated one."
@@ -414,6 +406,27 @@ func expLock(o Options) (*Outcome, error) {
 			yesNo(holds), b.HedgeRate*100, Millis(a.P50), Millis(b.P50), float64(b.LockWait)/float64(max(a.LockWait, 1)), signedPct(-cut(a.P99, b.P99)),
 			c.HedgeRate*100, signedPct(float64(c.Attempts)/float64(a.Attempts)-1), signedPct(-cut(a.P99, c.P99)), res[3].ExtraLoad*100) + realNote,
 	}, nil
+}
+
+// lockReal runs the lock experiment's setups rows for real, n requests
+// each: the first is the baseline.
+func lockReal(o Options, rows []lockSetup, n int) (Table, error) {
+	rt := Table{Title: "The same, for real: a Go HTTP server over loopback with a real sync.Mutex",
+		Header: []string{"setup", "p50 ms", "p99 ms", "p99 vs A", "hedge rate", "client attempts", "lock wait (timed)", "mutex profile delay", "errors"}}
+	var ra *Result
+	for _, rw := range rows {
+		o.step("lock (real) %s", rw.name)
+		r, err := RunReal(Config{Scenario: rw.sc, Requests: n, Seed: o.Seed, MaxHedges: publishedHedges}, rw.st)
+		if err != nil {
+			return Table{}, err
+		}
+		if ra == nil {
+			ra = r
+		}
+		rt.Rows = append(rt.Rows, []string{rw.name, Millis(r.P50), Millis(r.P99), signedPct(-cut(ra.P99, r.P99)), pctf(r.HedgeRate),
+			fmt.Sprint(r.Attempts), r.LockWait.Round(time.Millisecond).String(), r.MutexProfileDelay.Round(time.Millisecond).String(), fmt.Sprint(r.Errors)})
+	}
+	return rt, nil
 }
 
 // ---- outage ----
@@ -578,31 +591,7 @@ func expDrift(o Options) (*Outcome, error) {
 	t.Rows = append(t.Rows, row("none", base, "", ""), row(ad.Strategy, ad, "", ""), row(a95.Strategy, a95, "", ""))
 	var curve []FrontierPoint
 	scores := map[*Result]*driftScore{ad: {}, a95: {}}
-	// A static delay beats the adaptive one if, for no more extra load, it
-	// has a p99 at least as low on one side of the shift. The p99 of the whole run is reported too,
-	// but is not the test: with latencies three times higher after the
-	// shift it is the p98 of the second half alone, and a delay tuned to
-	// that half wins it while losing the first half outright.
-	compare := func(a, r *Result, d time.Duration) string {
-		sc := scores[a]
-		if r.ExtraLoad > a.ExtraLoad {
-			if r.P99 < a.P99 {
-				return fmt.Sprintf("static lower, for %.1f %% more load", (r.ExtraLoad-a.ExtraLoad)*100)
-			}
-			return "yes, at less load"
-		}
-		if r.P99 < a.P99 {
-			sc.wholeRun = append(sc.wholeRun, fmt.Sprintf("static %v (p99 %s ms at %.1f %%)", d, Millis(r.P99), r.ExtraLoad*100))
-		}
-		if before(a) < before(r) && after(a) < after(r) {
-			if r.P99 < a.P99 {
-				return "yes (whole run: no)"
-			}
-			return "yes"
-		}
-		sc.losers = append(sc.losers, fmt.Sprintf("static %v (p99 %s ms before, %s ms after, at %.1f %%)", d, Millis(before(r)), Millis(after(r)), r.ExtraLoad*100))
-		return "NO"
-	}
+	compare := func(a, r *Result, d time.Duration) string { return scores[a].compare(a, r, d, before, after) }
 	for _, ms := range DriftStatics {
 		d := ms * time.Millisecond
 		o.step("drift static %v", d)
@@ -613,21 +602,10 @@ func expDrift(o Options) (*Outcome, error) {
 		t.Rows = append(t.Rows, row("static:"+d.String(), r, compare(ad, r, d), compare(a95, r, d)))
 		curve = append(curve, FrontierPoint{Label: d.String(), ExtraLoad: r.ExtraLoad, P99: float64(r.P99) / 1e6})
 	}
-	var charts []Chart
-	for _, r := range []*Result{ad, a95} {
-		c, err := SeriesChart("drift: "+r.Strategy+" delay against the true p95 of service time", r.Series, "p95")
-		if err != nil {
-			return nil, err
-		}
-		charts = append(charts, c)
-	}
-	fc, err := FrontierChart("drift: p99 against extra load", curve, []FrontierPoint{
-		{Label: ad.Strategy, ExtraLoad: ad.ExtraLoad, P99: float64(ad.P99) / 1e6},
-		{Label: a95.Strategy, ExtraLoad: a95.ExtraLoad, P99: float64(a95.P99) / 1e6}})
+	charts, err := driftCharts(ad, a95, curve)
 	if err != nil {
 		return nil, err
 	}
-	charts = append(charts, fc)
 	settle := Table{Title: "re-convergence: time from the shift until the delay stays within 10 % of where it ends",
 		Header: []string{"strategy", "delay before", "delay at the end", "settled after"}}
 	for _, r := range []*Result{ad, a95} {
@@ -646,11 +624,59 @@ func expDrift(o Options) (*Outcome, error) {
 	}, nil
 }
 
+// driftCharts are the drift experiment's charts: each adaptive run's
+// delay against the true p95, and the static delays' frontier with both
+// marked.
+func driftCharts(ad, a95 *Result, curve []FrontierPoint) ([]Chart, error) {
+	var charts []Chart
+	for _, r := range []*Result{ad, a95} {
+		c, err := SeriesChart("drift: "+r.Strategy+" delay against the true p95 of service time", r.Series, "p95")
+		if err != nil {
+			return nil, err
+		}
+		charts = append(charts, c)
+	}
+	fc, err := FrontierChart("drift: p99 against extra load", curve, []FrontierPoint{
+		{Label: ad.Strategy, ExtraLoad: ad.ExtraLoad, P99: float64(ad.P99) / 1e6},
+		{Label: a95.Strategy, ExtraLoad: a95.ExtraLoad, P99: float64(a95.P99) / 1e6}})
+	if err != nil {
+		return nil, err
+	}
+	return append(charts, fc), nil
+}
+
 // driftScore is how an adaptive run fared against the static delays with
 // no more extra load.
 type driftScore struct {
 	losers   []string // statics at least as good on one side of the shift
 	wholeRun []string // statics with a lower p99 over the whole run
+}
+
+// compare scores static run r, at delay d, against adaptive run a, and
+// says in the table whether a is better. A static delay beats the adaptive
+// one if, for no more extra load, it has a p99 at least as low on one side
+// of the shift. The p99 of the whole run is reported too, but is not the
+// test: with latencies three times higher after the shift it is the p98 of
+// the second half alone, and a delay tuned to that half wins it while
+// losing the first half outright.
+func (sc *driftScore) compare(a, r *Result, d time.Duration, before, after func(*Result) time.Duration) string {
+	if r.ExtraLoad > a.ExtraLoad {
+		if r.P99 < a.P99 {
+			return fmt.Sprintf("static lower, for %.1f %% more load", (r.ExtraLoad-a.ExtraLoad)*100)
+		}
+		return "yes, at less load"
+	}
+	if r.P99 < a.P99 {
+		sc.wholeRun = append(sc.wholeRun, fmt.Sprintf("static %v (p99 %s ms at %.1f %%)", d, Millis(r.P99), r.ExtraLoad*100))
+	}
+	if before(a) < before(r) && after(a) < after(r) {
+		if r.P99 < a.P99 {
+			return "yes (whole run: no)"
+		}
+		return "yes"
+	}
+	sc.losers = append(sc.losers, fmt.Sprintf("static %v (p99 %s ms before, %s ms after, at %.1f %%)", d, Millis(before(r)), Millis(after(r)), r.ExtraLoad*100))
+	return "NO"
 }
 
 func driftVerdict(ad *Result, sc *driftScore, before, after func(*Result) time.Duration) string {
@@ -721,23 +747,7 @@ func expDelay(o Options) (*Outcome, error) {
 	t := Table{Title: "demo distribution (90 % ~100 ms, 5 % ~300 ms, 5 % ~800 ms), budget 10 %", Header: []string{"rule", "delay", "p99 ms", "p99.9 ms", "extra load", "denied by budget"}}
 	t.Rows = append(t.Rows, []string{"none", "—", Millis(base.P99), Millis(base.P999), pctf(0), ""})
 	var marks []FrontierPoint
-	add := func(name string, c Config, st Strategy) (*Result, error) {
-		r, err := Run(c, st)
-		if err != nil {
-			return nil, err
-		}
-		delay := r.Delay.Round(100 * time.Microsecond).String()
-		if st.Kind == Adaptive {
-			delay = "~" + delay + " (learned)"
-		}
-		denied := ""
-		if st.Kind == Adaptive {
-			denied = fmt.Sprint(r.Denied)
-		}
-		t.Rows = append(t.Rows, []string{name, delay, Millis(r.P99), Millis(r.P999), pctf(r.ExtraLoad), denied})
-		marks = append(marks, FrontierPoint{Label: name, ExtraLoad: r.ExtraLoad, P99: float64(r.P99) / 1e6})
-		return r, nil
-	}
+	add := func(name string, c Config, st Strategy) (*Result, error) { return delayRule(&t, &marks, name, c, st) }
 	for _, q := range []struct {
 		name string
 		d    time.Duration
@@ -766,22 +776,9 @@ func expDelay(o Options) (*Outcome, error) {
 	if _, err := add("adaptive min(p90, SLA) × 0.8", c, Strategy{Kind: Adaptive}); err != nil {
 		return nil, err
 	}
-	// The frontier: a sweep of static delays.
-	var curve []FrontierPoint
-	ft := Table{Title: "The frontier: static delays from 60 ms to 900 ms", Header: []string{"delay", "p99 ms", "extra load"}}
-	best := time.Duration(0)
-	var bestAt float64
-	for _, ms := range []int{60, 90, 110, 125, 130, 140, 160, 200, 250, 290, 310, 330, 400, 500, 700, 900} {
-		d := time.Duration(ms) * time.Millisecond
-		r, err := Run(cfg, Strategy{Kind: Static, Delay: d})
-		if err != nil {
-			return nil, err
-		}
-		curve = append(curve, FrontierPoint{Label: d.String(), ExtraLoad: r.ExtraLoad, P99: float64(r.P99) / 1e6})
-		ft.Rows = append(ft.Rows, []string{d.String(), Millis(r.P99), pctf(r.ExtraLoad)})
-		if best == 0 || r.P99 < best {
-			best, bestAt = r.P99, r.ExtraLoad
-		}
+	curve, ft, best, bestAt, err := delayFrontier(cfg)
+	if err != nil {
+		return nil, err
 	}
 	chart, err := FrontierChart("delay: p99 against extra load (static sweep; rules marked)", curve, marks)
 	if err != nil {
@@ -800,6 +797,45 @@ func expDelay(o Options) (*Outcome, error) {
 			"A delay at or below the p90 hedges ≥ 10 %% of requests, exhausts the budget and the denied stragglers become the p99 (DESIGN.md, 'Delay versus budget'); the p99 rule hedges too late to cut the p99. "+
 			"The auto delay, which predicts the p99 of candidate delays with the budget's denials modelled, reaches %s ms at %.1f %%: it hedges from the gap (about 121 ms, a 10 %% trigger rate, the budget's whole share), its choice ranked by the p99 averaged over p98.8–p99.2 so that the knife edge of the slow mode's last requests does not flip it to the slow mode (about 290 ms, p99 about 400 ms).", Millis(best), bestAt*100, Millis(autoRes.P99), autoRes.ExtraLoad*100),
 	}, nil
+}
+
+// delayRule runs the delay experiment's rule name, as c and st, and adds
+// its row to t and its point to marks.
+func delayRule(t *Table, marks *[]FrontierPoint, name string, c Config, st Strategy) (*Result, error) {
+	r, err := Run(c, st)
+	if err != nil {
+		return nil, err
+	}
+	delay := r.Delay.Round(100 * time.Microsecond).String()
+	if st.Kind == Adaptive {
+		delay = "~" + delay + " (learned)"
+	}
+	denied := ""
+	if st.Kind == Adaptive {
+		denied = fmt.Sprint(r.Denied)
+	}
+	t.Rows = append(t.Rows, []string{name, delay, Millis(r.P99), Millis(r.P999), pctf(r.ExtraLoad), denied})
+	*marks = append(*marks, FrontierPoint{Label: name, ExtraLoad: r.ExtraLoad, P99: float64(r.P99) / 1e6})
+	return r, nil
+}
+
+// delayFrontier sweeps static delays from 60 ms to 900 ms on cfg: their
+// points and table, and the lowest p99 among them with its extra load.
+func delayFrontier(cfg Config) (curve []FrontierPoint, ft Table, best time.Duration, bestAt float64, err error) {
+	ft = Table{Title: "The frontier: static delays from 60 ms to 900 ms", Header: []string{"delay", "p99 ms", "extra load"}}
+	for _, ms := range []int{60, 90, 110, 125, 130, 140, 160, 200, 250, 290, 310, 330, 400, 500, 700, 900} {
+		d := time.Duration(ms) * time.Millisecond
+		r, err := Run(cfg, Strategy{Kind: Static, Delay: d})
+		if err != nil {
+			return nil, Table{}, 0, 0, err
+		}
+		curve = append(curve, FrontierPoint{Label: d.String(), ExtraLoad: r.ExtraLoad, P99: float64(r.P99) / 1e6})
+		ft.Rows = append(ft.Rows, []string{d.String(), Millis(r.P99), pctf(r.ExtraLoad)})
+		if best == 0 || r.P99 < best {
+			best, bestAt = r.P99, r.ExtraLoad
+		}
+	}
+	return curve, ft, best, bestAt, nil
 }
 
 // ---- bigtable ----

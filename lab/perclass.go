@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -154,86 +153,15 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 	// while they are within the 1 % it allows; a group's count past that
 	// makes the choice infeasible whatever its exact value.
 	keep := int(0.01*float64(n)) + 1
-	cands := func(rs []classReq) []classCand {
-		p := make([]time.Duration, len(rs))
-		for i, q := range rs {
-			p[i] = q.x[0]
-		}
-		radixSort(p)
-		// The candidate delays: a geometric grid 2 % apart from the p30
-		// to the p99.9, and the quantiles from the p90 by 0.25 %. With
-		// the quantiles by 1 % alone the warm class's best delay on
-		// predictable (about its p96.4, where a millisecond of delay
-		// moves the p99 0.4 ms and the quantiles are 4 ms apart) fell
-		// between two candidates, and the limit came out 1 ms too high.
-		var ds []time.Duration
-		at := func(q float64) time.Duration { return p[min(int(q*float64(len(p))), len(p)-1)] }
-		for d := float64(max(at(0.30), 1)); d < float64(at(0.999)); d *= 1.02 {
-			ds = append(ds, time.Duration(d))
-		}
-		for i := 360; i < 400; i++ {
-			ds = append(ds, at(float64(i)/400))
-		}
-		ds = append(ds, p[len(p)-1]+1) // no hedge
-		slices.Sort(ds)
-		ds = slices.Compact(ds)
-		var out []classCand
-		for _, d := range ds {
-			for k := 1; k <= 2; k++ {
-				c := classSchedule(rs, d, k, keep)
-				out = append(out, c)
-			}
-		}
-		return out
-	}
-	// best returns the lowest p99 over the groups' combinations within
-	// the budget, and the combination.
-	best := func(groups [][]classCand) (time.Duration, []int) {
-		budget, allowed := extra*float64(n), 0.01*float64(n)
-		choice, cur := make([]int, len(groups)), make([]int, len(groups))
-		feasible := func(t time.Duration) bool {
-			found := false
-			var rec func(i int, cost, slow float64)
-			rec = func(i int, cost, slow float64) {
-				if cost > budget || slow > allowed || found {
-					return
-				}
-				if i == len(groups) {
-					found = true
-					copy(choice, cur)
-					return
-				}
-				for j, c := range groups[i] {
-					cur[i] = j
-					// Requests above t: exact up to keep, and when all the
-					// kept ones are (t below them), at least keep.
-					k := sort.Search(len(c.lat), func(x int) bool { return c.lat[x] > t })
-					rec(i+1, cost+c.cost, slow+float64(len(c.lat)-k))
-				}
-			}
-			rec(0, 0, 0)
-			return found
-		}
-		lo, hi := time.Duration(0), 10*time.Second
-		for hi-lo > 10*time.Microsecond {
-			mid := (lo + hi) / 2
-			if feasible(mid) {
-				hi = mid
-			} else {
-				lo = mid
-			}
-		}
-		feasible(hi)
-		return hi, choice
-	}
+	budget, allowed := extra*float64(n), 0.01*float64(n)
 	var lim classLimit
-	lim.Single, _ = best([][]classCand{cands(all)})
+	lim.Single, _ = bestClassChoice([][]classCand{classCands(all, keep)}, budget, allowed)
 	var groups [][]classCand
 	for _, l := range labels {
-		groups = append(groups, cands(byLabel[l]))
+		groups = append(groups, classCands(byLabel[l], keep))
 	}
 	var ch []int
-	lim.PerClass, ch = best(groups)
+	lim.PerClass, ch = bestClassChoice(groups, budget, allowed)
 	lim.Delays, lim.Hedges = map[string]time.Duration{}, map[string]int{}
 	for i, l := range labels {
 		c := groups[i][ch[i]]
@@ -242,6 +170,81 @@ func perClassLimit(sc *Scenario, seed uint64, n int, extra float64) (classLimit,
 			lim.Hedges[l] = 0
 		}
 	}
-	_ = math.Inf
 	return lim, true
+}
+
+// classCands are the schedules a group of requests rs can take: one or two
+// hedges at each candidate delay, their latencies exact up to keep.
+func classCands(rs []classReq, keep int) []classCand {
+	p := make([]time.Duration, len(rs))
+	for i, q := range rs {
+		p[i] = q.x[0]
+	}
+	radixSort(p)
+	// The candidate delays: a geometric grid 2 % apart from the p30
+	// to the p99.9, and the quantiles from the p90 by 0.25 %. With
+	// the quantiles by 1 % alone the warm class's best delay on
+	// predictable (about its p96.4, where a millisecond of delay
+	// moves the p99 0.4 ms and the quantiles are 4 ms apart) fell
+	// between two candidates, and the limit came out 1 ms too high.
+	var ds []time.Duration
+	at := func(q float64) time.Duration { return p[min(int(q*float64(len(p))), len(p)-1)] }
+	for d := float64(max(at(0.30), 1)); d < float64(at(0.999)); d *= 1.02 {
+		ds = append(ds, time.Duration(d))
+	}
+	for i := 360; i < 400; i++ {
+		ds = append(ds, at(float64(i)/400))
+	}
+	ds = append(ds, p[len(p)-1]+1) // no hedge
+	slices.Sort(ds)
+	ds = slices.Compact(ds)
+	var out []classCand
+	for _, d := range ds {
+		for k := 1; k <= 2; k++ {
+			c := classSchedule(rs, d, k, keep)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// bestClassChoice returns the lowest p99 over the groups' combinations
+// that cost at most budget hedges and leave at most allowed requests above
+// it, and the combination (an index in each group).
+func bestClassChoice(groups [][]classCand, budget, allowed float64) (time.Duration, []int) {
+	choice, cur := make([]int, len(groups)), make([]int, len(groups))
+	feasible := func(t time.Duration) bool {
+		found := false
+		var rec func(i int, cost, slow float64)
+		rec = func(i int, cost, slow float64) {
+			if cost > budget || slow > allowed || found {
+				return
+			}
+			if i == len(groups) {
+				found = true
+				copy(choice, cur)
+				return
+			}
+			for j, c := range groups[i] {
+				cur[i] = j
+				// Requests above t: exact up to keep, and when all the
+				// kept ones are (t below them), at least keep.
+				k := sort.Search(len(c.lat), func(x int) bool { return c.lat[x] > t })
+				rec(i+1, cost+c.cost, slow+float64(len(c.lat)-k))
+			}
+		}
+		rec(0, 0, 0)
+		return found
+	}
+	lo, hi := time.Duration(0), 10*time.Second
+	for hi-lo > 10*time.Microsecond {
+		mid := (lo + hi) / 2
+		if feasible(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	feasible(hi)
+	return hi, choice
 }

@@ -77,31 +77,55 @@ func expPredictive(o Options) (*Outcome, error) {
 	bhope, _ := Lookup("bhope")
 	scs := []*Scenario{pred, skew, sizeScenario(), noiseScenario(), bhope}
 	nSeeds := o.seeds(predictiveSeeds)
+	units, err := predictiveRuns(o, scs, nSeeds)
+	if err != nil {
+		return nil, err
+	}
 	t := Table{Title: fmt.Sprintf("p99 and extra load, mean of %d seeds (per seed in the last columns)", nSeeds),
 		Header: []string{"scenario", "adaptive p99 ms", "adaptive extra", "predictive p99 ms", "predictive extra", "oracle p99 ms", "oracle extra",
 			"gap closed (mean)", "gap closed per seed", "predictive extra ≤ adaptive's (seeds)", "per-class limit p99 ms", "limit's gap closed per seed",
 			"gap closed, 90 % bootstrap interval per seed"}}
-	type agg struct {
-		closed        []float64
-		noMoreLoad    int
-		both          int // seeds with half the gap closed or more at no more extra load
-		ap, pp, op    float64
-		ae, pe, oe    float64
-		relP99, relEx float64 // worst |predictive/adaptive − 1|
-		limit         float64 // mean per-class limit, ms
-		limitClosed   []float64
-		interval      []string // per seed, the bootstrap interval of gap closed
+	res := map[string]*predictiveAgg{}
+	for si, sc := range scs {
+		a := aggregatePredictive(units[si*nSeeds : (si+1)*nSeeds])
+		res[sc.Name] = a
+		t.Rows = append(t.Rows, a.row(sc.Name))
 	}
-	// The runs of every scenario and seed, on every core; each is
-	// deterministic, so the table does not depend on their order.
-	type unit struct {
-		ad, pr, or *Result
-		lo, hi     float64
-		interval   bool
-		limit      classLimit
-		limited    bool
+	tables := []Table{t}
+	realNote := ""
+	if o.Real {
+		rt, err := predictiveReal(o, pred)
+		if err != nil {
+			return nil, err
+		}
+		tables = append(tables, rt)
+		realNote = " The real runs' table is beside the simulated one."
 	}
-	units := make([]unit, len(scs)*nSeeds)
+	vt, err := valuesTable(o)
+	if err != nil {
+		return nil, err
+	}
+	tables = append(tables, vt)
+	return predictiveOutcome(o, res, tables, realNote), nil
+}
+
+// predictiveRun is one scenario and seed of the predictive experiment:
+// its adaptive, predictive and oracle runs, the bootstrap interval of the
+// gap closed (when it has one) and the per-class limit (when there is
+// one).
+type predictiveRun struct {
+	ad, pr, or *Result
+	lo, hi     float64
+	interval   bool
+	limit      classLimit
+	limited    bool
+}
+
+// predictiveRuns runs every scenario and seed, on every core; each is
+// deterministic, so the table does not depend on their order. The runs
+// of scenario i are [i*nSeeds, (i+1)*nSeeds).
+func predictiveRuns(o Options, scs []*Scenario, nSeeds int) ([]predictiveRun, error) {
+	units := make([]predictiveRun, len(scs)*nSeeds)
 	err := parallel(len(units), func(k int) error {
 		sc, seed := scs[k/nSeeds], o.Seed+uint64(k%nSeeds)
 		o.step("predictive %s seed %d", sc.Name, seed)
@@ -119,109 +143,132 @@ func expPredictive(o Options) (*Outcome, error) {
 		forgetRequests(rs...) // the table reads the runs' figures only
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	res := map[string]*agg{}
-	for si, sc := range scs {
-		a := &agg{}
-		res[sc.Name] = a
-		for i := range nSeeds {
-			u := units[si*nSeeds+i]
-			ad, pr, or := u.ad, u.pr, u.or
-			a.closed = append(a.closed, gapClosed(ad.P99, pr.P99, or.P99))
-			if u.interval {
-				a.interval = append(a.interval, wholePct(u.lo)+" to "+wholePct(u.hi))
-			} else {
-				a.interval = append(a.interval, "—")
-			}
-			if l := u.limit; u.limited {
-				a.limit += millis(l.PerClass) / float64(nSeeds)
-				a.limitClosed = append(a.limitClosed, gapClosed(ad.P99, l.PerClass, or.P99))
-			}
-			if pr.ExtraLoad <= ad.ExtraLoad {
-				a.noMoreLoad++
-				if c := a.closed[len(a.closed)-1]; c >= 0.5 {
-					a.both++
-				}
-			}
-			ns := float64(nSeeds)
-			a.ap += millis(ad.P99) / ns
-			a.pp += millis(pr.P99) / ns
-			a.op += millis(or.P99) / ns
-			a.ae += ad.ExtraLoad / ns
-			a.pe += pr.ExtraLoad / ns
-			a.oe += or.ExtraLoad / ns
-			a.relP99 = max(a.relP99, math.Abs(float64(pr.P99)/float64(ad.P99)-1))
-			if ad.ExtraLoad > 0 {
-				a.relEx = max(a.relEx, math.Abs(pr.ExtraLoad/ad.ExtraLoad-1))
+	return units, err
+}
+
+// predictiveAgg is one scenario's row of the predictive experiment, over
+// its seeds.
+type predictiveAgg struct {
+	seeds         int
+	closed        []float64
+	noMoreLoad    int
+	both          int // seeds with half the gap closed or more at no more extra load
+	ap, pp, op    float64
+	ae, pe, oe    float64
+	relP99, relEx float64 // worst |predictive/adaptive − 1|
+	limit         float64 // mean per-class limit, ms
+	limitClosed   []float64
+	interval      []string // per seed, the bootstrap interval of gap closed
+}
+
+// aggregatePredictive sums the runs of one scenario, a run per seed.
+func aggregatePredictive(units []predictiveRun) *predictiveAgg {
+	nSeeds := len(units)
+	a := &predictiveAgg{seeds: nSeeds}
+	for _, u := range units {
+		ad, pr, or := u.ad, u.pr, u.or
+		a.closed = append(a.closed, gapClosed(ad.P99, pr.P99, or.P99))
+		if u.interval {
+			a.interval = append(a.interval, wholePct(u.lo)+" to "+wholePct(u.hi))
+		} else {
+			a.interval = append(a.interval, "—")
+		}
+		if l := u.limit; u.limited {
+			a.limit += millis(l.PerClass) / float64(nSeeds)
+			a.limitClosed = append(a.limitClosed, gapClosed(ad.P99, l.PerClass, or.P99))
+		}
+		if pr.ExtraLoad <= ad.ExtraLoad {
+			a.noMoreLoad++
+			if c := a.closed[len(a.closed)-1]; c >= 0.5 {
+				a.both++
 			}
 		}
-		per, sum, n := perSeed(a.closed)
-		lim, limPer := "—", "—"
-		if len(a.limitClosed) > 0 {
-			lim = fmt.Sprintf("%.1f", a.limit)
-			p, _, _ := perSeed(a.limitClosed)
-			limPer = strings.Join(p, " / ")
+		ns := float64(nSeeds)
+		a.ap += millis(ad.P99) / ns
+		a.pp += millis(pr.P99) / ns
+		a.op += millis(or.P99) / ns
+		a.ae += ad.ExtraLoad / ns
+		a.pe += pr.ExtraLoad / ns
+		a.oe += or.ExtraLoad / ns
+		a.relP99 = max(a.relP99, math.Abs(float64(pr.P99)/float64(ad.P99)-1))
+		if ad.ExtraLoad > 0 {
+			a.relEx = max(a.relEx, math.Abs(pr.ExtraLoad/ad.ExtraLoad-1))
 		}
-		mean := "— (oracle no better)"
-		if n > 0 {
-			mean = fmt.Sprintf("%.0f %%", sum/float64(n)*100)
-		}
-		t.Rows = append(t.Rows, []string{sc.Name, fmt.Sprintf("%.1f", a.ap), pctf(a.ae), fmt.Sprintf("%.1f", a.pp), pctf(a.pe),
-			fmt.Sprintf("%.1f", a.op), pctf(a.oe), mean, strings.Join(per, " / "), fmt.Sprintf("%d of %d", a.noMoreLoad, nSeeds), lim, limPer,
-			strings.Join(a.interval, " / ")})
 	}
-	minClosed := func(name string) float64 {
-		m := math.Inf(1)
-		for _, c := range res[name].closed {
-			if math.IsNaN(c) {
-				c = 0
+	return a
+}
+
+// row is the scenario's row of the predictive table.
+func (a *predictiveAgg) row(name string) []string {
+	per, sum, n := perSeed(a.closed)
+	lim, limPer := "—", "—"
+	if len(a.limitClosed) > 0 {
+		lim = fmt.Sprintf("%.1f", a.limit)
+		p, _, _ := perSeed(a.limitClosed)
+		limPer = strings.Join(p, " / ")
+	}
+	mean := "— (oracle no better)"
+	if n > 0 {
+		mean = fmt.Sprintf("%.0f %%", sum/float64(n)*100)
+	}
+	return []string{name, fmt.Sprintf("%.1f", a.ap), pctf(a.ae), fmt.Sprintf("%.1f", a.pp), pctf(a.pe),
+		fmt.Sprintf("%.1f", a.op), pctf(a.oe), mean, strings.Join(per, " / "), fmt.Sprintf("%d of %d", a.noMoreLoad, a.seeds), lim, limPer,
+		strings.Join(a.interval, " / ")}
+}
+
+// minClosed is the least gap closed over the seeds, a seed where the
+// oracle is no better counting as none.
+func (a *predictiveAgg) minClosed() float64 {
+	m := math.Inf(1)
+	for _, c := range a.closed {
+		if math.IsNaN(c) {
+			c = 0
+		}
+		m = min(m, c)
+	}
+	return m
+}
+
+// predictiveReal runs predictable (labels) and size-scaled (values) for
+// real beside the simulation.
+func predictiveReal(o Options, pred *Scenario) (Table, error) {
+	rt := Table{Title: "predictable (labels) and size-scaled (values) for real (loopback HTTP through hedgehttp.Transport) against the simulation, same seed and requests",
+		Header: []string{"scenario", "strategy", "simulated p99 ms", "real p99 ms", "real / simulated", "simulated extra", "real extra", "errors"}}
+	scaled, _ := Lookup("size-scaled")
+	for _, run := range []struct {
+		sc  *Scenario
+		sts []Strategy
+	}{
+		{pred, []Strategy{{Kind: Adaptive}, {Kind: Predictive}}},
+		{scaled, []Strategy{{Kind: Adaptive}, {Kind: Predictive, Features: ValuesOnly}}},
+	} {
+		cfg := Config{Scenario: run.sc, Requests: o.requests(5000), Seed: o.Seed}
+		for _, st := range run.sts {
+			o.step("predictive (real) %s %s", run.sc.Name, st)
+			sim, err := Run(cfg, st)
+			if err != nil {
+				return Table{}, err
 			}
-			m = min(m, c)
-		}
-		return m
-	}
-	tables := []Table{t}
-	realNote := ""
-	if o.Real {
-		rt := Table{Title: "predictable (labels) and size-scaled (values) for real (loopback HTTP through hedgehttp.Transport) against the simulation, same seed and requests",
-			Header: []string{"scenario", "strategy", "simulated p99 ms", "real p99 ms", "real / simulated", "simulated extra", "real extra", "errors"}}
-		scaled, _ := Lookup("size-scaled")
-		for _, run := range []struct {
-			sc  *Scenario
-			sts []Strategy
-		}{
-			{pred, []Strategy{{Kind: Adaptive}, {Kind: Predictive}}},
-			{scaled, []Strategy{{Kind: Adaptive}, {Kind: Predictive, Features: ValuesOnly}}},
-		} {
-			cfg := Config{Scenario: run.sc, Requests: o.requests(5000), Seed: o.Seed}
-			for _, st := range run.sts {
-				o.step("predictive (real) %s %s", run.sc.Name, st)
-				sim, err := Run(cfg, st)
-				if err != nil {
-					return nil, err
-				}
-				real, err := RunReal(cfg, st)
-				if err != nil {
-					return nil, err
-				}
-				rt.Rows = append(rt.Rows, []string{run.sc.Name, st.String(), Millis(sim.P99), Millis(real.P99), fmt.Sprintf("%.2f", float64(real.P99)/float64(sim.P99)),
-					pctf(sim.ExtraLoad), pctf(real.ExtraLoad), fmt.Sprint(real.Errors)})
+			real, err := RunReal(cfg, st)
+			if err != nil {
+				return Table{}, err
 			}
+			rt.Rows = append(rt.Rows, []string{run.sc.Name, st.String(), Millis(sim.P99), Millis(real.P99), fmt.Sprintf("%.2f", float64(real.P99)/float64(sim.P99)),
+				pctf(sim.ExtraLoad), pctf(real.ExtraLoad), fmt.Sprint(real.Errors)})
 		}
-		tables = append(tables, rt)
-		realNote = " The real runs' table is beside the simulated one."
 	}
-	vt, err := valuesTable(o)
-	if err != nil {
-		return nil, err
-	}
-	tables = append(tables, vt)
-	pc, skc := minClosed("predictable"), minClosed("replica-skew")
-	b := res["bhope"]
-	holds := pc >= 0.5 && res["predictable"].noMoreLoad == nSeeds && b.relP99 <= 0.01 && b.relEx <= 0.01
-	pa := res["predictable"]
+	return rt, nil
+}
+
+// predictiveOutcome is the predictive experiment's outcome, from its
+// scenarios' rows and its tables: the main one first, the values table
+// last.
+func predictiveOutcome(o Options, res map[string]*predictiveAgg, tables []Table, realNote string) *Outcome {
+	t, vt := tables[0], tables[len(tables)-1]
+	pa, b := res["predictable"], res["bhope"]
+	nSeeds := pa.seeds
+	pc, skc := pa.minClosed(), res["replica-skew"].minClosed()
+	holds := pc >= 0.5 && pa.noMoreLoad == nSeeds && b.relP99 <= 0.01 && b.relEx <= 0.01
 	meanLo, meanHi := meanInterval(pa.closed, o.Seed)
 	return &Outcome{
 		Setup: fmt.Sprintf("Five scenarios, %d seeds each (from %d), %s requests a run at 1,000 requests/s, ", nSeeds, o.Seed, grouped(o.runRequests(predictiveRequests))) +
@@ -254,7 +301,7 @@ func expPredictive(o Options) (*Outcome, error) {
 				pa.both, nSeeds, pctOrDash(meanOf(pa.closed)), pctOrDash(meanLo), pctOrDash(meanHi)) +
 			fmt.Sprintf(" Numeric values on size-scaled: the value closes %s of the gap (per seed %s), the size label %s, both %s; on noise the value leaves the policy's decisions as adaptive's (p99 %s off).",
 				vt.Rows[2][4], vt.Rows[2][5], vt.Rows[1][4], vt.Rows[3][4], vt.Rows[7][7]) + realNote,
-	}, nil
+	}
 }
 
 // valuesTable runs the numeric features (tailcut.Features.Value) against

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -69,38 +68,9 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 	var rt http.RoundTripper = base
 	var policy *tailcut.Policy
 	if st.Kind != None {
-		pc, err := st.policyConfig(cfg)
-		if err != nil {
+		if rt, policy, err = realTransport(cfg, st, base); err != nil {
 			return nil, err
 		}
-		if pc.Quantile == 0 {
-			pc.Quantile = cfg.Quantile
-		}
-		if pc.MaxHedges == 0 {
-			pc.MaxHedges = cfg.MaxHedges
-		}
-		if pc.Logger == nil {
-			pc.Logger = slog.New(slog.DiscardHandler)
-		}
-		pc.Predictive = pc.Predictive || st.Kind == Predictive
-		var b budget.Budget
-		if cfg.Budget > 0 && !st.Unbudgeted {
-			b, err = cfg.newBudget()
-		} else {
-			b, err = budget.NewRatio(1, 1e12, -1)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lab: %w", err)
-		}
-		pc.Budget = b
-		if policy, err = tailcut.New(pc); err != nil {
-			return nil, fmt.Errorf("lab: real policy: %w", err)
-		}
-		t := hedgehttp.NewTransport(base, policy, hedgehttp.WithKey(func(*http.Request) string { return policyKey }))
-		if err := t.Err(); err != nil {
-			return nil, err
-		}
-		rt = t
 	}
 	client := &http.Client{Transport: rt}
 	var mutex0 time.Duration
@@ -121,41 +91,62 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 		defer close(stop)
 	}
 
-	n := cfg.Requests
-	lat := make([]int64, n)
-	var errs atomic.Int64
-	var firstErr atomic.Value
-	var done atomic.Int64
-	start := time.Now()
-	one := func(i int) {
-		ctx := context.Background()
-		if st.Kind == Static {
-			ctx = tailcut.WithDelay(ctx, st.Delay)
-		}
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		for leg := range cfg.Fanout {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				lctx := ctx
-				if st.Kind == Predictive {
-					if f := realFeatures(cfg, st, i, leg); f.Len()+f.NumValues() > 0 {
-						lctx = tailcut.WithFeatures(ctx, f)
-					}
-				}
-				if err := srv.get(lctx, client, i, leg); err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-				}
-			}()
-		}
-		wg.Wait()
-		lat[i] = int64(time.Since(t0))
-		if d := done.Add(1); cfg.Progress != nil && d%int64(max(n/200, 100)) == 0 {
-			cfg.Progress(int(d))
+	l := &realLoad{cfg: cfg, st: st, srv: srv, client: client, lat: make([]int64, cfg.Requests)}
+	span := l.run()
+	var mutexDelay time.Duration
+	if len(srv.locks) > 0 {
+		mutexDelay = MutexProfileDelay() - mutex0
+	}
+	r := l.result(span, policy)
+	r.MutexProfileDelay = mutexDelay
+	return r, nil
+}
+
+// realTransport returns the hedging transport over base that strategy st
+// runs with for real, and its policy.
+func realTransport(cfg Config, st Strategy, base http.RoundTripper) (http.RoundTripper, *tailcut.Policy, error) {
+	var b budget.Budget
+	if cfg.Budget > 0 && !st.Unbudgeted {
+		var err error
+		if b, err = cfg.newBudget(); err != nil {
+			return nil, nil, fmt.Errorf("lab: %w", err)
 		}
 	}
+	pc, err := st.runConfig(cfg, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	policy, err := tailcut.New(pc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lab: real policy: %w", err)
+	}
+	t := hedgehttp.NewTransport(base, policy, hedgehttp.WithKey(func(*http.Request) string { return policyKey }))
+	if err := t.Err(); err != nil {
+		return nil, nil, err
+	}
+	return t, policy, nil
+}
+
+// realLoad is the load generator of a real run: it sends cfg.Requests
+// requests through client to srv and keeps their latencies.
+type realLoad struct {
+	cfg    Config
+	st     Strategy
+	srv    *realServer
+	client *http.Client
+
+	lat      []int64 // by request, ns
+	errs     atomic.Int64
+	firstErr atomic.Value // string: the first error
+	done     atomic.Int64
+}
+
+// run sends the requests — from Concurrency clients in a closed loop, or
+// open-loop at the scenario's arrival rate — and returns how long they
+// took.
+func (l *realLoad) run() time.Duration {
+	cfg, n := l.cfg, l.cfg.Requests
+	start := time.Now()
 	var wg sync.WaitGroup
 	if cfg.Concurrency > 0 {
 		var next atomic.Int64
@@ -168,7 +159,7 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 					if i >= n {
 						return
 					}
-					one(i)
+					l.one(i)
 				}
 			}()
 		}
@@ -185,24 +176,56 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 				time.Sleep(d) // pacing the open-loop load generator
 			}
 			wg.Add(1)
-			go func() { defer wg.Done(); one(i) }()
+			go func() { defer wg.Done(); l.one(i) }()
 		}
 	}
 	wg.Wait()
-	span := time.Since(start)
-	var mutexDelay time.Duration
-	if len(srv.locks) > 0 {
-		mutexDelay = MutexProfileDelay() - mutex0
-	}
+	return time.Since(start)
+}
 
-	r := &Result{Strategy: st.String() + " (real)", Scenario: cfg.Scenario.Name, Requests: n, Calls: int64(n * cfg.Fanout),
-		Span: span, Errors: int(errs.Load()), LockWait: time.Duration(srv.lockWait.Load()), LockWaits: srv.lockWaits.Load()}
-	r.MutexProfileDelay = mutexDelay
-	if e, ok := firstErr.Load().(string); ok {
+// one sends request i, its legs at once, and records its latency.
+func (l *realLoad) one(i int) {
+	cfg, st := l.cfg, l.st
+	ctx := context.Background()
+	if st.Kind == Static {
+		ctx = tailcut.WithDelay(ctx, st.Delay)
+	}
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for leg := range cfg.Fanout {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lctx := ctx
+			if st.Kind == Predictive {
+				if f := realFeatures(cfg, st, i, leg); f.Len()+f.NumValues() > 0 {
+					lctx = tailcut.WithFeatures(ctx, f)
+				}
+			}
+			if err := l.srv.get(lctx, l.client, i, leg); err != nil {
+				l.errs.Add(1)
+				l.firstErr.CompareAndSwap(nil, err.Error())
+			}
+		}()
+	}
+	wg.Wait()
+	l.lat[i] = int64(time.Since(t0))
+	if d := l.done.Add(1); cfg.Progress != nil && d%int64(max(cfg.Requests/200, 100)) == 0 {
+		cfg.Progress(int(d))
+	}
+}
+
+// result is the run's Result: its latencies' figures, and the policy's
+// counts (nil: no hedging).
+func (l *realLoad) result(span time.Duration, policy *tailcut.Policy) *Result {
+	cfg, srv, n := l.cfg, l.srv, l.cfg.Requests
+	r := &Result{Strategy: l.st.String() + " (real)", Scenario: cfg.Scenario.Name, Requests: n, Calls: int64(n * cfg.Fanout),
+		Span: span, Errors: int(l.errs.Load()), LockWait: time.Duration(srv.lockWait.Load()), LockWaits: srv.lockWaits.Load()}
+	if e, ok := l.firstErr.Load().(string); ok {
 		r.FirstError = e
 	}
-	r.byIndex = lat
-	r.sorted = slices.Clone(lat)
+	r.byIndex = l.lat
+	r.sorted = slices.Clone(l.lat)
 	slices.Sort(r.sorted)
 	var sum float64
 	for _, v := range r.sorted {
@@ -224,7 +247,7 @@ func RunReal(cfg Config, st Strategy) (*Result, error) {
 		r.Attempts = r.Calls
 	}
 	r.Utilization = float64(srv.busy.Load()) / (float64(cfg.Replicas*cfg.Workers) * float64(span))
-	return r, nil
+	return r
 }
 
 // MutexProfileDelay returns the total contention delay recorded so far in

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -196,9 +197,17 @@ func fanoutLeg(r *rand.Rand) time.Duration {
 // is a straggler.
 const FanoutStragglerP = 0.01
 
-// builtins returns the built-in scenarios, freshly allocated.
+// builtins returns the built-in scenarios, freshly allocated, in the
+// order of --list.
 func builtins() []*Scenario {
-	return append([]*Scenario{
+	return slices.Concat(serviceScenarios(), shiftScenarios(), featureScenarios(), []*Scenario{mmcScenario()},
+		queueScenarios(), periodicScenarios(), []*Scenario{objectsScenario()}) // tied.go, periodic.go
+}
+
+// serviceScenarios are the scenarios of one service-time distribution,
+// steady through the run.
+func serviceScenarios() []*Scenario {
+	return []*Scenario{
 		{
 			Name:     "bhope",
 			Summary:  "lognormal mean 5 ms, sd 2 ms, 5 % stragglers ×10 (the bhope/hedge benchmark: p99 64 ms)",
@@ -238,6 +247,13 @@ func builtins() []*Scenario {
 			Draw:     func(r *rand.Rand, _ Call) Service { return lockService(r) },
 			CDF:      plain(lockCDF),
 		},
+	}
+}
+
+// shiftScenarios are the scenarios whose latency shifts during the run,
+// and the fan-out.
+func shiftScenarios() []*Scenario {
+	return []*Scenario{
 		{
 			Name:     "drift",
 			Summary:  "bhope whose latency triples halfway through the run (a deploy, a cold cache)",
@@ -272,6 +288,13 @@ func builtins() []*Scenario {
 			Draw:          func(r *rand.Rand, _ Call) Service { return Service{Work: fanoutLeg(r)} },
 			CDF:           plain(fanoutCDF),
 		},
+	}
+}
+
+// featureScenarios are the scenarios whose requests carry a feature label
+// (Scenario.Label) that tells something of their latency.
+func featureScenarios() []*Scenario {
+	return []*Scenario{
 		{
 			Name: "predictable",
 			Summary: "bhope, but 10 % of requests carry a cache-miss hint (label cold): each of their attempts misses with probability 1/2 " +
@@ -316,16 +339,20 @@ func builtins() []*Scenario {
 			},
 			CDF: plain(sizeScaledCDF),
 		},
-		{
-			Name:     "mmc",
-			Summary:  "exponential service, mean 10 ms, one server of 4 workers at 75 % load (M/M/c check against Erlang C)",
-			Defaults: Defaults{Requests: 100000, Rate: 300, Fanout: 1, Replicas: 1, Workers: 4},
-			Draw: func(r *rand.Rand, _ Call) Service {
-				return Service{Work: time.Duration(r.ExpFloat64() * float64(10*time.Millisecond))}
-			},
-			CDF: plain(func(t float64) float64 { return -math.Expm1(-max(t, 0) / float64(10*time.Millisecond)) }),
+	}
+}
+
+// mmcScenario is the queueing check: M/M/c against Erlang C.
+func mmcScenario() *Scenario {
+	return &Scenario{
+		Name:     "mmc",
+		Summary:  "exponential service, mean 10 ms, one server of 4 workers at 75 % load (M/M/c check against Erlang C)",
+		Defaults: Defaults{Requests: 100000, Rate: 300, Fanout: 1, Replicas: 1, Workers: 4},
+		Draw: func(r *rand.Rand, _ Call) Service {
+			return Service{Work: time.Duration(r.ExpFloat64() * float64(10*time.Millisecond))}
 		},
-	}, append(append(queueScenarios(), periodicScenarios()...), objectsScenario())...) // tied.go, periodic.go
+		CDF: plain(func(t float64) float64 { return -math.Expm1(-max(t, 0) / float64(10*time.Millisecond)) }),
+	}
 }
 
 // Scenarios returns the built-in scenarios in the order `tailcut lab --list`

@@ -2,7 +2,6 @@ package lab
 
 import (
 	"fmt"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -410,32 +409,11 @@ func (s *sim) setup() error {
 	case Oracle:
 		s.oracleThr = int64(quantileOf(trueQ, cfg.Threshold()))
 	case Adaptive, Predictive, Tied:
-		pc, err := s.st.policyConfig(cfg)
+		pc, err := s.st.runConfig(cfg, s.bud)
 		if err != nil {
 			return err
 		}
-		pc.Predictive = pc.Predictive || s.st.Kind == Predictive
-		if pc.Quantile == 0 {
-			pc.Quantile = cfg.Quantile
-		}
-		if pc.MaxHedges == 0 {
-			pc.MaxHedges = cfg.MaxHedges
-		}
 		s.maxHedges = pc.MaxHedges
-		if pc.Logger == nil {
-			// The lab reports the root-cause diagnosis in its verdicts.
-			pc.Logger = slog.New(slog.DiscardHandler)
-		}
-		if s.bud != nil {
-			pc.Budget = s.bud
-		} else {
-			// No budget: a balance no run can exhaust.
-			b, err := budget.NewRatio(1, 1e12, -1)
-			if err != nil {
-				return fmt.Errorf("lab: %w", err)
-			}
-			pc.Budget = b
-		}
 		p, err := tailcut.New(pc)
 		if err != nil {
 			return fmt.Errorf("lab: adaptive policy: %w", err)

@@ -2,11 +2,13 @@ package lab
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -130,6 +132,35 @@ func (s Strategy) policyConfig(cfg Config) (tailcut.Config, error) {
 	if cfg.WarmStart > 0 && pc.Warm == nil && (s.Kind == Adaptive || s.Kind == Predictive) {
 		pc.Warm = warmSnapshot(cfg)
 	}
+	return pc, nil
+}
+
+// runConfig returns the configuration of the policy strategy s runs on
+// cfg: policyConfig with the run's Quantile and MaxHedges where it sets
+// none, a silent logger (the lab reports the root-cause diagnosis in its
+// verdicts), Predictive for the predictive strategy, and budget b — with
+// none, a balance no run can exhaust.
+func (s Strategy) runConfig(cfg Config, b budget.Budget) (tailcut.Config, error) {
+	pc, err := s.policyConfig(cfg)
+	if err != nil {
+		return pc, err
+	}
+	pc.Predictive = pc.Predictive || s.Kind == Predictive
+	if pc.Quantile == 0 {
+		pc.Quantile = cfg.Quantile
+	}
+	if pc.MaxHedges == 0 {
+		pc.MaxHedges = cfg.MaxHedges
+	}
+	if pc.Logger == nil {
+		pc.Logger = slog.New(slog.DiscardHandler)
+	}
+	if b == nil {
+		if b, err = budget.NewRatio(1, 1e12, -1); err != nil {
+			return pc, fmt.Errorf("lab: %w", err)
+		}
+	}
+	pc.Budget = b
 	return pc, nil
 }
 
