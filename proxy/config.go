@@ -647,6 +647,22 @@ func (v *validator) walk(p path) (*yaml.Node, int) {
 }
 
 func (c *Config) validate(v *validator) {
+	c.validateSettings(v)
+	addrs := c.validateListeners(v)
+	if a := c.Admin.Listen; a != "" && a != "off" {
+		if err := checkAddr(a); err != nil {
+			v.add(path{"admin", "listen"}, "%v", err)
+		} else if addrs[a] {
+			v.add(path{"admin", "listen"}, "address %q is also a traffic listener", a)
+		}
+	}
+	pools := c.validateUpstreams(v)
+	c.validateRoutes(v, pools)
+}
+
+// validateSettings checks the sections that stand alone: fleet,
+// idempotency, shutdown_timeout, log and paths.
+func (c *Config) validateSettings(v *validator) {
 	if f := c.Fleet; f != nil {
 		if len(f.Redis.Addrs) == 0 {
 			v.add(path{"fleet", "redis", "addrs"}, "at least one Redis address is needed")
@@ -684,8 +700,11 @@ func (c *Config) validate(v *validator) {
 	default:
 		v.add(path{"paths", "semicolons"}, "want params, reject or data, got %q", c.Paths.Semicolons)
 	}
-	rules := c.Paths.rules()
+}
 
+// validateListeners checks the traffic listeners, and returns the
+// addresses they take (port 0 takes none: any free port).
+func (c *Config) validateListeners(v *validator) map[string]bool {
 	if len(c.Listeners) == 0 {
 		v.add(path{"listeners"}, "at least one listener is required")
 	}
@@ -700,42 +719,44 @@ func (c *Config) validate(v *validator) {
 		if !strings.HasSuffix(l.Listen, ":0") { // port 0: any free port
 			addrs[l.Listen] = true
 		}
-		if l.MaxInFlight < -1 {
-			v.add(path{"listeners", i, "max_in_flight"}, "want a positive bound, 0 for the default (%d) or -1 for none, got %d", DefaultMaxInFlight, l.MaxInFlight)
-		} else if sh := l.Shed; sh != nil && l.MaxInFlight > 0 && sh.HardLimit > l.MaxInFlight {
-			v.add(path{"listeners", i, "shed", "hard_limit"}, "%d is above max_in_flight %d: it would never be reached", sh.HardLimit, l.MaxInFlight)
-		}
-		for _, d := range []struct {
-			name string
-			v    time.Duration
-		}{{"body_timeout", l.BodyTimeout}, {"write_timeout", l.WriteTimeout}} {
-			if d.v < 0 {
-				v.add(path{"listeners", i, d.name}, "must not be negative, got %v", d.v)
-			}
-		}
-		if sh := l.Shed; sh != nil {
-			at := func(f string) path { return path{"listeners", i, "shed", f} }
-			switch {
-			case sh.HedgeLimit < 0:
-				v.add(at("hedge_limit"), "must not be negative, got %d", sh.HedgeLimit)
-			case sh.HardLimit < 0:
-				v.add(at("hard_limit"), "must not be negative, got %d", sh.HardLimit)
-			case sh.HardLimit > 0 && sh.HedgeLimit > sh.HardLimit:
-				v.add(at("hard_limit"), "%d is below hedge_limit %d: hedges must be refused first", sh.HardLimit, sh.HedgeLimit)
-			}
-			if sh.RetryAfter < 0 {
-				v.add(at("retry_after"), "must not be negative, got %v", sh.RetryAfter)
-			}
-		}
+		l.validate(v, i)
 	}
-	if a := c.Admin.Listen; a != "" && a != "off" {
-		if err := checkAddr(a); err != nil {
-			v.add(path{"admin", "listen"}, "%v", err)
-		} else if addrs[a] {
-			v.add(path{"admin", "listen"}, "address %q is also a traffic listener", a)
-		}
-	}
+	return addrs
+}
 
+// validate checks the bounds of listener i but its address.
+func (l *Listener) validate(v *validator, i int) {
+	if l.MaxInFlight < -1 {
+		v.add(path{"listeners", i, "max_in_flight"}, "want a positive bound, 0 for the default (%d) or -1 for none, got %d", DefaultMaxInFlight, l.MaxInFlight)
+	} else if sh := l.Shed; sh != nil && l.MaxInFlight > 0 && sh.HardLimit > l.MaxInFlight {
+		v.add(path{"listeners", i, "shed", "hard_limit"}, "%d is above max_in_flight %d: it would never be reached", sh.HardLimit, l.MaxInFlight)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"body_timeout", l.BodyTimeout}, {"write_timeout", l.WriteTimeout}} {
+		if d.v < 0 {
+			v.add(path{"listeners", i, d.name}, "must not be negative, got %v", d.v)
+		}
+	}
+	if sh := l.Shed; sh != nil {
+		at := func(f string) path { return path{"listeners", i, "shed", f} }
+		switch {
+		case sh.HedgeLimit < 0:
+			v.add(at("hedge_limit"), "must not be negative, got %d", sh.HedgeLimit)
+		case sh.HardLimit < 0:
+			v.add(at("hard_limit"), "must not be negative, got %d", sh.HardLimit)
+		case sh.HardLimit > 0 && sh.HedgeLimit > sh.HardLimit:
+			v.add(at("hard_limit"), "%d is below hedge_limit %d: hedges must be refused first", sh.HardLimit, sh.HedgeLimit)
+		}
+		if sh.RetryAfter < 0 {
+			v.add(at("retry_after"), "must not be negative, got %v", sh.RetryAfter)
+		}
+	}
+}
+
+// validateUpstreams checks the upstreams, and returns their names.
+func (c *Config) validateUpstreams(v *validator) map[string]bool {
 	pools := map[string]bool{}
 	for i, u := range c.Upstreams {
 		p := path{"upstreams", i}
@@ -758,10 +779,16 @@ func (c *Config) validate(v *validator) {
 	if len(c.Upstreams) == 0 {
 		v.add(path{"upstreams"}, "at least one upstream is required")
 	}
+	return pools
+}
 
+// validateRoutes checks the routes, each against the others and against
+// the upstreams' names, pools.
+func (c *Config) validateRoutes(v *validator, pools map[string]bool) {
 	if len(c.Routes) == 0 {
 		v.add(path{"routes"}, "at least one route is required")
 	}
+	rules := c.Paths.rules()
 	names := map[string]bool{}
 	matches := map[string]int{}
 	for i, r := range c.Routes {
@@ -775,21 +802,7 @@ func (c *Config) validate(v *validator) {
 			v.add(append(p, "name"), "must not contain spaces, quotes or backslashes, got %q", r.Name)
 		}
 		names[r.Name] = true
-		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
-			v.add(append(p, "path_prefix"), "must start with /, got %q", r.PathPrefix)
-		} else if n, err := rules.normalize(r.PathPrefix); err != nil {
-			v.add(append(p, "path_prefix"), "%v: %q", err, r.PathPrefix)
-		} else if n != prefixOrRoot(r.PathPrefix) {
-			// Request paths are matched in normal form (see Paths): a
-			// prefix in another form would never match, or match other
-			// paths than it says.
-			v.add(append(p, "path_prefix"), "%q is not in normal form: write %q", r.PathPrefix, n)
-		}
-		if h := r.Host; h != "" {
-			if strings.ContainsAny(h, "/ :") || strings.Contains(strings.TrimPrefix(h, "*."), "*") {
-				v.add(append(p, "host"), "want a host name such as api.example.com or *.example.com, got %q", h)
-			}
-		}
+		r.validateMatch(v, p, rules)
 		m := strings.ToLower(r.Host) + " " + prefixOrRoot(r.PathPrefix)
 		if j, dup := matches[m]; dup {
 			v.add(append(p, "path_prefix"), "matches the same requests as routes[%d]", j)
@@ -802,6 +815,25 @@ func (c *Config) validate(v *validator) {
 			v.add(append(p, "upstream"), "no upstream named %q", r.Upstream)
 		}
 		r.Policy.validate(v, append(p, "policy"))
+	}
+}
+
+// validateMatch checks the route's path_prefix and host, at p.
+func (r *Route) validateMatch(v *validator, p path, rules pathRules) {
+	if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
+		v.add(append(p, "path_prefix"), "must start with /, got %q", r.PathPrefix)
+	} else if n, err := rules.normalize(r.PathPrefix); err != nil {
+		v.add(append(p, "path_prefix"), "%v: %q", err, r.PathPrefix)
+	} else if n != prefixOrRoot(r.PathPrefix) {
+		// Request paths are matched in normal form (see Paths): a
+		// prefix in another form would never match, or match other
+		// paths than it says.
+		v.add(append(p, "path_prefix"), "%q is not in normal form: write %q", r.PathPrefix, n)
+	}
+	if h := r.Host; h != "" {
+		if strings.ContainsAny(h, "/ :") || strings.Contains(strings.TrimPrefix(h, "*."), "*") {
+			v.add(append(p, "host"), "want a host name such as api.example.com or *.example.com, got %q", h)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -369,53 +370,10 @@ func routeOf(r *http.Request) *route {
 // any) once every listener accepts connections.
 func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 	cfg := s.cfg.Load()
-	type srv struct {
-		name string
-		ln   net.Listener
-		hs   *http.Server
-	}
-	var srvs []srv
-	closeAll := func() {
-		for _, x := range srvs {
-			x.ln.Close()
-		}
-	}
 	errLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
-	var ins []inbound
-	for _, l := range cfg.Listeners {
-		ln, err := net.Listen("tcp", l.Listen)
-		if err != nil {
-			closeAll()
-			return fmt.Errorf("listener %q: %w", l.Listen, err)
-		}
-		name := l.Name
-		if name == "" {
-			name = l.Listen
-		}
-		h := s.Handler()
-		if sh := l.Shed; sh != nil {
-			hh, err := hedgehttp.NewHandler(h, hedgehttp.HandlerOptions{
-				HedgeLimit: sh.HedgeLimit, HardLimit: sh.HardLimit, RetryAfter: sh.RetryAfter})
-			if err != nil {
-				ln.Close()
-				closeAll()
-				return fmt.Errorf("listener %q: %w", name, err)
-			}
-			ins = append(ins, inbound{name: name, h: hh})
-			h = hh
-		}
-		if m := l.maxInFlight(); m > 0 {
-			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
-		}
-		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), min: l.minProgress(), idle: cmp.Or(s.upgradeIdle, idleTimeout), cut: &s.cut}
-		srvs = append(srvs, srv{name: name, ln: framingListener{ln}, hs: &http.Server{
-			Handler:           h,
-			ReadHeaderTimeout: headerTimeout,
-			IdleTimeout:       idleTimeout,
-			ConnContext:       connContext,
-			ConnState:         s.connState,
-			ErrorLog:          errLog,
-		}})
+	srvs, ins, err := s.bindListeners(cfg, errLog)
+	if err != nil {
+		return err
 	}
 	s.inbound.Store(&ins)
 	if s.fleetStore != nil {
@@ -429,10 +387,10 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 	if a := cfg.adminListen(); a != "" {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
-			closeAll()
+			closeListeners(srvs)
 			return fmt.Errorf("admin listener %q: %w", a, err)
 		}
-		srvs = append(srvs, srv{name: "admin", ln: ln, hs: &http.Server{
+		srvs = append(srvs, listening{name: "admin", ln: ln, hs: &http.Server{
 			Handler:           s.AdminHandler(),
 			ReadHeaderTimeout: headerTimeout,
 			ReadTimeout:       DefaultBodyTimeout,
@@ -461,14 +419,81 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	s.shutdown(srvs)
+	return runErr
+}
+
+// listening is a bound listener and the server that serves it.
+type listening struct {
+	name string
+	ln   net.Listener
+	hs   *http.Server
+}
+
+// closeListeners closes the listeners of srvs.
+func closeListeners(srvs []listening) {
+	for _, x := range srvs {
+		x.ln.Close()
+	}
+}
+
+// bindListeners binds the traffic listeners of cfg, each with its
+// handler: the listener's shedding (also returned, for the admin
+// figures), its max_in_flight bound and its timeouts in front of Handler.
+// On an error it closes those it bound.
+func (s *Server) bindListeners(cfg *Config, errLog *log.Logger) ([]listening, []inbound, error) {
+	var srvs []listening
+	var ins []inbound
+	for _, l := range cfg.Listeners {
+		ln, err := net.Listen("tcp", l.Listen)
+		if err != nil {
+			closeListeners(srvs)
+			return nil, nil, fmt.Errorf("listener %q: %w", l.Listen, err)
+		}
+		name := l.Name
+		if name == "" {
+			name = l.Listen
+		}
+		h := s.Handler()
+		if sh := l.Shed; sh != nil {
+			hh, err := hedgehttp.NewHandler(h, hedgehttp.HandlerOptions{
+				HedgeLimit: sh.HedgeLimit, HardLimit: sh.HardLimit, RetryAfter: sh.RetryAfter})
+			if err != nil {
+				ln.Close()
+				closeListeners(srvs)
+				return nil, nil, fmt.Errorf("listener %q: %w", name, err)
+			}
+			ins = append(ins, inbound{name: name, h: hh})
+			h = hh
+		}
+		if m := l.maxInFlight(); m > 0 {
+			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
+		}
+		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), min: l.minProgress(), idle: cmp.Or(s.upgradeIdle, idleTimeout), cut: &s.cut}
+		srvs = append(srvs, listening{name: name, ln: framingListener{ln}, hs: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: headerTimeout,
+			IdleTimeout:       idleTimeout,
+			ConnContext:       connContext,
+			ConnState:         s.connState,
+			ErrorLog:          errLog,
+		}})
+	}
+	return srvs, ins, nil
+}
+
+// shutdown drains srvs gracefully, within the config's shutdown_timeout:
+// /healthz answers 503 from the start, the traffic listeners stop first
+// and the admin listener last, so /healthz reports the drain while it
+// lasts; then the idle upstream connections and the idempotency store
+// close.
+func (s *Server) shutdown(srvs []listening) {
 	s.draining.Store(true)
 	timeout := s.cfg.Load().shutdownTimeout()
 	s.logger.Info("shutting down: draining requests in flight", "timeout", timeout)
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	// Traffic first; the admin listener last, so /healthz reports the
-	// drain while it lasts.
 	for _, x := range srvs {
 		if x.name == "admin" {
 			continue
@@ -495,7 +520,6 @@ func (s *Server) Run(ctx context.Context, ready func(addrs []net.Addr)) error {
 		s.idemRedis.Close()
 	}
 	s.logger.Info("stopped")
-	return runErr
 }
 
 // bounded serves at most max requests at once (a listener's
