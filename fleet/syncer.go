@@ -225,20 +225,7 @@ func (s *Syncer) SyncAt(ctx context.Context, now time.Time) error {
 	keys := s.selectKeys()
 
 	// Publish what this instance measured.
-	var entries []Entry
-	var oversized int64
-	for _, k := range keys {
-		snap, ok := s.p.Snapshot(k, now)
-		if !ok || snap.Count() == 0 {
-			continue
-		}
-		b := encodePayload(nil, snap)
-		if len(b) > s.cfg.MaxPayload {
-			oversized++
-			continue
-		}
-		entries = append(entries, Entry{Key: k, Payload: b})
-	}
+	entries, oversized := s.entries(keys, now)
 	var errs []error
 	if err := s.store.Publish(ctx, s.cfg.Instance, entries, s.cfg.TTL); err != nil {
 		errs = append(errs, fmt.Errorf("publish: %w", err))
@@ -247,23 +234,9 @@ func (s *Syncer) SyncAt(ctx context.Context, now time.Time) error {
 
 	// A new instance also fetches the keys the fleet uses most recently.
 	if !s.warmed && s.cfg.WarmKeys > 0 {
-		recent, err := s.store.Recent(ctx, s.cfg.WarmKeys)
-		if err != nil {
+		var err error
+		if keys, err = s.warmKeys(ctx, keys); err != nil {
 			errs = append(errs, fmt.Errorf("recent keys: %w", err))
-		} else {
-			s.warmed = true
-			// A pooled estimate makes the policy track the key: take only
-			// the room it has, so that warming never evicts a key in use.
-			room := s.p.Config().MaxKeys - len(s.p.Keys())
-			for _, k := range recent {
-				if len(keys) >= s.cfg.MaxKeys || room <= 0 {
-					break
-				}
-				if shareable(k) && !slices.Contains(keys, k) && !slices.Contains(s.cfg.Keys, k) {
-					keys = append(keys, k)
-					room--
-				}
-			}
 		}
 	}
 
@@ -295,6 +268,49 @@ func (s *Syncer) SyncAt(ctx context.Context, now time.Time) error {
 	err = errors.Join(errs...)
 	s.record(now, err, int64(len(entries)), merged, rejected, oversized, len(s.pooled))
 	return err
+}
+
+// entries returns the payloads this instance publishes for keys: their
+// sketches as of now, but the empty ones and those over MaxPayload, which
+// it counts.
+func (s *Syncer) entries(keys []string, now time.Time) (entries []Entry, oversized int64) {
+	for _, k := range keys {
+		snap, ok := s.p.Snapshot(k, now)
+		if !ok || snap.Count() == 0 {
+			continue
+		}
+		b := encodePayload(nil, snap)
+		if len(b) > s.cfg.MaxPayload {
+			oversized++
+			continue
+		}
+		entries = append(entries, Entry{Key: k, Payload: b})
+	}
+	return entries, oversized
+}
+
+// warmKeys adds to keys those the fleet used most recently, as far as
+// MaxKeys and the policy's room allow, and marks the Syncer warmed; on the
+// store's error it returns keys as they were.
+func (s *Syncer) warmKeys(ctx context.Context, keys []string) ([]string, error) {
+	recent, err := s.store.Recent(ctx, s.cfg.WarmKeys)
+	if err != nil {
+		return keys, err
+	}
+	s.warmed = true
+	// A pooled estimate makes the policy track the key: take only
+	// the room it has, so that warming never evicts a key in use.
+	room := s.p.Config().MaxKeys - len(s.p.Keys())
+	for _, k := range recent {
+		if len(keys) >= s.cfg.MaxKeys || room <= 0 {
+			break
+		}
+		if shareable(k) && !slices.Contains(keys, k) && !slices.Contains(s.cfg.Keys, k) {
+			keys = append(keys, k)
+			room--
+		}
+	}
+	return keys, nil
 }
 
 // selectKeys returns the keys of this round: Config.Keys, then the
