@@ -133,42 +133,53 @@ func parseBudget(s string) (float64, error) {
 	return v, nil
 }
 
-// labConfig turns the flags into a simulation config.
-func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
-	var cfg lab.Config
+// labScenario returns the scenario the flags name: --samples' custom one
+// or --scenario's, with --period (or, for a real run, lab.RealPeriod).
+func labScenario(cmd *cobra.Command, f *labFlags) (*lab.Scenario, error) {
+	var sc *lab.Scenario
 	var err error
 	switch {
 	case f.samples != "":
 		if cmd.Flags().Changed("scenario") && f.scenario != "custom" {
-			return cfg, usagef("--samples makes the scenario custom; drop --scenario %s", f.scenario)
+			return nil, usagef("--samples makes the scenario custom; drop --scenario %s", f.scenario)
 		}
-		cfg.Scenario, err = lab.Custom(f.samples)
+		sc, err = lab.Custom(f.samples)
 		if err != nil {
-			return cfg, usageError{err}
+			return nil, usageError{err}
 		}
-		if c := cfg.Scenario.Caveat; c != "" {
+		if c := sc.Caveat; c != "" {
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", c)
 		}
 	default:
-		cfg.Scenario, err = lab.Lookup(f.scenario)
+		sc, err = lab.Lookup(f.scenario)
 		if err != nil {
-			return cfg, usageError{err}
+			return nil, usageError{err}
 		}
 	}
-	if cmd.Flags().Changed("period") || f.real && cfg.Scenario.Period() > 0 {
+	if cmd.Flags().Changed("period") || f.real && sc.Period() > 0 {
 		p := f.period
 		if !cmd.Flags().Changed("period") {
 			p = lab.RealPeriod // a real run of a few cycles takes minutes, not an hour
 		}
-		if cfg.Scenario.Period() == 0 {
-			return cfg, usagef("--period: scenario %s is not periodic (diurnal and batch are)", cfg.Scenario.Name)
+		if sc.Period() == 0 {
+			return nil, usagef("--period: scenario %s is not periodic (diurnal and batch are)", sc.Name)
 		}
-		if cfg.Scenario, err = cfg.Scenario.WithPeriod(p); err != nil {
-			return cfg, usageError{err}
+		if sc, err = sc.WithPeriod(p); err != nil {
+			return nil, usageError{err}
 		}
 		if f.real {
-			cfg.Scenario.Defaults.Requests = int(float64(lab.RealCycles) * p.Seconds() * cfg.Scenario.Defaults.Rate)
+			sc.Defaults.Requests = int(float64(lab.RealCycles) * p.Seconds() * sc.Defaults.Rate)
 		}
+	}
+	return sc, nil
+}
+
+// labConfig turns the flags into a simulation config.
+func labConfig(cmd *cobra.Command, f *labFlags) (lab.Config, error) {
+	var cfg lab.Config
+	var err error
+	if cfg.Scenario, err = labScenario(cmd, f); err != nil {
+		return cfg, err
 	}
 	for _, c := range []struct {
 		name string
