@@ -303,7 +303,7 @@ func expBhope(o Options) (*Outcome, error) {
 		if strings.HasPrefix(r.Strategy, "adaptive (") {
 			p = [2]string{"", ""}
 		}
-		t.Rows = append(t.Rows, []string{r.Strategy, Millis(r.P50), Millis(r.P99), Millis(r.P999), signedPct(-cut(rs[0].P99, r.P99)), pctf(r.ExtraLoad), p[0], p[1]})
+		t.Rows = append(t.Rows, []string{r.Strategy, Millis(r.P50), Millis(r.P99), Millis(r.P999), SignedPct(-cut(rs[0].P99, r.P99)), pctf(r.ExtraLoad), p[0], p[1]})
 	}
 	best := max(cut(rs[0].P99, rs[1].P99), cut(rs[0].P99, rs[3].P99))
 	holds := best >= 0.70 && cut(rs[0].P99, rs[3].P99) >= 0.6
@@ -325,9 +325,9 @@ func expBhope(o Options) (*Outcome, error) {
 		Holds:  holds,
 		Verdict: fmt.Sprintf("The 74 %% cut %s: baseline p99 %s ms (published 64.3); static 10 ms cuts it %s at %.1f %% extra load; "+
 			"adaptive (auto delay) %s at %.1f %%; pinned to the p95 %s at %.1f %%, to the p90 %s at %.1f %% — the published overhead of 8.9 %% is that of a p90 trigger.",
-			yesNo(holds), Millis(rs[0].P99), signedPct(-cut(rs[0].P99, rs[1].P99)), rs[1].ExtraLoad*100,
-			signedPct(-cut(rs[0].P99, rs[3].P99)), rs[3].ExtraLoad*100, signedPct(-cut(rs[0].P99, r95.P99)), r95.ExtraLoad*100,
-			signedPct(-cut(rs[0].P99, r90.P99)), r90.ExtraLoad*100),
+			yesNo(holds), Millis(rs[0].P99), SignedPct(-cut(rs[0].P99, rs[1].P99)), rs[1].ExtraLoad*100,
+			SignedPct(-cut(rs[0].P99, rs[3].P99)), rs[3].ExtraLoad*100, SignedPct(-cut(rs[0].P99, r95.P99)), r95.ExtraLoad*100,
+			SignedPct(-cut(rs[0].P99, r90.P99)), r90.ExtraLoad*100),
 	}, nil
 }
 
@@ -375,7 +375,7 @@ func expLock(o Options) (*Outcome, error) {
 		if r.Warning != "" {
 			v += " ⚠ " + r.Warning
 		}
-		t.Rows = append(t.Rows, []string{rw.name, Millis(r.P50), Millis(r.P99), signedPct(-cut(base.P99, r.P99)), pctf(r.HedgeRate),
+		t.Rows = append(t.Rows, []string{rw.name, Millis(r.P50), Millis(r.P99), SignedPct(-cut(base.P99, r.P99)), pctf(r.HedgeRate),
 			fmt.Sprint(r.Attempts), r.LockWait.Round(time.Millisecond).String(), Millis(r.LockWait/time.Duration(r.Attempts)) + " ms", v})
 	}
 	a, b, c := res[0], res[1], res[2]
@@ -403,8 +403,8 @@ func expLock(o Options) (*Outcome, error) {
 		Holds:  holds,
 		Verdict: fmt.Sprintf("The trap %s: B hedges %.1f %% of requests (root-cause warning), p50 %s → %s ms, lock wait ×%.1f, p99 %s; "+
 			"C hedges %.1f %% with %s more server requests and cuts p99 %s. The budgeted adaptive policy caps B' at %.1f %% extra load instead of doubling the load.",
-			yesNo(holds), b.HedgeRate*100, Millis(a.P50), Millis(b.P50), float64(b.LockWait)/float64(max(a.LockWait, 1)), signedPct(-cut(a.P99, b.P99)),
-			c.HedgeRate*100, signedPct(float64(c.Attempts)/float64(a.Attempts)-1), signedPct(-cut(a.P99, c.P99)), res[3].ExtraLoad*100) + realNote,
+			yesNo(holds), b.HedgeRate*100, Millis(a.P50), Millis(b.P50), float64(b.LockWait)/float64(max(a.LockWait, 1)), SignedPct(-cut(a.P99, b.P99)),
+			c.HedgeRate*100, SignedPct(float64(c.Attempts)/float64(a.Attempts)-1), SignedPct(-cut(a.P99, c.P99)), res[3].ExtraLoad*100) + realNote,
 	}, nil
 }
 
@@ -423,7 +423,7 @@ func lockReal(o Options, rows []lockSetup, n int) (Table, error) {
 		if ra == nil {
 			ra = r
 		}
-		rt.Rows = append(rt.Rows, []string{rw.name, Millis(r.P50), Millis(r.P99), signedPct(-cut(ra.P99, r.P99)), pctf(r.HedgeRate),
+		rt.Rows = append(rt.Rows, []string{rw.name, Millis(r.P50), Millis(r.P99), SignedPct(-cut(ra.P99, r.P99)), pctf(r.HedgeRate),
 			fmt.Sprint(r.Attempts), r.LockWait.Round(time.Millisecond).String(), r.MutexProfileDelay.Round(time.Millisecond).String(), fmt.Sprint(r.Errors)})
 	}
 	return rt, nil

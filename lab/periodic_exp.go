@@ -540,9 +540,9 @@ func (s stat) rel() string {
 		return "not reached"
 	}
 	if s.lo == s.hi {
-		return signedPct(s.mean)
+		return SignedPct(s.mean)
 	}
-	return fmt.Sprintf("%s (%s … %s)", signedPct(s.mean), signedPct(s.lo), signedPct(s.hi))
+	return fmt.Sprintf("%s (%s … %s)", SignedPct(s.mean), SignedPct(s.lo), SignedPct(s.hi))
 }
 
 func (s stat) pct() string {

@@ -284,7 +284,7 @@ func verdict(cfg Config, st Strategy, r, base *Result) (v, warn string) {
 		return prefix + ": " + strings.Join(fails, "; "), warn
 	}
 	return fmt.Sprintf("%s: p99 %s, errors not up, extra load %.1f %% ≤ %.0f %% budget",
-		prefix, signedPct(-cut), r.ExtraLoad*100, budgetOrDefault(cfg)*100), warn
+		prefix, SignedPct(-cut), r.ExtraLoad*100, budgetOrDefault(cfg)*100), warn
 }
 
 func budgetOrDefault(cfg Config) float64 {
@@ -294,8 +294,8 @@ func budgetOrDefault(cfg Config) float64 {
 	return cfg.Budget
 }
 
-// signedPct formats a fraction as a signed percentage: −74 %, +3 %.
-func signedPct(f float64) string {
+// SignedPct formats a fraction as a signed percentage: −74 %, +3 %.
+func SignedPct(f float64) string {
 	switch {
 	case math.Round(f*100) == 0:
 		return "±0 %"
@@ -306,7 +306,7 @@ func signedPct(f float64) string {
 	}
 }
 
-// signedPct1 is signedPct with one decimal, for figures near a gate.
+// signedPct1 is SignedPct with one decimal, for figures near a gate.
 func signedPct1(f float64) string {
 	if f < 0 {
 		return fmt.Sprintf("−%.1f %%", -f*100)
@@ -329,24 +329,62 @@ func Millis(d time.Duration) string {
 }
 
 // WriteTable writes results as the `tailcut lab` table, then one verdict
-// line per strategy.
+// line per strategy: [WriteRows] with the servers' utilisation as its
+// extra column.
 func WriteTable(w io.Writer, results []*Result) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tp50\tp90\tp95\tp99\tp99.9\tmean\textra load\thedge rate\tutil\t")
+	rows := make([]Row, 0, len(results))
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f %%\t%.1f %%\t%.1f %%\t\n",
+		rows = append(rows, Row{Strategy: r.Strategy, P50: r.P50, P90: r.P90, P95: r.P95, P99: r.P99, P999: r.P999, Mean: r.Mean,
+			ExtraLoad: r.ExtraLoad, HedgeRate: r.HedgeRate, Extra: []string{fmt.Sprintf("%.1f %%", r.Utilization*100)},
+			Verdict: r.Verdict, Warning: r.Warning, Limit: r.LimitLine()})
+	}
+	return WriteRows(w, []string{"util"}, "(latencies in ms)", rows)
+}
+
+// Row is one strategy's line of the `tailcut lab` table, and its verdict,
+// for [WriteRows].
+type Row struct {
+	Strategy                       string
+	P50, P90, P95, P99, P999, Mean time.Duration
+	ExtraLoad, HedgeRate           float64
+	// Extra holds the figures of the table's extra columns, in order.
+	Extra []string
+	// Verdict and Warning make the row's verdict line, left out when both
+	// are empty; Limit, when not empty, is a line of its own after every
+	// verdict.
+	Verdict, Warning, Limit string
+}
+
+// WriteRows writes the `tailcut lab` table of rows: strategy, the p50,
+// p90, p95, p99, p99.9 and mean in milliseconds, extra load and hedge rate,
+// then the columns named by extra; below it note, a verdict line per row
+// (with its warning after a ⚠) and the rows' limit lines. `tailcut lab`
+// and `tailcut load` print their results with it.
+func WriteRows(w io.Writer, extra []string, note string, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "strategy\tp50\tp90\tp95\tp99\tp99.9\tmean\textra load\thedge rate\t")
+	for _, h := range extra {
+		fmt.Fprint(tw, h, "\t")
+	}
+	fmt.Fprintln(tw)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f %%\t%.1f %%\t",
 			r.Strategy, Millis(r.P50), Millis(r.P90), Millis(r.P95), Millis(r.P99), Millis(r.P999), Millis(r.Mean),
-			r.ExtraLoad*100, r.HedgeRate*100, r.Utilization*100)
+			r.ExtraLoad*100, r.HedgeRate*100)
+		for _, v := range r.Extra {
+			fmt.Fprint(tw, v, "\t")
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "(latencies in ms)")
+	fmt.Fprintln(w, note)
 	width := 0
-	for _, r := range results {
+	for _, r := range rows {
 		width = max(width, len(r.Strategy))
 	}
-	for _, r := range results {
+	for _, r := range rows {
 		if r.Verdict == "" && r.Warning == "" {
 			continue
 		}
@@ -358,9 +396,9 @@ func WriteTable(w io.Writer, results []*Result) error {
 			return err
 		}
 	}
-	for _, r := range results {
-		if l := r.LimitLine(); l != "" {
-			if _, err := fmt.Fprintf(w, "%-*s  %s\n", width, r.Strategy, l); err != nil {
+	for _, r := range rows {
+		if r.Limit != "" {
+			if _, err := fmt.Fprintf(w, "%-*s  %s\n", width, r.Strategy, r.Limit); err != nil {
 				return err
 			}
 		}

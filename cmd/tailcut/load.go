@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -415,7 +414,7 @@ func verdictOf(r, base *loadResult, budgetFrac float64) string {
 	}
 	var fails []string
 	if cut < lab.GateP99Cut {
-		fails = append(fails, fmt.Sprintf("p99 %s (needs −%.0f %%)", signedPercent(-cut), lab.GateP99Cut*100))
+		fails = append(fails, fmt.Sprintf("p99 %s (needs −%.0f %%)", lab.SignedPct(-cut), lab.GateP99Cut*100))
 	}
 	if errRate(r) > errRate(base) && r.Errors > base.Errors {
 		fails = append(fails, fmt.Sprintf("errors up %d → %d", base.Errors, r.Errors))
@@ -426,7 +425,7 @@ func verdictOf(r, base *loadResult, budgetFrac float64) string {
 	if len(fails) > 0 {
 		return "FAIL: " + strings.Join(fails, "; ")
 	}
-	return fmt.Sprintf("PASS: p99 %s, errors not up, extra load %.1f %% ≤ %.0f %% budget", signedPercent(-cut), r.ExtraLoad*100, budgetFrac*100)
+	return fmt.Sprintf("PASS: p99 %s, errors not up, extra load %.1f %% ≤ %.0f %% budget", lab.SignedPct(-cut), r.ExtraLoad*100, budgetFrac*100)
 }
 
 func errRate(r *loadResult) float64 {
@@ -434,17 +433,6 @@ func errRate(r *loadResult) float64 {
 		return 0
 	}
 	return float64(r.Errors) / float64(r.Requests)
-}
-
-// signedPercent formats a fraction as a signed percentage: −74 %, +3 %.
-func signedPercent(f float64) string {
-	switch {
-	case math.Round(f*100) == 0:
-		return "±0 %"
-	case f < 0:
-		return fmt.Sprintf("−%.0f %%", -f*100)
-	}
-	return fmt.Sprintf("+%.0f %%", f*100)
 }
 
 func runLoad(ctx context.Context, e *env, cmd *cobra.Command, f *loadFlags, rawURL string) error {
@@ -558,31 +546,17 @@ func (p *loadPlan) describe() string {
 		load, span, delay, p.policy.MaxHedges, p.budget*100)
 }
 
-// writeLoadTable prints the results with the columns of `tailcut lab`'s
-// table, where server utilisation (unknown to a client) gives way to errors
-// and throughput, then one verdict line per strategy.
+// writeLoadTable prints the results as `tailcut lab` does (lab.WriteRows),
+// where server utilisation (unknown to a client) gives way to errors and
+// throughput, then one verdict line per strategy.
 func writeLoadTable(w io.Writer, results []*loadResult) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tp50\tp90\tp95\tp99\tp99.9\tmean\textra load\thedge rate\terrors\treq/s\t")
+	rows := make([]lab.Row, 0, len(results))
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f %%\t%.1f %%\t%d\t%.0f\t\n",
-			r.Strategy, lab.Millis(r.P50), lab.Millis(r.P90), lab.Millis(r.P95), lab.Millis(r.P99), lab.Millis(r.P999), lab.Millis(r.Mean),
-			r.ExtraLoad*100, r.HRate*100, r.Errors, r.Throughput)
+		rows = append(rows, lab.Row{Strategy: r.Strategy, P50: r.P50, P90: r.P90, P95: r.P95, P99: r.P99, P999: r.P999, Mean: r.Mean,
+			ExtraLoad: r.ExtraLoad, HedgeRate: r.HRate, Extra: []string{strconv.FormatInt(r.Errors, 10), fmt.Sprintf("%.0f", r.Throughput)},
+			Verdict: r.Verdict})
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w, "(latencies in ms; extra load = attempts sent ÷ requests − 1)")
-	width := 0
-	for _, r := range results {
-		width = max(width, len(r.Strategy))
-	}
-	for _, r := range results {
-		if _, err := fmt.Fprintf(w, "%-*s  %s\n", width, r.Strategy, r.Verdict); err != nil {
-			return err
-		}
-	}
-	return nil
+	return lab.WriteRows(w, []string{"errors", "req/s"}, "(latencies in ms; extra load = attempts sent ÷ requests − 1)", rows)
 }
 
 // loadJSON is the `tailcut load --json` output: the shape of `tailcut lab
