@@ -162,30 +162,7 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "round %d/%d done\n", round+1, *flagRounds)
 	}
-	var plainBusy time.Duration
-	var results []result
-	for _, r := range runners {
-		r.base.CloseIdleConnections()
-		r.srv.Close()
-		if r.st.name == "plain" {
-			plainBusy = r.busy
-		}
-	}
-	for _, r := range runners {
-		q := func(p float64) time.Duration { return time.Duration(r.hist.ValueAtQuantile(p)) * time.Microsecond }
-		res := result{
-			name: r.st.name,
-			p50:  q(50), p95: q(95), p99: q(99), p999: q(99.9),
-			max:    time.Duration(r.hist.Max()) * time.Microsecond,
-			extra:  float64(r.attempts)/float64(r.sent) - 1,
-			errors: r.errs,
-			took:   r.took,
-		}
-		if plainBusy > 0 {
-			res.busyExtra = float64(r.busy)/float64(plainBusy) - 1
-		}
-		results = append(results, res)
-	}
+	results := closeRunners(runners)
 	if tailcutPolicy != nil {
 		s := tailcutPolicy.Stats()
 		var delay time.Duration
@@ -213,6 +190,36 @@ func main() {
 		}
 		fmt.Printf("- %s: %s\n", r.st.name, about)
 	}
+}
+
+// closeRunners stops the runners' servers and returns their figures, the
+// extra server time against the plain strategy's.
+func closeRunners(runners []*runner) []result {
+	var plainBusy time.Duration
+	var results []result
+	for _, r := range runners {
+		r.base.CloseIdleConnections()
+		r.srv.Close()
+		if r.st.name == "plain" {
+			plainBusy = r.busy
+		}
+	}
+	for _, r := range runners {
+		q := func(p float64) time.Duration { return time.Duration(r.hist.ValueAtQuantile(p)) * time.Microsecond }
+		res := result{
+			name: r.st.name,
+			p50:  q(50), p95: q(95), p99: q(99), p999: q(99.9),
+			max:    time.Duration(r.hist.Max()) * time.Microsecond,
+			extra:  float64(r.attempts)/float64(r.sent) - 1,
+			errors: r.errs,
+			took:   r.took,
+		}
+		if plainBusy > 0 {
+			res.busyExtra = float64(r.busy)/float64(plainBusy) - 1
+		}
+		results = append(results, res)
+	}
+	return results
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }

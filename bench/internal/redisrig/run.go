@@ -103,42 +103,12 @@ func Run(ctx context.Context, c *Cluster, noise Waiter, spec Spec, req Request) 
 	if err != nil {
 		return nil, err
 	}
-	var next, rr atomic.Int64
-	var errs atomic.Int64
-	var histMu sync.Mutex
+	l := &load{c: c, spec: spec, width: width, req: req, sends: sends, res: res}
 	cpu0 := CPUTime()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range spec.Workers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(spec.Seed, uint64(w)))
-			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				if i >= int64(spec.Requests) {
-					return
-				}
-				// A request's keys are its own: its losing attempts may
-				// still read them once it has returned.
-				keys := make([]string, width)
-				for l := range keys {
-					keys[l] = c.Key(rng.IntN(c.Opts.Keys))
-				}
-				first := int(rr.Add(int64(width)) - int64(width))
-				t0 := time.Now()
-				for l := range width {
-					sends[int(i)*width+l] = Send{Replica: (first + l) % len(c.Replicas), At: t0.UnixNano()}
-				}
-				err := req(ctx, first, keys)
-				d := time.Since(t0)
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				histMu.Lock()
-				_ = res.Hist.RecordValue(int64(d / time.Microsecond))
-				histMu.Unlock()
-			}
-		})
+		wg.Go(func() { l.worker(ctx, w) })
 	}
 	wg.Wait()
 	if err := c.awaitIdle(ctx); err != nil {
@@ -162,7 +132,7 @@ func Run(ctx context.Context, c *Cluster, noise Waiter, spec Spec, req Request) 
 	}
 	a1, h1 := c.Sent()
 	res.Attempts, res.Hedges = a1-a0, h1-h0
-	res.Errors = errs.Load()
+	res.Errors = l.errs.Load()
 	res.NoiseBusy = float64(busy1-busy0) / (float64(res.Took.Microseconds()) * float64(len(c.Replicas)))
 	if noise != nil {
 		if res.Waited, err = noise.WaitedShare(sends); err != nil {
@@ -170,4 +140,51 @@ func Run(ctx context.Context, c *Cluster, noise Waiter, spec Spec, req Request) 
 		}
 	}
 	return res, nil
+}
+
+// load is what the workers of a Run share.
+type load struct {
+	c     *Cluster
+	spec  Spec
+	width int
+	req   Request
+	sends []Send // by request and leg: where and when it went
+	res   *Result
+
+	next, rr atomic.Int64 // the next request; the replicas' round-robin
+	errs     atomic.Int64
+	histMu   sync.Mutex // guards res.Hist
+}
+
+// worker sends requests one after the other, each reading its own random
+// keys, until there are none left or ctx ends.
+func (l *load) worker(ctx context.Context, w int) {
+	c, width := l.c, l.width
+	rng := rand.New(rand.NewPCG(l.spec.Seed, uint64(w)))
+	for ctx.Err() == nil {
+		i := l.next.Add(1) - 1
+		if i >= int64(l.spec.Requests) {
+			return
+		}
+		// A request's keys are its own: its losing attempts may
+		// still read them once it has returned.
+		keys := make([]string, width)
+		for k := range keys {
+			keys[k] = c.Key(rng.IntN(c.Opts.Keys))
+		}
+		first := int(l.rr.Add(int64(width)) - int64(width))
+		t0 := time.Now()
+		for leg := range width {
+			l.sends[int(i)*width+leg] = Send{Replica: (first + leg) % len(c.Replicas), At: t0.UnixNano()}
+		}
+		err := l.req(ctx, first, keys)
+		d := time.Since(t0)
+		if err != nil {
+			l.errs.Add(1)
+			continue
+		}
+		l.histMu.Lock()
+		_ = l.res.Hist.RecordValue(int64(d / time.Microsecond))
+		l.histMu.Unlock()
+	}
 }
