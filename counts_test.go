@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 )
 
 // numbered returns Counts whose every counter (each array entry apart)
@@ -160,5 +162,58 @@ func TestCountsEachAllocs(t *testing.T) {
 	var sum int64
 	if n := testing.AllocsPerRun(100, func() { c.Each(func(_ int, _ string, v int64) { sum += v }) }); n != 0 {
 		t.Errorf("Each allocates %v times", n)
+	}
+}
+
+// TestCountersLoadFillsEveryCount: the per-key atomic counters, each slot
+// holding a different value, load into Counts with every counter set (but
+// the Send and DryRun denial entries, never counted), and add carries
+// every slot. A field added to Counts without its atomic counterpart and
+// its line in load stays zero, and fails here.
+func TestCountersLoadFillsEveryCount(t *testing.T) {
+	typ := reflect.TypeFor[counters]()
+	slots := 0
+	for i := range typ.NumField() {
+		f := typ.Field(i).Type
+		switch {
+		case f == reflect.TypeFor[atomic.Int64]():
+			slots++
+		case f.Kind() == reflect.Array && f.Elem() == reflect.TypeFor[atomic.Int64]():
+			slots += f.Len()
+		default:
+			t.Fatalf("counters.%s is a %v: this test reads counters as an array of atomic.Int64", typ.Field(i).Name, f)
+		}
+	}
+	var c counters
+	a := unsafe.Slice((*atomic.Int64)(unsafe.Pointer(&c)), slots)
+	for i := range a {
+		a[i].Store(int64(i + 1))
+	}
+	got := c.load()
+	v := reflect.ValueOf(got)
+	for i, k := range Counters() {
+		f := v.Field(i)
+		if f.Kind() != reflect.Array {
+			if f.Int() == 0 {
+				t.Errorf("Counts.%s stays zero: load does not set it", k.Field)
+			}
+			continue
+		}
+		for j := range f.Len() {
+			if k.ByReason && !Decision(j).denial() {
+				continue
+			}
+			if f.Index(j).Int() == 0 {
+				t.Errorf("Counts.%s[%d] stays zero: load does not set it", k.Field, j)
+			}
+		}
+	}
+	var sum counters
+	sum.add(&c)
+	sum.add(&c)
+	want := got
+	want.add(&got)
+	if l := sum.load(); l != want {
+		t.Errorf("counters.add: loads %+v, want %+v", l, want)
 	}
 }
