@@ -48,6 +48,9 @@ type MetricsOptions struct {
 //	(gauges, per key);
 //	tailcut.hedges.inflight (up-down counter) and tailcut.keys.
 //
+// The counters are those tailcut.Counters lists, each under its
+// Instrument name and Unit.
+//
 // No name is both an instrument and the namespace of others:
 // tailcut.requests and tailcut.hedges are namespaces only (their counts are
 // tailcut.requests.started and tailcut.hedges.sent).

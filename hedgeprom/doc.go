@@ -21,7 +21,9 @@
 // tailcut_predicted_p99_seconds (tailcut.KeyStats.P99, PredictedP99);
 // per policy, tailcut_hedges_inflight and tailcut_keys; and the histogram
 // tailcut_attempt_duration_seconds{key,attempt,outcome} (attempt primary or
-// hedge; native and classic buckets). Per-key series are bounded: the first
+// hedge; native and classic buckets). The counters are those
+// tailcut.Counters lists, each under its Metric name: a counter added to
+// tailcut.Counts is exported with it. Per-key series are bounded: the first
 // MaxKeys keys seen keep their own label, every other key is summed under
 // key="other".
 package hedgeprom
