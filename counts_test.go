@@ -54,6 +54,11 @@ func TestCountersCoverCounts(t *testing.T) {
 			t.Errorf("counter %s: metric %q, instrument %q: want a unique counter name in each", k.Field, k.Metric, k.Instrument)
 		}
 		seen[k.Metric], seen[k.Instrument] = true, true
+		for d := range numDecisions {
+			if k.ByReason && d.denial() && !strings.Contains(k.Help, d.String()) {
+				t.Errorf("the help of %s does not name reason %s: %q", k.Field, d, k.Help)
+			}
+		}
 	}
 
 	// Each: a plain field's value, a denial per reason, the hedges' wins.
