@@ -85,7 +85,7 @@ func tiedVerdict(cfg Config, r, base *Result) (v, warn string) {
 		return "FAIL: " + strings.Join(fails, "; "), warn
 	}
 	return fmt.Sprintf("PASS: p99 %s, extra work %s (%.1f %% extra attempts, cancelled in their queues)",
-		signedPct(-c), signedPct1(extra), r.ExtraLoad*100), warn
+		SignedPct(-c), signedPct1(extra), r.ExtraLoad*100), warn
 }
 
 // heavyQueryLabel is the label of a heavy query: a property of the
@@ -186,7 +186,7 @@ func expTied(o Options) (*Outcome, error) {
 				bar = fmt.Sprintf("%s, %s", yesNo(work <= 1.02), yesNo(keeps))
 				holds = holds && work <= 1.02 && keeps
 			}
-			t.Rows = append(t.Rows, []string{ts.name, r.Strategy, Millis(r.P95), Millis(r.P99), signedPct(-cut(none.P99, r.P99)),
+			t.Rows = append(t.Rows, []string{ts.name, r.Strategy, Millis(r.P95), Millis(r.P99), SignedPct(-cut(none.P99, r.P99)),
 				pctf(r.ExtraLoad), fmt.Sprintf("%.3f", work), bar})
 		}
 	}

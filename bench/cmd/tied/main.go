@@ -153,14 +153,21 @@ func main() {
 	}
 }
 
-// run sends n requests at rate under strategy st to fresh servers.
-func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate float64, n int, seed uint64) (result, error) {
-	var adms []*hedgehttp.Admission
-	var works []*atomic.Int64
-	var urls []string
-	var base *http.Transport
-	for range replicas {
-		var done atomic.Int64 // ns of work executed: each run's, up to its end or cancellation
+// replicaSet is a run's servers: each an Admission in front of a handler
+// that works for the duration its request asks.
+type replicaSet struct {
+	adms  []*hedgehttp.Admission
+	works []*atomic.Int64 // ns of work executed: each run's, up to its end or cancellation
+	urls  []string
+	srvs  []*httptest.Server
+	base  *http.Transport
+}
+
+// startReplicas starts n servers admitting workers requests each at once.
+func startReplicas(n, workers int, h2 bool) (*replicaSet, error) {
+	rs := &replicaSet{}
+	for range n {
+		done := new(atomic.Int64)
 		app := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 			d, _ := time.ParseDuration(r.Header.Get(workHeader))
 			start := time.Now()
@@ -168,16 +175,16 @@ func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate floa
 			defer t.Stop()
 			select {
 			case <-t.C:
-				io.WriteString(rw, "ok")
+				_, _ = io.WriteString(rw, "ok")
 				done.Add(int64(d)) // the timer's lateness is the machine's, not work
 			case <-r.Context().Done():
 				done.Add(int64(min(time.Since(start), d)))
 			}
 		})
-		works = append(works, &done)
 		adm, err := hedgehttp.NewAdmission(app, hedgehttp.AdmissionOptions{Limit: workers})
 		if err != nil {
-			return result{}, err
+			rs.close()
+			return nil, err
 		}
 		srv := httptest.NewUnstartedServer(adm)
 		if h2 {
@@ -186,23 +193,62 @@ func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate floa
 		} else {
 			srv.Start()
 		}
-		defer srv.Close()
-		if base == nil {
-			base = srv.Client().Transport.(*http.Transport).Clone()
-			base.MaxIdleConnsPerHost = 512
+		if rs.base == nil {
+			rs.base = srv.Client().Transport.(*http.Transport).Clone()
+			rs.base.MaxIdleConnsPerHost = 512
 			if h2 {
-				base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // every replica has its own test certificate
+				rs.base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // every replica has its own test certificate
 			}
 		}
-		adms = append(adms, adm)
-		urls = append(urls, srv.URL)
+		rs.adms, rs.works = append(rs.adms, adm), append(rs.works, done)
+		rs.urls, rs.srvs = append(rs.urls, srv.URL), append(rs.srvs, srv)
 	}
-	defer base.CloseIdleConnections()
+	return rs, nil
+}
+
+// close stops the servers and the client's idle connections.
+func (rs *replicaSet) close() {
+	if rs.base != nil {
+		rs.base.CloseIdleConnections()
+	}
+	for _, s := range rs.srvs {
+		s.Close()
+	}
+}
+
+// settle waits for cancelled attempts to leave the queues and runs to end,
+// then returns the attempts that reached a server, the runs started and the
+// work executed.
+func (rs *replicaSet) settle(name string) (attempts, runs int64, busy time.Duration) {
+	for i, a := range rs.adms {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if s := a.Stats(); s.Waiting == 0 && s.Running == 0 {
+				break
+			}
+		}
+		s := a.Stats()
+		if os.Getenv("TIED_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "%s replica: %+v\n", name, s)
+		}
+		attempts += s.Started + s.Left
+		runs += s.Started
+		busy += time.Duration(rs.works[i].Load())
+	}
+	return attempts, runs, busy
+}
+
+// run sends n requests at rate under strategy st to fresh servers.
+func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate float64, n int, seed uint64) (result, error) {
+	rs, err := startReplicas(replicas, workers, h2)
+	if err != nil {
+		return result{}, err
+	}
+	defer rs.close()
 	opts, hedge := st.opts()
-	var rt http.RoundTripper = &spread{base: base, urls: urls}
+	var rt http.RoundTripper = &spread{base: rs.base, urls: rs.urls}
 	if p2c {
-		rt = base
-		opts = append(opts, hedgehttp.WithEndpoints(urls...))
+		rt = rs.base
+		opts = append(opts, hedgehttp.WithEndpoints(rs.urls...))
 	}
 	p, err := tailcut.New(tailcut.Config{})
 	if err != nil {
@@ -212,7 +258,27 @@ func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate floa
 	if err != nil {
 		return result{}, err
 	}
-	client := &http.Client{Transport: tr}
+	lat, errs, total := drive(&http.Client{Transport: tr}, hedge, w, replicas, rate, n, seed)
+	attempts, runs, busy := rs.settle(st.name)
+	var r result
+	for _, e := range errs {
+		if e {
+			r.errors++
+		}
+	}
+	slices.Sort(lat)
+	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(math.Ceil(f*float64(len(lat))))-1)] }
+	r.p50, r.p99, r.p999 = q(0.5), q(0.99), q(0.999)
+	r.attempts = float64(attempts) / float64(n)
+	r.runs = float64(runs) / float64(n)
+	r.work = busy.Seconds() / total.Seconds()
+	return r, nil
+}
+
+// drive sends n requests with Poisson arrivals at rate, each asking for work
+// drawn from w and naming a random first replica, and returns their
+// latencies, which failed, and the work they asked for in all.
+func drive(client *http.Client, hedge bool, w workload, replicas int, rate float64, n int, seed uint64) ([]time.Duration, []bool, time.Duration) {
 	arrivals := rand.New(rand.NewPCG(seed, 1<<32))
 	draws := rand.New(rand.NewPCG(seed, 2<<32))
 	replicaPick := rand.New(rand.NewPCG(seed, 3<<32))
@@ -241,42 +307,13 @@ func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate floa
 			resp, err := client.Do(req)
 			if err == nil {
 				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 			}
 			lat[i], errs[i] = time.Since(start), err != nil
 		}()
 	}
 	wg.Wait()
-	var attempts, runs int64
-	var busy time.Duration
-	for i, a := range adms {
-		// Let cancelled attempts leave their queues and runs end.
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if s := a.Stats(); s.Waiting == 0 && s.Running == 0 {
-				break
-			}
-		}
-		s := a.Stats()
-		if os.Getenv("TIED_DEBUG") != "" {
-			fmt.Fprintf(os.Stderr, "%s replica: %+v\n", st.name, s)
-		}
-		attempts += s.Started + s.Left
-		runs += s.Started
-		busy += time.Duration(works[i].Load())
-	}
-	var r result
-	for _, e := range errs {
-		if e {
-			r.errors++
-		}
-	}
-	slices.Sort(lat)
-	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(math.Ceil(f*float64(len(lat))))-1)] }
-	r.p50, r.p99, r.p999 = q(0.5), q(0.99), q(0.999)
-	r.attempts = float64(attempts) / float64(n)
-	r.runs = float64(runs) / float64(n)
-	r.work = busy.Seconds() / total.Seconds()
-	return r, nil
+	return lat, errs, total
 }
 
 // report prints the medians (and ranges) over the repetitions.
