@@ -307,106 +307,16 @@ type BreakerConfig struct {
 // normalize fills defaults and validates; errors name the field.
 func (c Config) normalize() (Config, error) {
 	targetSet, toleranceSet := c.Target != 0, c.Tolerance != 0
-	if c.Target == 0 {
-		c.Target = DefaultTarget
+	c.fillDefaults()
+	c.Breaker.fillDefaults()
+	if err := c.validateAim(targetSet, toleranceSet); err != nil {
+		return c, err
 	}
-	if c.Tolerance == 0 {
-		c.Tolerance = DefaultTolerance
+	if err := c.validateLimits(); err != nil {
+		return c, err
 	}
-	if c.Multiplier == 0 {
-		c.Multiplier = DefaultMultiplier
-	}
-	if c.Window == 0 {
-		c.Window = DefaultWindow
-	}
-	if c.MinSamples == 0 {
-		c.MinSamples = DefaultMinSamples
-	}
-	if c.WarmupDelay == 0 {
-		c.WarmupDelay = DefaultWarmupDelay
-	}
-	if c.MaxHedges == 0 {
-		c.MaxHedges = DefaultMaxHedges
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultMaxKeys
-	}
-	if c.SampleRate == 0 {
-		c.SampleRate = 1
-	}
-	if c.DiagnosisWindow == 0 {
-		c.DiagnosisWindow = c.Window
-	}
-	if c.FeatureBuckets == 0 {
-		c.FeatureBuckets = DefaultFeatureBuckets
-	}
-	b := &c.Breaker
-	if b.Threshold == 0 {
-		b.Threshold = DefaultBreakerThreshold
-	}
-	if b.MinRequests == 0 {
-		b.MinRequests = DefaultBreakerMinRequests
-	}
-	if b.Window == 0 {
-		b.Window = DefaultBreakerWindow
-	}
-	if b.OpenFor == 0 {
-		b.OpenFor = DefaultBreakerOpenFor
-	}
-	if b.Probes == 0 {
-		b.Probes = DefaultBreakerProbes
-	}
-	switch {
-	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
-		return c, fmt.Errorf("tailcut: Quantile must be in (0, 1), got %v", c.Quantile)
-	case c.Quantile != 0 && targetSet:
-		return c, fmt.Errorf("tailcut: Target (%v) is the auto delay's aim and has no effect with Quantile (%v) set: set one of them", c.Target, c.Quantile)
-	case !(c.Target > 0 && c.Target < 1):
-		return c, fmt.Errorf("tailcut: Target must be in (0, 1), got %v", c.Target)
-	case c.Quantile != 0 && toleranceSet:
-		return c, fmt.Errorf("tailcut: Tolerance (%v) is a setting of the auto delay and has no effect with Quantile (%v) set", c.Tolerance, c.Quantile)
-	case !(c.Tolerance < 1) || math.IsInf(c.Tolerance, -1):
-		return c, fmt.Errorf("tailcut: Tolerance must be below 1 (0 means %v, negative means none), got %v", DefaultTolerance, c.Tolerance)
-	case !(c.Multiplier > 0) || math.IsInf(c.Multiplier, 0):
-		return c, fmt.Errorf("tailcut: Multiplier must be positive and finite, got %v", c.Multiplier)
-	case c.Window < MinWindow:
-		return c, fmt.Errorf("tailcut: Window must be zero (30s) or at least %v, got %v", MinWindow, c.Window)
-	case c.MinSamples < 0:
-		return c, fmt.Errorf("tailcut: MinSamples must not be negative, got %d", c.MinSamples)
-	case c.WarmupDelay < 0:
-		return c, fmt.Errorf("tailcut: WarmupDelay must not be negative, got %v", c.WarmupDelay)
-	case c.MinDelay < 0:
-		return c, fmt.Errorf("tailcut: MinDelay must not be negative, got %v", c.MinDelay)
-	case c.MaxDelay < 0:
-		return c, fmt.Errorf("tailcut: MaxDelay must not be negative, got %v", c.MaxDelay)
-	case c.MaxDelay > 0 && c.MinDelay > c.MaxDelay:
-		return c, fmt.Errorf("tailcut: MinDelay %v exceeds MaxDelay %v", c.MinDelay, c.MaxDelay)
-	case c.MaxHedges < 0 || c.MaxHedges > MaxHedgesLimit:
-		return c, fmt.Errorf("tailcut: MaxHedges must be in [0, %d] (0 means %d), got %d", MaxHedgesLimit, DefaultMaxHedges, c.MaxHedges)
-	case c.MaxKeys < 0:
-		return c, fmt.Errorf("tailcut: MaxKeys must not be negative, got %d", c.MaxKeys)
-	case !(c.SampleRate > 0 && c.SampleRate <= 1):
-		return c, fmt.Errorf("tailcut: SampleRate must be in (0, 1], got %v", c.SampleRate)
-	case c.MaxInflightHedges < 0:
-		return c, fmt.Errorf("tailcut: MaxInflightHedges must not be negative, got %d", c.MaxInflightHedges)
-	case c.FeatureBuckets < 0 || c.FeatureBuckets > maxFeatureBuckets:
-		return c, fmt.Errorf("tailcut: FeatureBuckets must be in [0, %d] (0 means %d), got %d", maxFeatureBuckets, DefaultFeatureBuckets, c.FeatureBuckets)
-	case c.DiagnosisWindow < 0:
-		return c, fmt.Errorf("tailcut: DiagnosisWindow must not be negative, got %v", c.DiagnosisWindow)
-	case c.Period > 0 && c.Period < 2*c.Window:
-		return c, fmt.Errorf("tailcut: Period must be negative, zero or at least two Windows (%v), got %v", 2*c.Window, c.Period)
-	case !(b.Threshold > 0 && b.Threshold <= 1):
-		return c, fmt.Errorf("tailcut: Breaker.Threshold must be in (0, 1], got %v", b.Threshold)
-	case b.MinRequests < 0:
-		return c, fmt.Errorf("tailcut: Breaker.MinRequests must not be negative, got %d", b.MinRequests)
-	case b.Window < 0:
-		return c, fmt.Errorf("tailcut: Breaker.Window must not be negative, got %v", b.Window)
-	case b.Window > 0 && b.Window < breakerBuckets:
-		return c, fmt.Errorf("tailcut: Breaker.Window must be at least %dns, got %v", breakerBuckets, b.Window)
-	case b.OpenFor < 0:
-		return c, fmt.Errorf("tailcut: Breaker.OpenFor must not be negative, got %v", b.OpenFor)
-	case b.Probes < 0:
-		return c, fmt.Errorf("tailcut: Breaker.Probes must not be negative, got %d", b.Probes)
+	if err := c.Breaker.validate(); err != nil {
+		return c, err
 	}
 	if c.Budget == nil {
 		b, err := budget.NewWindowed(0, 0, 0)
@@ -416,4 +326,110 @@ func (c Config) normalize() (Config, error) {
 		c.Budget = b
 	}
 	return c, nil
+}
+
+// setDefault sets *v to def where it is zero.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// fillDefaults gives every zero field of c but Breaker its default.
+func (c *Config) fillDefaults() {
+	setDefault(&c.Target, DefaultTarget)
+	setDefault(&c.Tolerance, DefaultTolerance)
+	setDefault(&c.Multiplier, DefaultMultiplier)
+	setDefault(&c.Window, DefaultWindow)
+	setDefault(&c.MinSamples, DefaultMinSamples)
+	setDefault(&c.WarmupDelay, DefaultWarmupDelay)
+	setDefault(&c.MaxHedges, DefaultMaxHedges)
+	setDefault(&c.MaxKeys, DefaultMaxKeys)
+	setDefault(&c.SampleRate, 1)
+	setDefault(&c.DiagnosisWindow, c.Window)
+	setDefault(&c.FeatureBuckets, DefaultFeatureBuckets)
+}
+
+// fillDefaults gives every zero field of b its default.
+func (b *BreakerConfig) fillDefaults() {
+	setDefault(&b.Threshold, DefaultBreakerThreshold)
+	setDefault(&b.MinRequests, DefaultBreakerMinRequests)
+	setDefault(&b.Window, DefaultBreakerWindow)
+	setDefault(&b.OpenFor, DefaultBreakerOpenFor)
+	setDefault(&b.Probes, DefaultBreakerProbes)
+}
+
+// validateAim checks the auto delay's aim and the fixed quantile, which
+// exclude each other; targetSet and toleranceSet say whether the caller
+// gave Target and Tolerance.
+func (c *Config) validateAim(targetSet, toleranceSet bool) error {
+	switch {
+	case c.Quantile != 0 && !(c.Quantile > 0 && c.Quantile < 1):
+		return fmt.Errorf("tailcut: Quantile must be in (0, 1), got %v", c.Quantile)
+	case c.Quantile != 0 && targetSet:
+		return fmt.Errorf("tailcut: Target (%v) is the auto delay's aim and has no effect with Quantile (%v) set: set one of them", c.Target, c.Quantile)
+	case !(c.Target > 0 && c.Target < 1):
+		return fmt.Errorf("tailcut: Target must be in (0, 1), got %v", c.Target)
+	case c.Quantile != 0 && toleranceSet:
+		return fmt.Errorf("tailcut: Tolerance (%v) is a setting of the auto delay and has no effect with Quantile (%v) set", c.Tolerance, c.Quantile)
+	case !(c.Tolerance < 1) || math.IsInf(c.Tolerance, -1):
+		return fmt.Errorf("tailcut: Tolerance must be below 1 (0 means %v, negative means none), got %v", DefaultTolerance, c.Tolerance)
+	case !(c.Multiplier > 0) || math.IsInf(c.Multiplier, 0):
+		return fmt.Errorf("tailcut: Multiplier must be positive and finite, got %v", c.Multiplier)
+	}
+	return nil
+}
+
+// validateLimits checks the fields past the delay's aim, defaults filled.
+func (c *Config) validateLimits() error {
+	switch {
+	case c.Window < MinWindow:
+		return fmt.Errorf("tailcut: Window must be zero (30s) or at least %v, got %v", MinWindow, c.Window)
+	case c.MinSamples < 0:
+		return fmt.Errorf("tailcut: MinSamples must not be negative, got %d", c.MinSamples)
+	case c.WarmupDelay < 0:
+		return fmt.Errorf("tailcut: WarmupDelay must not be negative, got %v", c.WarmupDelay)
+	case c.MinDelay < 0:
+		return fmt.Errorf("tailcut: MinDelay must not be negative, got %v", c.MinDelay)
+	case c.MaxDelay < 0:
+		return fmt.Errorf("tailcut: MaxDelay must not be negative, got %v", c.MaxDelay)
+	case c.MaxDelay > 0 && c.MinDelay > c.MaxDelay:
+		return fmt.Errorf("tailcut: MinDelay %v exceeds MaxDelay %v", c.MinDelay, c.MaxDelay)
+	case c.MaxHedges < 0 || c.MaxHedges > MaxHedgesLimit:
+		return fmt.Errorf("tailcut: MaxHedges must be in [0, %d] (0 means %d), got %d", MaxHedgesLimit, DefaultMaxHedges, c.MaxHedges)
+	case c.MaxKeys < 0:
+		return fmt.Errorf("tailcut: MaxKeys must not be negative, got %d", c.MaxKeys)
+	case !(c.SampleRate > 0 && c.SampleRate <= 1):
+		return fmt.Errorf("tailcut: SampleRate must be in (0, 1], got %v", c.SampleRate)
+	case c.MaxInflightHedges < 0:
+		return fmt.Errorf("tailcut: MaxInflightHedges must not be negative, got %d", c.MaxInflightHedges)
+	case c.FeatureBuckets < 0 || c.FeatureBuckets > maxFeatureBuckets:
+		return fmt.Errorf("tailcut: FeatureBuckets must be in [0, %d] (0 means %d), got %d", maxFeatureBuckets, DefaultFeatureBuckets, c.FeatureBuckets)
+	case c.DiagnosisWindow < 0:
+		return fmt.Errorf("tailcut: DiagnosisWindow must not be negative, got %v", c.DiagnosisWindow)
+	case c.Period > 0 && c.Period < 2*c.Window:
+		return fmt.Errorf("tailcut: Period must be negative, zero or at least two Windows (%v), got %v", 2*c.Window, c.Period)
+	}
+	return nil
+}
+
+// validate checks the breaker's fields, defaults filled; errors name the
+// field as Config.Breaker's.
+func (b *BreakerConfig) validate() error {
+	switch {
+	case !(b.Threshold > 0 && b.Threshold <= 1):
+		return fmt.Errorf("tailcut: Breaker.Threshold must be in (0, 1], got %v", b.Threshold)
+	case b.MinRequests < 0:
+		return fmt.Errorf("tailcut: Breaker.MinRequests must not be negative, got %d", b.MinRequests)
+	case b.Window < 0:
+		return fmt.Errorf("tailcut: Breaker.Window must not be negative, got %v", b.Window)
+	case b.Window > 0 && b.Window < breakerBuckets:
+		return fmt.Errorf("tailcut: Breaker.Window must be at least %dns, got %v", breakerBuckets, b.Window)
+	case b.OpenFor < 0:
+		return fmt.Errorf("tailcut: Breaker.OpenFor must not be negative, got %v", b.OpenFor)
+	case b.Probes < 0:
+		return fmt.Errorf("tailcut: Breaker.Probes must not be negative, got %d", b.Probes)
+	}
+	return nil
 }
