@@ -271,6 +271,9 @@ type tiedCall[T any] struct {
 	cancel   [2]context.CancelFunc
 	obs      [2]context.Context
 	reason   [2]SendReason
+	twinC    <-chan time.Time // the twin's timer, nil once it may no longer be sent
+	kept     int              // the failed attempt whose answer is returned if none succeeds; -1 before one
+	keptR    tiedResult[T]
 }
 
 // doTied runs a call under h.Tied: tied if its key speaks the start
@@ -384,9 +387,8 @@ func (c *tiedCall[T]) close() {
 // run sends the primary at start and its twin when due, and returns the
 // first answer.
 func (c *tiedCall[T]) run(start time.Time) (T, error) {
-	h, p := c.h, c.p
+	c.kept = -1
 	c.launch(start, SentPrimary)
-	var twinC <-chan time.Time
 	if c.n > 1 {
 		if c.tie.TwinAt() == 0 {
 			if c.tie.Twin(start) {
@@ -395,109 +397,129 @@ func (c *tiedCall[T]) run(start time.Time) (T, error) {
 		} else {
 			tm := time.NewTimer(c.tie.TwinAt())
 			defer tm.Stop()
-			twinC = tm.C
+			c.twinC = tm.C
 		}
 	}
-	kept := -1
-	var keptR tiedResult[T]
 	for {
 		select {
 		case <-c.ctx.Done():
-			return c.stop(kept, keptR)
+			return c.stop()
 		case i := <-c.starts:
-			// A start reported after the attempt was cancelled is
-			// duplicated work all the same: the cancellation reached
-			// its server too late.
-			now := time.Now()
-			switch d := c.tie.Start(i, now); {
-			case !c.live[i]:
-			case d == StartFirst:
-				twinC = nil
-				for j := range c.launched {
-					if j != i && c.live[j] && !c.tie.HasStarted(j) {
-						c.tie.Cancel(j)
-						c.drop(j, Canceled, now)
-					}
-				}
-			case d == StartDuplicate:
-				c.drop(i, Canceled, now)
-			}
-		case now := <-twinC:
-			twinC = nil
+			c.started(i, time.Now())
+		case now := <-c.twinC:
+			c.twinC = nil
 			if c.ctx.Err() == nil && c.tie.Twin(now) {
 				c.launch(now, SentAfterDelay)
 			}
 		case r := <-c.results:
-			i := r.i
-			if !c.live[i] {
-				h.discard(r.v) // cancelled, and learned so, already
-				continue
-			}
-			c.live[i] = false
-			if c.ctx.Err() != nil {
-				o := h.lateOutcome(c.ctx, r.v, r.err)
-				p.Observe(&c.req, i, r.end.Sub(c.begun[i]), o, r.end)
-				c.ended(i, o, r.end, false, h.unmark(r.err))
-				h.discard(r.v)
-				c.cancel[i]()
-				return c.stop(kept, keptR)
-			}
-			class := h.classify(c.ctx, r.v, r.err)
-			r.err = h.unmark(r.err)
-			p.Observe(&c.req, i, r.end.Sub(c.begun[i]), outcomeOf(class), r.end)
-			c.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
-			if class != Retryable {
-				c.tie.Answered(i)
-				if kept >= 0 {
-					h.discard(keptR.v)
-					c.cancel[kept]()
-				}
-				c.close()
-				for j := range c.launched {
-					if c.live[j] {
-						c.drop(j, Canceled, r.end)
-					}
-				}
-				p.End(&c.req, i, r.end)
-				return h.hand(r.v, c.cancel[i]), r.err
-			}
-			if kept < 0 || i == 0 {
-				if kept >= 0 {
-					h.discard(keptR.v)
-					c.cancel[kept]()
-				}
-				kept, keptR = i, r
-			} else {
-				h.discard(r.v)
-				c.cancel[i]()
-			}
-			c.tie.Failed(i)
-			if c.launched < c.n {
-				// The twin retries a failure at once, as hedging would.
-				now := time.Now()
-				twinC = nil
-				if c.tie.Twin(now) {
-					c.launch(now, SentAfterError)
-				}
-			}
-			if !c.running() {
-				c.close()
-				p.End(&c.req, -1, time.Now())
-				return h.hand(keptR.v, c.cancel[kept]), keptR.err
+			if v, err, done := c.answered(r); done {
+				return v, err
 			}
 		}
 	}
 }
 
+// started handles attempt i's start, reported at now: the first to start
+// cancels the siblings that have not, and a start after a sibling's is
+// cancelled. A start reported after the attempt was cancelled is
+// duplicated work all the same: the cancellation reached its server too
+// late.
+func (c *tiedCall[T]) started(i int, now time.Time) {
+	switch d := c.tie.Start(i, now); {
+	case !c.live[i]:
+	case d == StartFirst:
+		c.twinC = nil
+		for j := range c.launched {
+			if j != i && c.live[j] && !c.tie.HasStarted(j) {
+				c.tie.Cancel(j)
+				c.drop(j, Canceled, now)
+			}
+		}
+	case d == StartDuplicate:
+		c.drop(i, Canceled, now)
+	}
+}
+
+// answered handles an attempt's result, and reports whether the call is
+// over, with its answer.
+func (c *tiedCall[T]) answered(r tiedResult[T]) (T, error, bool) {
+	h, p, i := c.h, c.p, r.i
+	var zero T
+	if !c.live[i] {
+		h.discard(r.v) // cancelled, and learned so, already
+		return zero, nil, false
+	}
+	c.live[i] = false
+	if c.ctx.Err() != nil {
+		o := h.lateOutcome(c.ctx, r.v, r.err)
+		p.Observe(&c.req, i, r.end.Sub(c.begun[i]), o, r.end)
+		c.ended(i, o, r.end, false, h.unmark(r.err))
+		h.discard(r.v)
+		c.cancel[i]()
+		v, err := c.stop()
+		return v, err, true
+	}
+	class := h.classify(c.ctx, r.v, r.err)
+	r.err = h.unmark(r.err)
+	p.Observe(&c.req, i, r.end.Sub(c.begun[i]), outcomeOf(class), r.end)
+	c.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
+	if class != Retryable {
+		c.tie.Answered(i)
+		c.dropKept()
+		c.close()
+		for j := range c.launched {
+			if c.live[j] {
+				c.drop(j, Canceled, r.end)
+			}
+		}
+		p.End(&c.req, i, r.end)
+		return h.hand(r.v, c.cancel[i]), r.err, true
+	}
+	c.keep(r)
+	c.tie.Failed(i)
+	if c.launched < c.n {
+		// The twin retries a failure at once, as hedging would.
+		now := time.Now()
+		c.twinC = nil
+		if c.tie.Twin(now) {
+			c.launch(now, SentAfterError)
+		}
+	}
+	if !c.running() {
+		c.close()
+		p.End(&c.req, -1, time.Now())
+		return h.hand(c.keptR.v, c.cancel[c.kept]), c.keptR.err, true
+	}
+	return zero, nil, false
+}
+
+// keep holds failed result r as the call's answer if none succeeds: the
+// primary's over the twin's, else the first.
+func (c *tiedCall[T]) keep(r tiedResult[T]) {
+	if c.kept >= 0 && r.i != 0 {
+		c.h.discard(r.v)
+		c.cancel[r.i]()
+		return
+	}
+	c.dropKept()
+	c.kept, c.keptR = r.i, r
+}
+
+// dropKept discards the failed result held, if any.
+func (c *tiedCall[T]) dropKept() {
+	if c.kept >= 0 {
+		c.h.discard(c.keptR.v)
+		c.cancel[c.kept]()
+		c.kept = -1
+	}
+}
+
 // stop ends the call because its context is done: discards every result
 // not returned, cancels the attempts still running, and returns ctx.Err().
-func (c *tiedCall[T]) stop(kept int, keptR tiedResult[T]) (T, error) {
+func (c *tiedCall[T]) stop() (T, error) {
 	now := time.Now()
 	c.close()
-	if kept >= 0 {
-		c.h.discard(keptR.v)
-		c.cancel[kept]()
-	}
+	c.dropKept()
 	gone := CallerGone(c.ctx)
 	o := Canceled
 	if gone {
