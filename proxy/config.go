@@ -286,6 +286,27 @@ type Listener struct {
 	// listener is busy (hedgehttp.Handler), and the listener's requests
 	// are counted by kind in /metrics and /debug/tailcut.
 	Shed *Shed `yaml:"shed"`
+	// Admission, if set, queues the listener's requests for a bounded
+	// number of slots and tells hedging clients when each one starts
+	// (hedgehttp.Admission): a tied client (hedgehttp.WithTied, or a
+	// route with tied) then cancels its twin still queued at another
+	// replica, so that the queueing is hedged and the work is not. It sits
+	// inside shed, which sees the queued requests as in flight.
+	Admission *ListenerAdmission `yaml:"admission"`
+}
+
+// ListenerAdmission is a listener's admission queue (see
+// hedgehttp.AdmissionOptions).
+type ListenerAdmission struct {
+	// Limit is the most requests the listener serves at once; the others
+	// wait in arrival order, and leave the queue without reaching a route
+	// when their client cancels them. Zero means no bound: every request
+	// starts at once, and hedging clients still get the start signal.
+	Limit int `yaml:"limit"`
+	// SignalAll sends the start signal (103 Early Hints carrying
+	// Tailcut-Started) to every request; by default only requests
+	// carrying Hedge-Attempt, those of hedging clients, get it.
+	SignalAll bool `yaml:"signal_all"`
 }
 
 // Shed is a listener's load shedding (see hedgehttp.HandlerOptions).
@@ -389,6 +410,14 @@ type Policy struct {
 	// Timeout, if set, is a hard timeout per request, all attempts
 	// together.
 	Timeout time.Duration `yaml:"timeout"`
+	// Tied, if set, ties the route's requests (hedgehttp.WithTied): a
+	// twin goes to another replica this long after the primary (0s: at
+	// once), and the first of the two to start executing cancels the
+	// other while it is still queued there. The upstreams must signal a
+	// request's start: a hedgehttp.Admission in front of them, or a
+	// tailcut proxy listener with admission. A route whose upstreams send
+	// no signal is hedged as without tied.
+	Tied *time.Duration `yaml:"tied"`
 }
 
 // maxHedges returns the most hedges per request the policy allows:
@@ -739,6 +768,14 @@ func (l *Listener) validate(v *validator, i int) {
 			v.add(path{"listeners", i, d.name}, "must not be negative, got %v", d.v)
 		}
 	}
+	if a := l.Admission; a != nil {
+		switch {
+		case a.Limit < 0:
+			v.add(path{"listeners", i, "admission", "limit"}, "must not be negative (0 means no bound), got %d", a.Limit)
+		case l.MaxInFlight > 0 && a.Limit > l.MaxInFlight:
+			v.add(path{"listeners", i, "admission", "limit"}, "%d is above max_in_flight %d: it would never be reached", a.Limit, l.MaxInFlight)
+		}
+	}
 	if sh := l.Shed; sh != nil {
 		at := func(f string) path { return path{"listeners", i, "shed", f} }
 		switch {
@@ -940,6 +977,13 @@ func (pol *Policy) validate(v *validator, p path) {
 	}
 	if pol.ReplayLimit < -1 {
 		v.add(at("replay_limit"), "must not be negative")
+	}
+	switch d := pol.Tied; {
+	case d == nil:
+	case *d < 0:
+		v.add(at("tied"), "must not be negative (0s sends the twin at once), got %v", *d)
+	case !pol.Hedging():
+		v.add(at("tied"), "sends a twin, which hedge: false forbids")
 	}
 }
 

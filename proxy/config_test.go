@@ -278,6 +278,20 @@ routes: [{name: r, upstream: u}]
 			"c.yaml:3: listeners[0].max_in_flight: want a positive bound, 0 for the default (2048) or -1 for none, got -2",
 			"c.yaml:4: listeners[1].shed.hard_limit: 200 is above max_in_flight 100",
 		}},
+		{"admission and tied", `
+listeners:
+  - {listen: ":8080", admission: {limit: -1}}
+  - {listen: ":8081", max_in_flight: 10, admission: {limit: 20}}
+upstreams: [{name: u, urls: ["http://h:1"]}]
+routes:
+  - {name: a, upstream: u, policy: {tied: -1ms}}
+  - {name: b, upstream: u, policy: {tied: 0s, hedge: false}}
+`, []string{
+			"c.yaml:3: listeners[0].admission.limit: must not be negative (0 means no bound), got -1",
+			"c.yaml:4: listeners[1].admission.limit: 20 is above max_in_flight 10",
+			"c.yaml:7: routes[0].policy.tied: must not be negative (0s sends the twin at once), got -1ms",
+			"c.yaml:8: routes[1].policy.tied: sends a twin, which hedge: false forbids",
+		}},
 		{"empty", ``, []string{"c.yaml: empty config"}},
 		{"nothing", `log: {format: json}`, []string{"c.yaml:1: listeners: at least one", "upstreams: at least one", "routes: at least one"}},
 		{"not yaml", "listeners: [", []string{"c.yaml:"}},

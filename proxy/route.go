@@ -126,6 +126,9 @@ func transportOptions(rc Route, pool Upstream) []hedgehttp.Option {
 	if rc.Policy.Timeout > 0 {
 		opts = append(opts, hedgehttp.WithTimeout(rc.Policy.Timeout))
 	}
+	if d := rc.Policy.Tied; d != nil {
+		opts = append(opts, hedgehttp.WithTied(*d))
+	}
 	return opts
 }
 
