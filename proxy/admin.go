@@ -55,7 +55,8 @@ type Debug struct {
 	// Cut counts client connections cut off by the listeners' bounds.
 	Cut    DebugCut     `json:"cut"`
 	Routes []DebugRoute `json:"routes"`
-	// Listeners are the traffic listeners with shedding (listeners[].shed).
+	// Listeners are the traffic listeners with shedding
+	// (listeners[].shed) or an admission queue (listeners[].admission).
 	Listeners []DebugListener `json:"listeners,omitempty"`
 	// Idempotency counts the keyed writes of the idempotency section, if
 	// the config has one.
@@ -104,13 +105,41 @@ type DebugIdempotency struct {
 	Unknown     int64  `json:"unknown"`
 }
 
-// DebugListener is a traffic listener with shedding in [Debug]: the
-// requests it received from clients, primaries and hedges apart.
+// DebugListener is a traffic listener with shedding or an admission
+// queue in [Debug]: with shedding, the requests it received from clients,
+// primaries and hedges apart; with admission, its queue.
 type DebugListener struct {
-	Name     string            `json:"name"`
-	Inflight int64             `json:"inflight"`
-	Primary  DebugInboundCount `json:"primary"`
-	Hedge    DebugInboundCount `json:"hedge"`
+	Name      string             `json:"name"`
+	Inflight  int64              `json:"inflight,omitempty"`
+	Primary   *DebugInboundCount `json:"primary,omitempty"`
+	Hedge     *DebugInboundCount `json:"hedge,omitempty"`
+	Admission *DebugAdmission    `json:"admission,omitempty"`
+}
+
+// DebugAdmission is a listener's admission queue (hedgehttp.AdmissionStats).
+type DebugAdmission struct {
+	// Started counts the requests that left the queue and were served;
+	// Left those whose client cancelled them while queued, never served.
+	Started int64 `json:"started"`
+	Left    int64 `json:"left"`
+	// Waiting and Running are the requests queued and served now.
+	Waiting int64 `json:"waiting"`
+	Running int64 `json:"running"`
+}
+
+// debugListener returns in's figures.
+func debugListener(in inbound) DebugListener {
+	dl := DebugListener{Name: in.name}
+	if in.h != nil {
+		st := in.h.Stats()
+		p, h := inboundCount(st.Primary), inboundCount(st.Hedge)
+		dl.Inflight, dl.Primary, dl.Hedge = st.Inflight, &p, &h
+	}
+	if in.adm != nil {
+		st := in.adm.Stats()
+		dl.Admission = &DebugAdmission{Started: st.Started, Left: st.Left, Waiting: st.Waiting, Running: st.Running}
+	}
+	return dl
 }
 
 // DebugInboundCount counts one kind of inbound request.
@@ -201,9 +230,7 @@ func (s *Server) Debug() Debug {
 	}
 	if ins := s.inbound.Load(); ins != nil {
 		for _, in := range *ins {
-			st := in.h.Stats()
-			d.Listeners = append(d.Listeners, DebugListener{Name: in.name, Inflight: st.Inflight,
-				Primary: inboundCount(st.Primary), Hedge: inboundCount(st.Hedge)})
+			d.Listeners = append(d.Listeners, debugListener(in))
 		}
 	}
 	if s.idem != nil {
@@ -256,6 +283,11 @@ var (
 	descInShed     = prometheus.NewDesc("tailcut_proxy_inbound_shed_total", "Requests from clients refused (429 or 503 with Retry-After) on a listener with shedding, by kind.", []string{"listener", "kind"}, nil)
 	descInCanceled = prometheus.NewDesc("tailcut_proxy_inbound_canceled_total", "Served requests whose client had gone by the time they ended, by kind.", []string{"listener", "kind"}, nil)
 	descInInflight = prometheus.NewDesc("tailcut_proxy_inbound_inflight", "Requests in flight on a listener with shedding.", []string{"listener"}, nil)
+
+	descAdmStarted = prometheus.NewDesc("tailcut_proxy_admission_started_total", "Requests that left a listener's admission queue and were served.", []string{"listener"}, nil)
+	descAdmLeft    = prometheus.NewDesc("tailcut_proxy_admission_left_total", "Requests whose client cancelled them in a listener's admission queue: never served (a tied twin whose sibling started first).", []string{"listener"}, nil)
+	descAdmWaiting = prometheus.NewDesc("tailcut_proxy_admission_waiting", "Requests waiting in a listener's admission queue.", []string{"listener"}, nil)
+	descAdmRunning = prometheus.NewDesc("tailcut_proxy_admission_running", "Requests a listener with admission serves now.", []string{"listener"}, nil)
 
 	descIdemRequests  = prometheus.NewDesc("tailcut_proxy_idempotent_requests_total", "Keyed writes by outcome: run (upstream), replay (stored answer), conflict (409), mismatch (422), unavailable (503: store down), canceled (the client went away first), overloaded (503: max_buffered reached), unknown (sent upstream, answer lost: the key keeps that answer).", []string{"outcome"}, nil)
 	descIdemNotStored = prometheus.NewDesc("tailcut_proxy_idempotent_not_stored_total", "Answers worth keeping that were not stored (too large, lock lost, store failing).", nil, nil)
@@ -311,16 +343,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if ins := s.inbound.Load(); ins != nil {
 		for _, in := range *ins {
-			st := in.h.Stats()
-			for _, k := range []struct {
-				kind string
-				c    hedgehttp.HandlerCounts
-			}{{"primary", st.Primary}, {"hedge", st.Hedge}} {
-				ch <- prometheus.MustNewConstMetric(descInServed, prometheus.CounterValue, float64(k.c.Served), in.name, k.kind)
-				ch <- prometheus.MustNewConstMetric(descInShed, prometheus.CounterValue, float64(k.c.Shed), in.name, k.kind)
-				ch <- prometheus.MustNewConstMetric(descInCanceled, prometheus.CounterValue, float64(k.c.Canceled), in.name, k.kind)
-			}
-			ch <- prometheus.MustNewConstMetric(descInInflight, prometheus.GaugeValue, float64(st.Inflight), in.name)
+			collectInbound(in, ch)
 		}
 	}
 	if s.idem != nil {
@@ -334,5 +357,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descIdemNotStored, prometheus.CounterValue, float64(st.NotStored))
 		ch <- prometheus.MustNewConstMetric(descIdemWaiting, prometheus.GaugeValue, float64(st.Waiting))
+	}
+}
+
+// collectInbound sends the metrics of listener in: its shedding's
+// counters, its admission queue's, or both.
+func collectInbound(in inbound, ch chan<- prometheus.Metric) {
+	if in.h != nil {
+		st := in.h.Stats()
+		for _, k := range []struct {
+			kind string
+			c    hedgehttp.HandlerCounts
+		}{{"primary", st.Primary}, {"hedge", st.Hedge}} {
+			ch <- prometheus.MustNewConstMetric(descInServed, prometheus.CounterValue, float64(k.c.Served), in.name, k.kind)
+			ch <- prometheus.MustNewConstMetric(descInShed, prometheus.CounterValue, float64(k.c.Shed), in.name, k.kind)
+			ch <- prometheus.MustNewConstMetric(descInCanceled, prometheus.CounterValue, float64(k.c.Canceled), in.name, k.kind)
+		}
+		ch <- prometheus.MustNewConstMetric(descInInflight, prometheus.GaugeValue, float64(st.Inflight), in.name)
+	}
+	if in.adm != nil {
+		st := in.adm.Stats()
+		ch <- prometheus.MustNewConstMetric(descAdmStarted, prometheus.CounterValue, float64(st.Started), in.name)
+		ch <- prometheus.MustNewConstMetric(descAdmLeft, prometheus.CounterValue, float64(st.Left), in.name)
+		ch <- prometheus.MustNewConstMetric(descAdmWaiting, prometheus.GaugeValue, float64(st.Waiting), in.name)
+		ch <- prometheus.MustNewConstMetric(descAdmRunning, prometheus.GaugeValue, float64(st.Running), in.name)
 	}
 }

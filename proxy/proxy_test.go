@@ -91,6 +91,19 @@ func stallUntilCanceled(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// lintMetrics fails t with each problem promtool's linter finds in the
+// metrics s gathers.
+func lintMetrics(t *testing.T, s *Server) {
+	t.Helper()
+	problems, err := testutil.GatherAndLint(s.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range problems {
+		t.Errorf("metric lint: %s: %s", pr.Metric, pr.Text)
+	}
+}
+
 // testProxy is a Server with its traffic and admin handlers on loopback.
 type testProxy struct {
 	*Server
@@ -564,13 +577,7 @@ routes: [{name: r1, upstream: pool, policy: {warmup_delay: 5ms, budget: 100%%}}]
 		}
 	}
 
-	problems, err := testutil.GatherAndLint(p.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pr := range problems {
-		t.Errorf("metric lint: %s: %s", pr.Metric, pr.Text)
-	}
+	lintMetrics(t, p.Server)
 	resp, err = http.Get(p.admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -819,13 +826,7 @@ routes: [{name: r, upstream: u, policy: {hedge: false}}]
 	if n := testutil.CollectAndCount((*collector)(s.Server), "tailcut_proxy_inbound_shed_total"); n != 2 {
 		t.Errorf("%d inbound shed series, want 2 (primary, hedge)", n)
 	}
-	problems, err := testutil.GatherAndLint(s.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pr := range problems {
-		t.Errorf("metric lint: %s: %s", pr.Metric, pr.Text)
-	}
+	lintMetrics(t, s.Server)
 	s.stop(t)
 }
 

@@ -55,7 +55,7 @@ type Server struct {
 	cfg    atomic.Pointer[Config]
 	router atomic.Pointer[router]
 
-	inbound atomic.Pointer[[]inbound] // listeners with shedding, set by Run
+	inbound atomic.Pointer[[]inbound] // listeners with shedding or admission, set by Run
 
 	// Fleet sharing (Config.Fleet), guarded by mu: one Redis client, one
 	// Syncer per route policy while Run runs.
@@ -93,10 +93,12 @@ type cutoffs struct {
 	framing atomic.Int64 // closed after an ambiguously framed request
 }
 
-// inbound is a traffic listener wrapped in a hedgehttp.Handler.
+// inbound is a traffic listener with shedding (a hedgehttp.Handler) or
+// an admission queue (a hedgehttp.Admission), or both.
 type inbound struct {
 	name string
-	h    *hedgehttp.Handler
+	h    *hedgehttp.Handler   // nil without shed
+	adm  *hedgehttp.Admission // nil without admission
 }
 
 // New returns a Server for cfg (from [Parse] or [Load]) that logs to
@@ -272,9 +274,10 @@ func (s *Server) stopFleet() {
 }
 
 // Reload makes cfg the config in force. Connections stay open; requests
-// in flight finish on the routes they started on. Listener addresses are
-// those of the config the server was started with: a change of address
-// needs a restart (Reload logs a warning). On error the old config stays.
+// in flight finish on the routes they started on. Listeners are those of
+// the config the server was started with: a change of a listener's
+// address or settings needs a restart (Reload logs a warning). On error
+// the old config stays.
 func (s *Server) Reload(cfg *Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -301,6 +304,8 @@ func (s *Server) Reload(cfg *Config) error {
 	if prev := s.cfg.Load(); prev != nil {
 		if !slices.Equal(listenAddrs(prev), listenAddrs(cfg)) || prev.adminListen() != cfg.adminListen() {
 			s.logger.Warn("listener addresses changed: restart to apply", "old", listenAddrs(prev), "new", listenAddrs(cfg))
+		} else if !reflect.DeepEqual(prev.Listeners, cfg.Listeners) {
+			s.logger.Warn("listener settings changed (bounds, timeouts, shed, admission): restart to apply")
 		}
 		if !reflect.DeepEqual(prev.Fleet, cfg.Fleet) {
 			s.logger.Warn("fleet settings changed: restart to apply")
@@ -438,9 +443,7 @@ func closeListeners(srvs []listening) {
 }
 
 // bindListeners binds the traffic listeners of cfg, each with its
-// handler: the listener's shedding (also returned, for the admin
-// figures), its max_in_flight bound and its timeouts in front of Handler.
-// On an error it closes those it bound.
+// handler (listenerHandler). On an error it closes those it bound.
 func (s *Server) bindListeners(cfg *Config, errLog *log.Logger) ([]listening, []inbound, error) {
 	var srvs []listening
 	var ins []inbound
@@ -450,26 +453,16 @@ func (s *Server) bindListeners(cfg *Config, errLog *log.Logger) ([]listening, []
 			closeListeners(srvs)
 			return nil, nil, fmt.Errorf("listener %q: %w", l.Listen, err)
 		}
-		name := l.Name
-		if name == "" {
-			name = l.Listen
+		name := cmp.Or(l.Name, l.Listen)
+		h, in, err := s.listenerHandler(l, name)
+		if err != nil {
+			ln.Close()
+			closeListeners(srvs)
+			return nil, nil, fmt.Errorf("listener %q: %w", name, err)
 		}
-		h := s.Handler()
-		if sh := l.Shed; sh != nil {
-			hh, err := hedgehttp.NewHandler(h, hedgehttp.HandlerOptions{
-				HedgeLimit: sh.HedgeLimit, HardLimit: sh.HardLimit, RetryAfter: sh.RetryAfter})
-			if err != nil {
-				ln.Close()
-				closeListeners(srvs)
-				return nil, nil, fmt.Errorf("listener %q: %w", name, err)
-			}
-			ins = append(ins, inbound{name: name, h: hh})
-			h = hh
+		if in.h != nil || in.adm != nil {
+			ins = append(ins, in)
 		}
-		if m := l.maxInFlight(); m > 0 {
-			h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
-		}
-		h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), min: l.minProgress(), idle: cmp.Or(s.upgradeIdle, idleTimeout), cut: &s.cut}
 		srvs = append(srvs, listening{name: name, ln: framingListener{ln}, hs: &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: headerTimeout,
@@ -480,6 +473,35 @@ func (s *Server) bindListeners(cfg *Config, errLog *log.Logger) ([]listening, []
 		}})
 	}
 	return srvs, ins, nil
+}
+
+// listenerHandler returns listener l's handler: from the outside in, its
+// timeouts, its max_in_flight bound, its shedding and its admission queue
+// in front of Handler; and the shedding and admission it holds, for the
+// admin figures.
+func (s *Server) listenerHandler(l Listener, name string) (http.Handler, inbound, error) {
+	in := inbound{name: name}
+	h := s.Handler()
+	if a := l.Admission; a != nil {
+		adm, err := hedgehttp.NewAdmission(h, hedgehttp.AdmissionOptions{Limit: a.Limit, SignalAll: a.SignalAll})
+		if err != nil {
+			return nil, in, err
+		}
+		in.adm, h = adm, adm
+	}
+	if sh := l.Shed; sh != nil {
+		hh, err := hedgehttp.NewHandler(h, hedgehttp.HandlerOptions{
+			HedgeLimit: sh.HedgeLimit, HardLimit: sh.HardLimit, RetryAfter: sh.RetryAfter})
+		if err != nil {
+			return nil, in, err
+		}
+		in.h, h = hh, hh
+	}
+	if m := l.maxInFlight(); m > 0 {
+		h = &bounded{next: h, max: int64(m), refused: &s.refused.overload}
+	}
+	h = &front{next: h, body: l.bodyTimeout(), write: l.writeTimeout(), min: l.minProgress(), idle: cmp.Or(s.upgradeIdle, idleTimeout), cut: &s.cut}
+	return h, in, nil
 }
 
 // shutdown drains srvs gracefully, within the config's shutdown_timeout:
