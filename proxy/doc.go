@@ -31,6 +31,17 @@
 // also shed load from hedging clients of its own (listeners[].shed, a
 // hedgehttp.Handler): their hedges are refused first.
 //
+// Tied requests (hedge the queue, never the work) work both ways. A route
+// with policy.tied sends a twin to another replica after that delay, and
+// the first of the two to start at its replica cancels the other while it
+// is still queued there; the replicas signal a start with a
+// hedgehttp.Admission in front of them. A listener with admission (a
+// proxy in front of one application) is such a replica: it serves at most
+// admission.limit requests at once, queues the others in arrival order,
+// sends a hedging client's request a 103 with Tailcut-Started when its
+// turn comes, and drops a request cancelled while queued without routing
+// it. /debug/tailcut and /metrics report its queue.
+//
 // Paths are normalised once, before anything else sees them, and matched
 // and forwarded in that one form (see [Paths]): escapes of unreserved
 // characters decoded, dot-segments removed (RFC 3986 §5.2.4), runs of "/"
