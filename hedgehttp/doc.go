@@ -37,7 +37,7 @@
 // rest of it, pinned to its ETag ([WithBodyHedge]: the bytes read are
 // always an unhedged read's; package hedgehttp/s3test tests it with
 // minio-go and measures it), and whether hedges take connections of
-// their own ([WithHedgePath]).
+// their own ([WithHedgePath]; by default, over the nil base).
 // Per request,
 // [WithoutHedging] and [WithDelay] override the policy through the request's
 // context. [New] is NewTransport that returns a bad option's error, naming

@@ -2,6 +2,7 @@ package hedgehttp
 
 import (
 	"net/http"
+	"sync"
 )
 
 // HedgePath configures [WithHedgePath].
@@ -18,6 +19,11 @@ type HedgePath struct {
 	// another one. It costs a handshake per hedge (TCP, and TLS over
 	// https).
 	Fresh bool
+	// Shared sends hedges through the primaries' pool: the base's. It is
+	// what a Transport over a base you give does without WithHedgePath;
+	// over the nil base it turns the default hedge pool off. Base and
+	// Fresh must then be unset.
+	Shared bool
 }
 
 // WithHedgePath sends hedges — the header hedges and the Range hedges of
@@ -30,11 +36,23 @@ type HedgePath struct {
 // HTTP/1.1 a hedge never shares its primary's busy connection, but may
 // take an idle one of the same bad path. BenchmarkHedgePath measures
 // requests whose primary's HTTP/2 connection stalls, hedged through the
-// shared pool and through a path of their own. Off by default: a second
-// pool holds connections of its own to every host.
+// shared pool and through a path of their own.
+//
+// By default a Transport over the nil base (the tuned clone of
+// http.DefaultTransport that every such Transport shares) sends its hedges
+// through a second shared clone: one more pool in the process, holding
+// connections only to the hosts hedges went to. A Transport over a base
+// you give sends hedges through that base unless WithHedgePath says
+// otherwise, since a pool of its own would hold connections you did not
+// ask for. HedgePath{Shared: true} sends them through the base in either
+// case.
 func WithHedgePath(p HedgePath) Option {
 	return func(c *config) { c.hedgePath = &p }
 }
+
+// sharedHedgeBase is the hedge pool of the Transports over the nil base:
+// a clone of sharedBase, made once.
+var sharedHedgeBase = sync.OnceValue(func() *http.Transport { return sharedBase().Clone() })
 
 // hedgeBase returns the transport hedges go through under p, over base,
 // or false when p needs an *http.Transport to clone and has none.
@@ -65,13 +83,23 @@ func (t *Transport) baseFor(k int) http.RoundTripper {
 }
 
 // hedgePathOf returns the transport hedges go through under cfg's
-// WithHedgePath over base, or nil without it (or with a bad one, which
-// it records in cfg).
+// WithHedgePath over base: without it, the shared hedge pool over the
+// shared base and nil (the base itself) over any other; nil with Shared,
+// and with a bad one, which it records in cfg.
 func hedgePathOf(base http.RoundTripper, cfg *config) http.RoundTripper {
-	if cfg.hedgePath == nil {
+	p := cfg.hedgePath
+	switch {
+	case p == nil && base == http.RoundTripper(sharedBase()):
+		return sharedHedgeBase()
+	case p == nil:
+		return nil
+	case p.Shared && (p.Base != nil || p.Fresh):
+		cfg.fail("WithHedgePath: Shared sends hedges through the base: Base and Fresh must be unset")
+		return nil
+	case p.Shared:
 		return nil
 	}
-	h, ok := hedgeBase(base, *cfg.hedgePath)
+	h, ok := hedgeBase(base, *p)
 	if !ok {
 		cfg.fail("WithHedgePath: a clone or Fresh needs an *http.Transport, got a %T", base)
 	}

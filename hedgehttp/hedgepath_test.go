@@ -269,3 +269,40 @@ func BenchmarkHedgePath(b *testing.B) {
 		b.ReportMetric(q(1), c.name+"-max-ms")
 	}
 }
+
+// A Transport over the nil base sends hedges through a second shared pool
+// by default, and through its base with Shared; one over a base you give
+// sends them through that base unless WithHedgePath says otherwise.
+func TestHedgePathDefault(t *testing.T) {
+	given := &http.Transport{}
+	for _, tc := range []struct {
+		name string
+		base http.RoundTripper
+		opts []Option
+		want http.RoundTripper
+	}{
+		{"nil base", nil, nil, sharedHedgeBase()},
+		{"nil base, Shared", nil, []Option{WithHedgePath(HedgePath{Shared: true})}, nil},
+		{"given base", given, nil, nil},
+		{"given base, Shared", given, []Option{WithHedgePath(HedgePath{Shared: true})}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := New(tc.base, nil, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.hedges != tc.want {
+				t.Errorf("hedges go through %p, want %p", tr.hedges, tc.want)
+			}
+			if same := tr.baseFor(1) == tr.baseFor(0); same != (tc.want == nil) {
+				t.Errorf("a hedge's transport is the primary's: %v, want %v", same, tc.want == nil)
+			}
+		})
+	}
+	if _, err := New(nil, nil, WithHedgePath(HedgePath{Shared: true, Fresh: true})); err == nil {
+		t.Error("WithHedgePath took Shared with Fresh")
+	}
+	if sharedHedgeBase() == sharedBase() {
+		t.Error("the default hedge pool is the primaries'")
+	}
+}

@@ -128,7 +128,9 @@ var _ http.RoundTripper = (*Transport)(nil)
 // *http.Transport, else http.DefaultTransport itself) whose
 // MaxIdleConnsPerHost is [HedgingIdleConnsPerHost], and which negotiates
 // HTTP/2 over TLS where the server offers it (ForceAttemptHTTP2); give
-// your own base the same settings. TestConnectionChurn and
+// your own base the same settings. Its hedges go through a second such
+// clone, so that a hedge never rides a stalled HTTP/2 connection of its
+// primary ([WithHedgePath]). TestConnectionChurn and
 // BenchmarkConnectionChurn count the connections opened per 10,000
 // requests over loopback HTTP/1.1 and HTTP/2 with a straggler tail.
 //
