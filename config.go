@@ -44,6 +44,11 @@ const (
 	DefaultBreakerWindow      = 10 * time.Second
 	DefaultBreakerOpenFor     = 10 * time.Second
 	DefaultBreakerProbes      = 5
+
+	// Gain fuse defaults (GainConfig): rounds of 400 requests, hedges
+	// off for 30 s when they did not pay.
+	DefaultGainRound   = 400
+	DefaultGainOpenFor = 30 * time.Second
 )
 
 // Config configures a [Policy]. It is a plain struct: the zero value of each
@@ -193,6 +198,12 @@ type Config struct {
 	// and 5 successful attempts in a row.
 	Breaker BreakerConfig
 
+	// Gain stops hedging for a key whose hedges were measured not to
+	// improve its tail ([DenyGain]): now and then a round of the key's
+	// requests is held out unhedged, and compared with a hedged round.
+	// The zero value is the default gain fuse (see [GainConfig]).
+	Gain GainConfig
+
 	// Overloaded, if set, is the user's load signal (CPU, queue depth,
 	// in-flight count): while it returns true for a key, hedges to that key
 	// are denied ([DenyLoad]). It is called only when a hedge is asked for,
@@ -304,6 +315,49 @@ type BreakerConfig struct {
 	Probes int
 }
 
+// GainConfig configures the gain fuse: what a key's hedges buy, measured
+// against requests held out unhedged (DESIGN.md, Fuses). Each pair the
+// fuse measures is two adjacent rounds of Round requests, one hedged and
+// one held out, compared by the share of their requests slower, end to
+// end, than the key's [GainQuantile]. Hedging pays when the hedged round
+// has the smaller share. While it pays the pairs come further apart (4 to
+// 64 rounds between them), so that few requests are held out; when it
+// does not, the key's hedges are denied for OpenFor, then a probe pair
+// decides again.
+type GainConfig struct {
+	// Disabled switches the gain fuse off: no request is held out and
+	// hedges are never denied by it.
+	Disabled bool
+	// Round is the number of requests in a round. Zero means 400, about
+	// twenty requests beyond the GainQuantile in an unhedged round. At
+	// least 20.
+	Round int
+	// OpenFor is how long hedging stays off once the gain fuse opens,
+	// before a probe pair measures it again. Zero means 30 s.
+	OpenFor time.Duration
+}
+
+// normalize fills the gain fuse's defaults and validates it.
+func (g *GainConfig) normalize() error {
+	if g.Round == 0 {
+		g.Round = DefaultGainRound
+	}
+	if g.OpenFor == 0 {
+		g.OpenFor = DefaultGainOpenFor
+	}
+	switch {
+	case g.Round < minGainRound:
+		return fmt.Errorf("tailcut: Gain.Round must be zero (%d) or at least %d, got %d", DefaultGainRound, minGainRound, g.Round)
+	case g.OpenFor < 0:
+		return fmt.Errorf("tailcut: Gain.OpenFor must not be negative, got %v", g.OpenFor)
+	}
+	return nil
+}
+
+// minGainRound is the smallest GainConfig.Round: a round of fewer requests
+// holds about one request beyond the GainQuantile.
+const minGainRound = 20
+
 // normalize fills defaults and validates; errors name the field.
 func (c Config) normalize() (Config, error) {
 	targetSet, toleranceSet := c.Target != 0, c.Tolerance != 0
@@ -316,6 +370,9 @@ func (c Config) normalize() (Config, error) {
 		return c, err
 	}
 	if err := c.Breaker.validate(); err != nil {
+		return c, err
+	}
+	if err := c.Gain.normalize(); err != nil {
 		return c, err
 	}
 	if c.Budget == nil {

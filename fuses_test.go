@@ -88,7 +88,7 @@ func TestDecisionNames(t *testing.T) {
 		tailcut.Send: "send", tailcut.DenyBudget: "budget", tailcut.DenyMaxHedges: "max_hedges",
 		tailcut.DenyPushback: "pushback", tailcut.DenyBreaker: "breaker", tailcut.DenyLoad: "load",
 		tailcut.DenySampling: "sampling", tailcut.DenyInflight: "inflight", tailcut.DryRun: "dry_run",
-		tailcut.DenyEarly: "early", tailcut.DenyChained: "chained",
+		tailcut.DenyEarly: "early", tailcut.DenyChained: "chained", tailcut.DenyGain: "gain",
 	}
 	if len(want) != tailcut.NumDecisions {
 		t.Errorf("%d names tested, %d decisions", len(want), tailcut.NumDecisions)

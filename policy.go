@@ -56,6 +56,10 @@ const (
 	// of a hedge would multiply the attempts at every hop of a chain of
 	// hedging services. The caller asks for no further hedge of it.
 	DenyChained
+	// DenyGain means the key's gain fuse is open, or the request is held
+	// out to measure it: the key's hedges were measured not to improve
+	// its tail (see [GainConfig]).
+	DenyGain
 
 	numDecisions
 )
@@ -76,11 +80,12 @@ var decisionNames = [...]string{
 	DryRun:        "dry_run",
 	DenyEarly:     "early",
 	DenyChained:   "chained",
+	DenyGain:      "gain",
 }
 
 // String returns the decision's short name, used as a metric label
 // ("send", "budget", "max_hedges", "pushback", "breaker", "load",
-// "sampling", "inflight", "dry_run", "early", "chained").
+// "sampling", "inflight", "dry_run", "early", "chained", "gain").
 func (d Decision) String() string {
 	if int(d) < len(decisionNames) {
 		return decisionNames[d]
@@ -201,6 +206,7 @@ type Policy struct {
 
 	onAttempt atomic.Pointer[[]func(AttemptEvent)] // OnAttempt's functions (onattempt.go); nil: none
 
+	gainOn      bool          // the gain fuse is on: not Disabled, not a dry run
 	inflight    atomic.Int64  // hedges granted and not yet observed
 	sampleSeq   atomic.Uint64 // sequence for requests sampled without an ID
 	sampleBelow uint64        // a request is sampled if its hash is below; 0: no sampling
@@ -218,6 +224,7 @@ type counters struct {
 
 	triggered    atomic.Int64 // requests that asked for a hedge at least once
 	breakerTrips atomic.Int64 // times the breaker opened
+	gainTrips    atomic.Int64 // times the gain fuse opened
 	abandoned    atomic.Int64 // requests whose caller gave up before an answer (Abandon)
 }
 
@@ -239,14 +246,17 @@ type keyState struct {
 	used atomic.Int64 // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
 	counters
 
-	breaker breaker
-	diag    key.Diagnosis
-
-	// After the breaker, so that the breaker starts a cache line (byte
-	// 384 of the 640-byte allocation) and its fast path reads one line;
-	// Hedge reads and writes these two, on one line.
+	// Begin reads the gain fuse's round; Hedge reads and writes the two
+	// after it, on the same line. The padding makes the breaker start
+	// the next line (byte 448 of the 704-byte allocation), so that its
+	// fast path reads one line.
+	gain         gainFuse     // the gain fuse (gain.go)
 	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
+	_            [8]byte
+
+	breaker breaker
+	diag    key.Diagnosis
 
 	model key.Model // predictive hedging's feature buckets and regression (model.go, regress.go)
 }
@@ -265,6 +275,7 @@ func New(cfg Config) (*Policy, error) {
 	}
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
+	p.gainOn = !cfg.Gain.Disabled && !cfg.DryRun // a dry run sends no hedge to measure
 	p.set = key.Settings{
 		Sched: schedule.ParamsFor(cfg.Budget), Auto: cfg.Quantile == 0, Guess: guess,
 		Quantile: cfg.Quantile, Multiplier: cfg.Multiplier,
@@ -337,6 +348,8 @@ type Request struct {
 	hedges   int           // hedges granted so far
 	id       uint64        // hash of the request ID (BeginID)
 	start    int64         // when it began, ns since the epoch; set only while blind
+	began    int64         // when it began, ns since the epoch, for the gain fuse
+	phase    uint64        // the gain fuse's round it began in (gain.go)
 	would    uint8         // hedges that would have been sent (dry run)
 	inflight uint8         // bit k set while granted hedge k is in flight
 	hasID    bool
@@ -418,13 +431,16 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 		p.rollDiagnosis(ks, n)
 	}
 	ks.lastUsed.Store(n)
-	ks.requests.Add(1)
+	count := ks.requests.Add(1)
 	if ks.used.Load() != 0 { // a load only, unless a caller set the last delay
 		ks.used.Store(0)
 	}
 	p.cfg.Budget.Deposit(now)
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
+	if p.gainOn {
+		r.began, r.phase = n, p.gainPhase(ks, count, now)
+	}
 	if !tracked {
 		r.name = key
 	}
@@ -502,6 +518,8 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		d = DenyPushback
 	case !p.cfg.Breaker.Disabled && !ks.breaker.allow(n):
 		d = DenyBreaker
+	case heldOut(r.phase):
+		d = DenyGain
 	case p.sampleBelow != 0 && !p.sampled(r):
 		d = DenySampling
 	case p.cfg.Overloaded != nil && p.cfg.Overloaded(r.Key()):
@@ -631,6 +649,9 @@ func (p *Policy) End(r *Request, winner int, now time.Time) {
 		return
 	}
 	r.ks.wins[winner].Add(1)
+	if p.gainOn {
+		r.ks.gain.record(r.phase, now.UnixNano()-r.began)
+	}
 }
 
 // Abandon records that r ended at now because its caller gave up before
@@ -729,6 +750,9 @@ func (p *Policy) newKeyState(name string, now time.Time) *keyState {
 	ks := &keyState{}
 	ks.Init(name, est, &p.set)
 	ks.lastUsed.Store(now.UnixNano())
+	if p.gainOn {
+		ks.gain.init()
+	}
 	return ks
 }
 

@@ -47,7 +47,7 @@ type Counts struct {
 	// it by name: c.DeniedBy(DenyBudget). The DenyEarly entry counts
 	// slots moved later while a key warms up, which may come to a hedge
 	// after all.
-	Denied [numDecisions]int64 `json:"denied" metric:"hedges_denied_total" otel:"hedges.denied" unit:"hedge" index:"decision" help:"Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight; chained: the call was made while serving a hedge; early: a slot moved later while the key warms up)."`
+	Denied [numDecisions]int64 `json:"denied" metric:"hedges_denied_total" otel:"hedges.denied" unit:"hedge" index:"decision" help:"Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight; chained: the call was made while serving a hedge; early: a slot moved later while the key warms up; gain: the gain fuse is open, or the request is held out to measure it)."`
 	// Triggered counts requests that asked for a hedge at least once: still
 	// unanswered at their hedge delay, or failed. Granted or not, each
 	// counts once. It is the numerator of the diagnosis (see [Diagnosis]).
@@ -57,6 +57,10 @@ type Counts struct {
 	WouldHedge int64 `json:"would_hedge" metric:"dry_run_hedges_total" otel:"dry_run.hedges" unit:"hedge" help:"Hedges that would have been sent in a dry run."`
 	// BreakerTrips counts how many times the circuit breaker opened.
 	BreakerTrips int64 `json:"breaker_trips" metric:"breaker_trips_total" otel:"breaker.trips" unit:"trip" help:"Times the circuit breaker on hedges opened."`
+	// GainTrips counts how many times the gain fuse opened: a measured
+	// pair of rounds in which the hedged requests had no fewer slow
+	// requests than those held out (see [GainConfig]).
+	GainTrips int64 `json:"gain_trips" metric:"gain_trips_total" otel:"gain.trips" unit:"trip" help:"Times the gain fuse opened: hedged requests were measured no faster in the tail than requests held out unhedged."`
 }
 
 // TriggerRate is triggered ÷ requests: the share of requests that needed a
@@ -120,6 +124,13 @@ type KeyStats struct {
 	// Breaker is the state of the key's circuit breaker on hedges.
 	Breaker BreakerState
 
+	// Gain is the state of the key's gain fuse, GainLast the figures of
+	// its last verdict (zero before one) and GainVerdicts how many pairs
+	// of rounds it has judged (see [GainConfig]).
+	Gain         GainState
+	GainLast     GainFigures
+	GainVerdicts int64
+
 	// Diagnosis is the verdict on the key's last ended diagnosis window,
 	// and WindowTriggerRate that window's trigger rate (see [Diagnosis]).
 	Diagnosis         Diagnosis
@@ -179,6 +190,7 @@ func (p *Policy) Stats() Stats {
 		last := ks.lastUsed.Load()
 		delay, used := ks.Cached(), ks.used.Load()
 		st, rate := ks.diag.Last()
+		gs, gf, gv := ks.gain.figures()
 		if used != 0 {
 			delay = time.Duration(used - 1)
 		}
@@ -189,6 +201,9 @@ func (p *Policy) Stats() Stats {
 			Pinned:            used != 0,
 			Warm:              ks.Warm(),
 			Breaker:           ks.breaker.stateAt(last),
+			Gain:              gs,
+			GainLast:          gf,
+			GainVerdicts:      gv,
 			Diagnosis:         Diagnosis(st),
 			WindowTriggerRate: rate,
 			Auto:              autoChoice(ks.Choice()),
@@ -251,6 +266,7 @@ func (c *counters) add(o *counters) {
 	}
 	c.triggered.Add(o.triggered.Load())
 	c.breakerTrips.Add(o.breakerTrips.Load())
+	c.gainTrips.Add(o.gainTrips.Load())
 }
 
 func (c *counters) load() Counts {
@@ -269,5 +285,6 @@ func (c *counters) load() Counts {
 	s.Triggered = c.triggered.Load()
 	s.WouldHedge, s.Denied[DryRun] = s.Denied[DryRun], 0
 	s.BreakerTrips = c.breakerTrips.Load()
+	s.GainTrips = c.gainTrips.Load()
 	return s
 }
