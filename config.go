@@ -198,10 +198,12 @@ type Config struct {
 	// and 5 successful attempts in a row.
 	Breaker BreakerConfig
 
-	// Gain stops hedging for a key whose hedges were measured not to
-	// improve its tail ([DenyGain]): now and then a round of the key's
-	// requests is held out unhedged, and compared with a hedged round.
-	// The zero value is the default gain fuse (see [GainConfig]).
+	// Gain, when enabled, stops hedging for a key whose hedges were
+	// measured not to improve its tail ([DenyGain]): now and then a round
+	// of the key's requests is held out unhedged, and compared with a
+	// hedged round. It is off by default: the requests it holds out meet
+	// the unhedged tail, which costs a workload whose hedges pay about
+	// 1 % of its p99 (the lab's TestBhopeAutoTargets); see [GainConfig].
 	Gain GainConfig
 
 	// Overloaded, if set, is the user's load signal (CPU, queue depth,
@@ -320,14 +322,17 @@ type BreakerConfig struct {
 // fuse measures is two adjacent rounds of Round requests, one hedged and
 // one held out, compared by the share of their requests slower, end to
 // end, than the key's [GainQuantile]. Hedging pays when the hedged round
-// has the smaller share. While it pays the pairs come further apart (4 to
-// 64 rounds between them), so that few requests are held out; when it
-// does not, the key's hedges are denied for OpenFor, then a probe pair
-// decides again.
+// has the smaller mean excess over it. While it pays the pairs come further
+// apart (8 to 128 rounds between them, the held-out round a quarter of a
+// hedged one), so that few requests are held out; a pair in which it does
+// not is confirmed by a second at once, and then the key's hedges are
+// denied for OpenFor, then a probe pair (two full rounds) decides again,
+// the pause doubling with each probe that finds them still not paying
+// (up to 8 × OpenFor).
 type GainConfig struct {
-	// Disabled switches the gain fuse off: no request is held out and
+	// Enabled switches the gain fuse on. Off, no request is held out and
 	// hedges are never denied by it.
-	Disabled bool
+	Enabled bool
 	// Round is the number of requests in a round. Zero means 400, about
 	// twenty requests beyond the GainQuantile in an unhedged round. At
 	// least 20.

@@ -70,8 +70,15 @@ const GainQuantile = 0.95
 const (
 	// gainMinSpacing and gainMaxSpacing bound the hedged rounds between
 	// two measured pairs of a closed fuse.
-	gainMinSpacing = 4
-	gainMaxSpacing = 64
+	gainMinSpacing = 8
+	gainMaxSpacing = 128
+	// gainHeldShare: while the fuse is closed, a held-out round is a
+	// gainHeldShare-th of a hedged one, so that few requests meet the
+	// unhedged tail; the verdict compares means per request.
+	gainHeldShare = 4
+	// gainMaxPauseShift: an open fuse's pause doubles with each failed
+	// probe, up to 2^gainMaxPauseShift × OpenFor.
+	gainMaxPauseShift = 3
 )
 
 // GainFigures is the last verdict of a key's gain fuse: the pair of rounds
@@ -127,6 +134,8 @@ type gainMeasure struct {
 	wait      int   // rounds before the next pair
 	spacing   int   // rounds between pairs while closed
 	openUntil int64 // UnixNano before which no probe pair begins
+	fails     int   // probes in a row that found hedging still not paying
+	suspect   bool  // closed, the last pair found hedging not paying: the next one confirms
 	first     gainRound
 	last      GainFigures
 	verdicts  int64
@@ -173,7 +182,6 @@ func (f *gainFuse) roll(cfg *GainConfig, count, n int64, threshold func() (time.
 	if count < f.next.Load() {
 		return false // another request rolled it
 	}
-	f.next.Store(count + int64(cfg.Round))
 	if g.spacing == 0 {
 		g.spacing, g.wait = gainMinSpacing, gainMinSpacing
 	}
@@ -186,10 +194,14 @@ func (f *gainFuse) roll(cfg *GainConfig, count, n int64, threshold func() (time.
 		opened = g.result(cfg, r, n)
 	}
 	held, thr := g.plan(n, threshold)
-	ph := round << 1
+	ph, size := round<<1, cfg.Round
 	if held {
 		ph |= 1
+		if GainState(g.state.Load()) == GainClosed {
+			size = max(size/gainHeldShare, 1) // an open fuse holds out every round anyway
+		}
 	}
+	f.next.Store(count + int64(size))
 	s.thr.Store(0)
 	s.n.Store(0)
 	s.x.Store(0)
@@ -233,12 +245,22 @@ func (g *gainMeasure) result(cfg *GainConfig, r gainRound, n int64) (opened bool
 	switch {
 	case f.Pays && closed:
 		g.spacing = min(2*g.spacing, gainMaxSpacing)
-		g.wait = g.spacing
+		g.wait, g.suspect = g.spacing, false
+	case closed && !g.suspect:
+		// One pair can be chance: the next pair, at once, confirms.
+		g.suspect, g.wait = true, 0
+		return false
 	case f.Pays:
 		g.state.Store(uint32(GainClosed))
-		g.spacing, g.wait = gainMinSpacing, gainMinSpacing
+		g.spacing, g.wait, g.fails = gainMinSpacing, gainMinSpacing, 0
 	default:
-		g.openUntil = n + int64(cfg.OpenFor)
+		// Each probe in a row that finds hedging still not paying
+		// doubles the pause, up to 2^gainMaxPauseShift × OpenFor.
+		if !closed {
+			g.fails = min(g.fails+1, gainMaxPauseShift)
+		}
+		g.openUntil = n + int64(cfg.OpenFor)<<g.fails
+		g.suspect = false
 		g.state.Store(uint32(GainOpen))
 		return closed
 	}

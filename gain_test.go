@@ -71,7 +71,7 @@ func gainRun(p *tailcut.Policy, r *rand.Rand, w gainWorkload, n int, now time.Ti
 
 func gainPolicy(t *testing.T) *tailcut.Policy {
 	t.Helper()
-	p, err := tailcut.New(tailcut.Config{Quantile: 0.9, Window: time.Minute, Gain: tailcut.GainConfig{Round: 400, OpenFor: 10 * time.Second}})
+	p, err := tailcut.New(tailcut.Config{Quantile: 0.9, Window: time.Minute, Gain: tailcut.GainConfig{Enabled: true, Round: 400, OpenFor: 10 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,25 +101,45 @@ func TestGainFuseStaysClosedWhenHedgesPay(t *testing.T) {
 
 // TestGainFuseOpensWhenHedgesDoNotPay: when a hedge meets its primary's
 // stall and costs its request time, the hedged rounds' tail is heavier
-// than the held-out rounds'; the fuse opens and the key's hedges stop,
-// counted as gain denials, once per opening in GainTrips.
+// than the held-out rounds'; the fuse opens, counted once per opening in
+// GainTrips, and the key's hedges stop for OpenFor, counted as gain
+// denials. Over a long run the key sends a fraction of the hedges it
+// sends without the fuse.
 func TestGainFuseOpensWhenHedgesDoNotPay(t *testing.T) {
 	p := gainPolicy(t)
-	now := gainRun(p, rand.New(rand.NewPCG(3, 4)), shared, 8_000, time.Unix(1_700_000_000, 0))
+	r := rand.New(rand.NewPCG(3, 4))
+	now := time.Unix(1_700_000_000, 0)
+	for i := 0; len(p.Stats().Keys) == 0 || p.Stats().Keys[0].GainTrips == 0; i++ {
+		if i == 100 {
+			t.Fatalf("gain fuse never opened in 40,000 requests of the shared workload")
+		}
+		now = gainRun(p, r, shared, 400, now)
+	}
 	k := p.Stats().Keys[0]
 	t.Logf("hedges %d, gain denials %d, verdicts %d, last %+v", k.Hedges, k.DeniedBy(tailcut.DenyGain), k.GainVerdicts, k.GainLast)
-	if k.GainTrips == 0 || k.Gain != tailcut.GainOpen || k.GainLast.Pays {
-		t.Fatalf("gain fuse %v after %d trips, last %+v: want open", k.Gain, k.GainTrips, k.GainLast)
+	if k.Gain != tailcut.GainOpen || k.GainLast.Pays || k.GainLast.HedgedExcess <= k.GainLast.HeldOutExcess {
+		t.Errorf("gain fuse %v, last %+v: want open, the hedged rounds' excess above the held-out ones'", k.Gain, k.GainLast)
 	}
-	if k.GainLast.HedgedExcess <= k.GainLast.HeldOutExcess {
-		t.Errorf("last verdict %+v: want the hedged rounds' excess above the held-out ones'", k.GainLast)
-	}
-	// While it is open, hedges are denied as gain.
-	before := k.Hedges
-	gainRun(p, rand.New(rand.NewPCG(5, 6)), shared, 500, now)
+	// While it is open (500 requests take under OpenFor), no hedge goes.
+	before, denied := k.Hedges, k.DeniedBy(tailcut.DenyGain)
+	gainRun(p, r, shared, 500, now)
 	k = p.Stats().Keys[0]
-	if k.Hedges != before {
-		t.Errorf("%d hedges sent while the gain fuse was open, want none", k.Hedges-before)
+	if k.Hedges != before || k.DeniedBy(tailcut.DenyGain) == denied {
+		t.Errorf("%d hedges sent, %d gain denials while the gain fuse was open; want none and some", k.Hedges-before, k.DeniedBy(tailcut.DenyGain)-denied)
+	}
+	// Over a long run, against the same run without the fuse.
+	off, err := tailcut.New(tailcut.Config{Quantile: 0.9, Window: time.Minute, Gain: tailcut.GainConfig{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := gainPolicy(t)
+	for _, q := range []*tailcut.Policy{on, off} {
+		gainRun(q, rand.New(rand.NewPCG(11, 12)), shared, 40_000, time.Unix(1_700_000_000, 0))
+	}
+	hOn, hOff := on.Stats().Hedges, off.Stats().Hedges
+	t.Logf("40,000 requests: %d hedges with the gain fuse, %d without", hOn, hOff)
+	if hOn*2 > hOff {
+		t.Errorf("%d hedges with the gain fuse, %d without: want under half", hOn, hOff)
 	}
 }
 
@@ -148,9 +168,9 @@ func TestGainFuseRecloses(t *testing.T) {
 	}
 }
 
-// TestGainFuseDisabled: with Gain.Disabled no request is held out.
+// TestGainFuseDisabled: without Gain.Enabled no request is held out.
 func TestGainFuseDisabled(t *testing.T) {
-	p, err := tailcut.New(tailcut.Config{Quantile: 0.9, Gain: tailcut.GainConfig{Disabled: true}})
+	p, err := tailcut.New(tailcut.Config{Quantile: 0.9, Gain: tailcut.GainConfig{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +183,7 @@ func TestGainFuseDisabled(t *testing.T) {
 // TestGainConfigRejected: invalid gain settings are refused by New,
 // naming the option.
 func TestGainConfigRejected(t *testing.T) {
-	for _, g := range []tailcut.GainConfig{{Round: 5}, {Round: -1}, {OpenFor: -time.Second}} {
+	for _, g := range []tailcut.GainConfig{{Enabled: true, Round: 5}, {Round: -1}, {OpenFor: -time.Second}} {
 		if _, err := tailcut.New(tailcut.Config{Gain: g}); err == nil {
 			t.Errorf("New accepted %+v", g)
 		} else if want := "Gain."; !contains(err.Error(), want) {

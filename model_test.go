@@ -330,7 +330,7 @@ func TestHedgePriority(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Predictive: true, Window: time.Hour, Budget: b, Gain: GainConfig{Disabled: true}})
+	p, err := New(Config{Predictive: true, Window: time.Hour, Budget: b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ type Policy struct {
 
 	onAttempt atomic.Pointer[[]func(AttemptEvent)] // OnAttempt's functions (onattempt.go); nil: none
 
-	gainOn      bool          // the gain fuse is on: not Disabled, not a dry run
+	gainOn      bool          // the gain fuse is on: Enabled, not a dry run
 	inflight    atomic.Int64  // hedges granted and not yet observed
 	sampleSeq   atomic.Uint64 // sequence for requests sampled without an ID
 	sampleBelow uint64        // a request is sampled if its hash is below; 0: no sampling
@@ -275,7 +275,7 @@ func New(cfg Config) (*Policy, error) {
 	}
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
-	p.gainOn = !cfg.Gain.Disabled && !cfg.DryRun // a dry run sends no hedge to measure
+	p.gainOn = cfg.Gain.Enabled && !cfg.DryRun // a dry run sends no hedge to measure
 	p.set = key.Settings{
 		Sched: schedule.ParamsFor(cfg.Budget), Auto: cfg.Quantile == 0, Guess: guess,
 		Quantile: cfg.Quantile, Multiplier: cfg.Multiplier,

@@ -190,6 +190,8 @@ func strategies(sweep []time.Duration, names []string) []strategy {
 	return append(out,
 		strategy{name: "tailcut, `Config{}`", kind: kindTailcut, cfg: tailcut.Config{},
 			about: "tailcut.Do (fan-out: tailcut.Gather) over tailcut.New(tailcut.Config{}): the auto delay, up to 2 hedges, the windowed budget (10 %, 10 s)"},
+		strategy{name: "tailcut, gain fuse", kind: kindTailcut, cfg: tailcut.Config{Gain: tailcut.GainConfig{Enabled: true}},
+			about: "as tailcut, `Config{}`, with the gain fuse on (Config.Gain): rounds held out unhedged, hedges off where they do not pay"},
 		strategy{name: "tailcut, `Quantile: 0.95`", kind: kindTailcut, cfg: tailcut.Config{Quantile: 0.95},
 			about: "as tailcut, the delay pinned to the key's measured p95"},
 		strategy{name: "failsafe-go at the p95", kind: kindFailsafe,
