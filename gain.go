@@ -95,6 +95,17 @@ type GainFigures struct {
 	// faster than it counting zero): the tail's weight, which the verdict
 	// compares.
 	HedgedExcess, HeldOutExcess time.Duration
+	// Wins is the number of the hedged round's requests a hedge
+	// answered, and SavedPerWin the time each saved, as measured: the
+	// tail time the hedged round was spared against the held-out one
+	// (HeldOutExcess − HedgedExcess, times the hedged round's requests),
+	// shared among its winning hedges. A winning hedge's primary is
+	// cancelled, so what it would have taken is not observed; this
+	// figure needs no model of it, and is conservative: it counts only
+	// time beyond Threshold. Negative when the hedged round's tail was
+	// the heavier; zero without a winning hedge.
+	Wins        int64
+	SavedPerWin time.Duration
 	// Pays reports the verdict: HedgedExcess below HeldOutExcess.
 	Pays bool
 }
@@ -108,6 +119,7 @@ type gainSlot struct {
 	thr   atomic.Int64  // ns; 0: the round is not measured
 	n, x  atomic.Int64  // requests ended, and those slower than thr
 	e     atomic.Int64  // ns by which those exceeded thr, summed
+	w     atomic.Int64  // requests a hedge answered
 }
 
 // gainFuse is one key's gain fuse. Requests read phase when they begin
@@ -143,9 +155,9 @@ type gainMeasure struct {
 
 // gainRound is the result of one measured round.
 type gainRound struct {
-	held    bool
-	thr     int64
-	n, x, e int64
+	held       bool
+	thr        int64
+	n, x, e, w int64
 }
 
 // heldOut reports whether a request that began in phase ph is held out.
@@ -154,7 +166,7 @@ func heldOut(ph uint64) bool { return ph&1 != 0 }
 // record counts a request begun in phase ph that took lat (ns) end to end.
 // A request that outlived its round's next one is not counted: its slot
 // holds another round now.
-func (g *gainFuse) record(ph uint64, lat int64) {
+func (g *gainFuse) record(ph uint64, lat int64, won bool) {
 	s := &g.m.slots[(ph>>1)&1]
 	if s.round.Load() != ph {
 		return
@@ -164,6 +176,9 @@ func (g *gainFuse) record(ph uint64, lat int64) {
 		return
 	}
 	s.n.Add(1)
+	if won {
+		s.w.Add(1)
+	}
 	if lat > t {
 		s.x.Add(1)
 		s.e.Add(lat - t)
@@ -190,7 +205,7 @@ func (f *gainFuse) roll(cfg *GainConfig, count, n int64, threshold func() (time.
 	// The slot held the round before last, ended with all but its
 	// stragglers.
 	if t := s.thr.Load(); t != 0 {
-		r := gainRound{held: heldOut(s.round.Load()), thr: t, n: s.n.Load(), x: s.x.Load(), e: s.e.Load()}
+		r := gainRound{held: heldOut(s.round.Load()), thr: t, n: s.n.Load(), x: s.x.Load(), e: s.e.Load(), w: s.w.Load()}
 		opened = g.result(cfg, r, n)
 	}
 	held, thr := g.plan(n, threshold)
@@ -206,6 +221,7 @@ func (f *gainFuse) roll(cfg *GainConfig, count, n int64, threshold func() (time.
 	s.n.Store(0)
 	s.x.Store(0)
 	s.e.Store(0)
+	s.w.Store(0)
 	s.round.Store(ph)
 	s.thr.Store(thr)
 	f.phase.Store(ph)
@@ -239,6 +255,11 @@ func (g *gainMeasure) result(cfg *GainConfig, r gainRound, n int64) (opened bool
 		return false
 	}
 	f.Pays = hedged < held
+	if f.Wins = on.w; on.w > 0 {
+		// (off.e/off.n − on.e/on.n) × on.n ÷ on.w, in float64: sums of
+		// nanoseconds overflow nothing there.
+		f.SavedPerWin = time.Duration((float64(off.e)/float64(off.n)*float64(on.n) - float64(on.e)) / float64(on.w))
+	}
 	g.last = f
 	g.verdicts++
 	closed := GainState(g.state.Load()) == GainClosed

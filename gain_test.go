@@ -2,7 +2,9 @@ package tailcut_test
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,6 +94,21 @@ func TestGainFuseStaysClosedWhenHedgesPay(t *testing.T) {
 	if k.GainVerdicts < 3 || !k.GainLast.Pays || k.GainLast.HedgedExcess >= k.GainLast.HeldOutExcess {
 		t.Errorf("%d verdicts, last %+v: want several, hedging found to pay", k.GainVerdicts, k.GainLast)
 	}
+	// A winning hedge saves a straggler most of its 10× time; beyond the
+	// p95 (about 40 ms) that is some milliseconds, and at most the
+	// stragglers' whole excess.
+	if l := k.GainLast; l.Wins == 0 || l.SavedPerWin < time.Millisecond || l.SavedPerWin > 100*time.Millisecond {
+		t.Errorf("last verdict %+v: want wins, each saving 1–100 ms", l)
+	}
+	j, err := json.Marshal(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"gain":"closed"`, `"gain_last":{`, `"pays":true`, `"saved_per_win_ms":`} {
+		if !strings.Contains(string(j), want) {
+			t.Errorf("KeyStats JSON %s lacks %s", j, want)
+		}
+	}
 	// Held out: the requests that asked for a hedge in a held-out round,
 	// about a tenth of those of the pairs' rounds (spacing 4, 8, …, 64).
 	if held, asked := k.DeniedBy(tailcut.DenyGain), k.Triggered; held*10 > asked {
@@ -119,6 +136,9 @@ func TestGainFuseOpensWhenHedgesDoNotPay(t *testing.T) {
 	t.Logf("hedges %d, gain denials %d, verdicts %d, last %+v", k.Hedges, k.DeniedBy(tailcut.DenyGain), k.GainVerdicts, k.GainLast)
 	if k.Gain != tailcut.GainOpen || k.GainLast.Pays || k.GainLast.HedgedExcess <= k.GainLast.HeldOutExcess {
 		t.Errorf("gain fuse %v, last %+v: want open, the hedged rounds' excess above the held-out ones'", k.Gain, k.GainLast)
+	}
+	if k.GainLast.Wins != 0 || k.GainLast.SavedPerWin != 0 {
+		t.Errorf("last verdict %+v: a hedge that meets its primary's stall never wins", k.GainLast)
 	}
 	// While it is open (500 requests take under OpenFor), no hedge goes.
 	before, denied := k.Hedges, k.DeniedBy(tailcut.DenyGain)
@@ -186,19 +206,10 @@ func TestGainConfigRejected(t *testing.T) {
 	for _, g := range []tailcut.GainConfig{{Enabled: true, Round: 5}, {Round: -1}, {OpenFor: -time.Second}} {
 		if _, err := tailcut.New(tailcut.Config{Gain: g}); err == nil {
 			t.Errorf("New accepted %+v", g)
-		} else if want := "Gain."; !contains(err.Error(), want) {
+		} else if want := "Gain."; !strings.Contains(err.Error(), want) {
 			t.Errorf("New(%+v): %v, want it to name %s…", g, err, want)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 // TestGainFuseThroughDo: Do on a downstream where a hedge meets its

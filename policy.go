@@ -650,7 +650,7 @@ func (p *Policy) End(r *Request, winner int, now time.Time) {
 	}
 	r.ks.wins[winner].Add(1)
 	if p.gainOn {
-		r.ks.gain.record(r.phase, now.UnixNano()-r.began)
+		r.ks.gain.record(r.phase, now.UnixNano()-r.began, winner > 0)
 	}
 }
 

@@ -146,6 +146,8 @@ type keyJSON struct {
 	Pinned            bool        `json:"pinned"`
 	Warm              bool        `json:"warm"`
 	Breaker           string      `json:"breaker"`
+	Gain              string      `json:"gain"`
+	GainLast          *gainJSON   `json:"gain_last,omitempty"`
 	Diagnosis         string      `json:"diagnosis"`
 	WindowTriggerRate float64     `json:"window_trigger_rate"`
 	P99MS             float64     `json:"p99_ms"`
@@ -155,18 +157,40 @@ type keyJSON struct {
 	PeriodMS          float64     `json:"period_ms"`
 }
 
+// gainJSON is the JSON form of [GainFigures].
+type gainJSON struct {
+	ThresholdMS     float64 `json:"threshold_ms"`
+	Hedged          float64 `json:"hedged"`
+	HeldOut         float64 `json:"held_out"`
+	HedgedExcessMS  float64 `json:"hedged_excess_ms"`
+	HeldOutExcessMS float64 `json:"held_out_excess_ms"`
+	Wins            int64   `json:"wins"`
+	SavedPerWinMS   float64 `json:"saved_per_win_ms"`
+	Pays            bool    `json:"pays"`
+	Verdicts        int64   `json:"verdicts"`
+}
+
 // MarshalJSON encodes the key's figures with names in snake_case: "key",
 // the counts as [Counts.MarshalJSON] has them, "delay_ms" and
-// "delay_source" ([KeyStats.DelaySource]), "pinned", "warm", "breaker"
-// and "diagnosis" by name ("closed", "healthy"), "window_trigger_rate",
+// "delay_source" ([KeyStats.DelaySource]), "pinned", "warm", "breaker",
+// "gain" and "diagnosis" by name ("closed", "healthy"), "gain_last" (the
+// gain fuse's last verdict, [GainFigures], with "verdicts"; absent before
+// one), "window_trigger_rate",
 // "p99_ms" and "predicted_p99_ms", "auto" (see [AutoChoice.MarshalJSON];
 // absent when nil), "shifts" and "period_ms". Durations are in
 // milliseconds, rates fractions.
 func (k KeyStats) MarshalJSON() ([]byte, error) {
+	var last *gainJSON
+	if g := k.GainLast; k.GainVerdicts > 0 {
+		last = &gainJSON{ThresholdMS: millis(g.Threshold), Hedged: g.Hedged, HeldOut: g.HeldOut,
+			HedgedExcessMS: millis(g.HedgedExcess), HeldOutExcessMS: millis(g.HeldOutExcess),
+			Wins: g.Wins, SavedPerWinMS: millis(g.SavedPerWin), Pays: g.Pays, Verdicts: k.GainVerdicts}
+	}
 	return json.Marshal(keyJSON{
 		Key: k.Key, countsJSON: k.Counts.json(),
 		DelayMS: millis(k.Delay), DelaySource: k.DelaySource(), Pinned: k.Pinned, Warm: k.Warm,
-		Breaker: k.Breaker.String(), Diagnosis: k.Diagnosis.String(), WindowTriggerRate: k.WindowTriggerRate,
+		Breaker: k.Breaker.String(), Gain: k.Gain.String(), GainLast: last,
+		Diagnosis: k.Diagnosis.String(), WindowTriggerRate: k.WindowTriggerRate,
 		P99MS: millis(k.P99), PredictedP99MS: millis(k.PredictedP99), Auto: k.Auto,
 		Shifts: k.Shifts, PeriodMS: millis(k.Period),
 	})
@@ -232,6 +256,9 @@ func (c *Counts) write(b *strings.Builder) {
 	if c.BreakerTrips > 0 {
 		fmt.Fprintf(b, "; breaker tripped %d×", c.BreakerTrips)
 	}
+	if c.GainTrips > 0 {
+		fmt.Fprintf(b, "; gain fuse opened %d×", c.GainTrips)
+	}
 }
 
 // hedgeWins is the number of requests a hedge answered.
@@ -263,6 +290,9 @@ func (k *KeyStats) write(b *strings.Builder) {
 		}
 	}
 	fmt.Fprintf(b, "; breaker %v, diagnosis %v", k.Breaker, k.Diagnosis)
+	if k.Gain != GainClosed {
+		fmt.Fprintf(b, ", gain fuse %v", k.Gain)
+	}
 	if k.Shifts > 0 {
 		fmt.Fprintf(b, ", %d shifts", k.Shifts)
 	}
