@@ -262,3 +262,26 @@ func TestGainFuseThroughDo(t *testing.T) {
 		}
 	})
 }
+
+// TestGainFuseConcurrent: requests of one key from many goroutines roll
+// the gain fuse's rounds and take its verdicts together (run with -race):
+// every request is counted, and the fuse judges pairs.
+func TestGainFuseConcurrent(t *testing.T) {
+	p, err := tailcut.New(tailcut.Config{Quantile: 0.9, Gain: tailcut.GainConfig{Enabled: true, Round: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, n = 8, 3_000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			gainRun(p, r, independent, n, time.Unix(1_700_000_000, 0))
+		})
+	}
+	wg.Wait()
+	k := p.Stats().Keys[0]
+	if k.Requests != workers*n || k.GainVerdicts == 0 {
+		t.Errorf("%d requests, %d verdicts; want %d and some", k.Requests, k.GainVerdicts, workers*n)
+	}
+}
