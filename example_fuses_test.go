@@ -86,3 +86,34 @@ func ExampleDiagnosis() {
 	// level=WARN msg="tailcut: hedging is masking a server-side cause" key=orders-db hedge_trigger_rate=0.7 requests=100
 	// masking 0.7
 }
+
+// The gain fuse checks what hedges buy against requests held out
+// unhedged. Here a hedge meets the same stall as its primary and its own
+// load delays the request by 10 ms: the hedged rounds' tail is heavier,
+// and the key stops hedging.
+func ExampleGainConfig() {
+	p, _ := tailcut.New(tailcut.Config{Quantile: 0.9, Gain: tailcut.GainConfig{Enabled: true}})
+	now := time.Unix(0, 0)
+	for i := range 20_000 {
+		x := time.Duration(5+i%5) * time.Millisecond // 5-9 ms
+		if i%20 == 0 {
+			x = 60 * time.Millisecond // a stall that every replica shares
+		}
+		r := p.Begin("replicas", now)
+		end := x
+		if x > r.Delay() && p.Hedge(&r, now.Add(r.Delay())) == tailcut.Send {
+			end += 10 * time.Millisecond // the hedge's load; it never answers first
+			p.Observe(&r, 1, end-r.Delay(), tailcut.Canceled, now.Add(end))
+		}
+		p.Observe(&r, 0, end, tailcut.Completed, now.Add(end))
+		p.End(&r, 0, now.Add(end))
+		now = now.Add(time.Millisecond)
+	}
+	k := p.Stats().Keys[0]
+	fmt.Printf("gain fuse %v, opened %d×; last pair: hedged requests %v beyond the p95 on average, held out %v\n",
+		k.Gain, k.GainTrips, k.GainLast.HedgedExcess.Round(time.Microsecond), k.GainLast.HeldOutExcess.Round(time.Microsecond))
+	fmt.Printf("%d hedges sent, %d denied by the gain fuse\n", k.Hedges, k.DeniedBy(tailcut.DenyGain))
+	// Output:
+	// gain fuse open, opened 1×; last pair: hedged requests 3.05ms beyond the p95 on average, held out 2.55ms
+	// 239 hedges sent, 760 denied by the gain fuse
+}
