@@ -320,9 +320,10 @@ type BreakerConfig struct {
 // GainConfig configures the gain fuse: what a key's hedges buy, measured
 // against requests held out unhedged (DESIGN.md, Fuses). Each pair the
 // fuse measures is two adjacent rounds of Round requests, one hedged and
-// one held out, compared by the share of their requests slower, end to
-// end, than the key's [GainQuantile]. Hedging pays when the hedged round
-// has the smaller mean excess over it. While it pays the pairs come further
+// one held out, compared by the mean time their requests spent, end to
+// end, beyond the key's [GainQuantile] (a request faster than it counting
+// zero). Hedging pays when the hedged round's is the smaller ([GainFigures]
+// reports the last pair). While it pays the pairs come further
 // apart (8 to 128 rounds between them, the held-out round a quarter of a
 // hedged one), so that few requests are held out; a pair in which it does
 // not is confirmed by a second at once, and then the key's hedges are
@@ -333,9 +334,9 @@ type GainConfig struct {
 	// Enabled switches the gain fuse on. Off, no request is held out and
 	// hedges are never denied by it.
 	Enabled bool
-	// Round is the number of requests in a round. Zero means 400, about
-	// twenty requests beyond the GainQuantile in an unhedged round. At
-	// least 20.
+	// Round is the number of requests in a round. Zero means 400: about
+	// twenty requests beyond the GainQuantile unhedged, five in a
+	// held-out round of a closed fuse. At least 20.
 	Round int
 	// OpenFor is how long hedging stays off once the gain fuse opens,
 	// before a probe pair measures it again. Zero means 30 s.

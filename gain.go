@@ -19,23 +19,25 @@ import (
 // A key's requests are cut into rounds of GainConfig.Round requests, by the
 // order they begin in. Now and then the fuse measures a pair of adjacent
 // rounds, one hedged as usual and one held out (no hedge is sent for the
-// requests begun in it): for each, the share of its requests whose
-// end-to-end latency (Begin to End) exceeded one threshold, the key's
-// GainQuantile as its primaries give it when the pair begins (their
-// Kaplan–Meier estimate, the counterfactual the censored primaries imply).
-// Hedging pays when the hedged round's share is below the held-out
-// round's. Measuring the whole request, in time, against its own
-// held-out neighbour counts what the model leaves out: attempts that are
-// not independent, and the load the hedges add to every request.
+// requests begun in it): for each, the mean time its requests spent, end
+// to end (Begin to End), beyond one threshold, the key's GainQuantile as
+// its primaries give it when the pair begins (their Kaplan–Meier
+// estimate, the counterfactual the censored primaries imply). Hedging
+// pays when the hedged round's mean is below the held-out round's.
+// Measuring the whole request, in time, against its own held-out
+// neighbour counts what the model leaves out: attempts that are not
+// independent, and the load the hedges add to every request.
 //
 // Closed, the fuse measures a pair after a spacing of hedged rounds that
 // doubles each time hedging is found to pay (gainMinSpacing up to
-// gainMaxSpacing), so that a key whose hedges pay holds out few requests
-// (a request held out is a request exposed to the unhedged tail).
-// A pair in which hedging does not pay opens the fuse: the key's hedges
-// are denied for GainConfig.OpenFor, then a probe pair (a held-out round,
-// then a hedged one) decides whether they close again or stay off for
-// another OpenFor.
+// gainMaxSpacing), its held-out round a gainHeldShare-th of a hedged one,
+// so that a key whose hedges pay holds out few requests (a request held
+// out is a request exposed to the unhedged tail). A pair in which hedging
+// does not pay is confirmed by a second at once; then the fuse opens: the
+// key's hedges are denied for GainConfig.OpenFor, then a probe pair (a
+// held-out round, then a hedged one, both full) decides whether they
+// close again or stay off for twice as long (up to 2^gainMaxPauseShift ×
+// OpenFor).
 
 // GainState is the state of a key's gain fuse.
 type GainState uint32
@@ -44,9 +46,9 @@ const (
 	// GainClosed means hedges are allowed: they paid, or have not been
 	// measured yet.
 	GainClosed GainState = iota
-	// GainOpen means hedges are denied ([DenyGain]): in the last measured
-	// pair, the requests hedged had no fewer slow requests than those
-	// held out.
+	// GainOpen means hedges are denied ([DenyGain]): in the last two
+	// measured pairs (or the last probe), the requests hedged spent more
+	// time in the tail than those held out.
 	GainOpen
 )
 
@@ -61,8 +63,8 @@ func (s GainState) String() string {
 	return "unknown"
 }
 
-// GainQuantile is the quantile of a key's primaries whose exceedance the
-// gain fuse compares: deep enough to be the tail, shallow enough that a
+// GainQuantile is the quantile of a key's primaries beyond which the gain
+// fuse compares rounds: deep enough to be the tail, shallow enough that a
 // round of the default GainConfig.Round requests holds about twenty
 // requests beyond it without hedging.
 const GainQuantile = 0.95

@@ -57,10 +57,10 @@ type Counts struct {
 	WouldHedge int64 `json:"would_hedge" metric:"dry_run_hedges_total" otel:"dry_run.hedges" unit:"hedge" help:"Hedges that would have been sent in a dry run."`
 	// BreakerTrips counts how many times the circuit breaker opened.
 	BreakerTrips int64 `json:"breaker_trips" metric:"breaker_trips_total" otel:"breaker.trips" unit:"trip" help:"Times the circuit breaker on hedges opened."`
-	// GainTrips counts how many times the gain fuse opened: a measured
-	// pair of rounds in which the hedged requests had no fewer slow
-	// requests than those held out (see [GainConfig]).
-	GainTrips int64 `json:"gain_trips" metric:"gain_trips_total" otel:"gain.trips" unit:"trip" help:"Times the gain fuse opened: hedged requests were measured no faster in the tail than requests held out unhedged."`
+	// GainTrips counts how many times the gain fuse opened: two measured
+	// pairs of rounds in a row in which the hedged requests spent more
+	// time in the tail than those held out (see [GainConfig]).
+	GainTrips int64 `json:"gain_trips" metric:"gain_trips_total" otel:"gain.trips" unit:"trip" help:"Times the gain fuse opened: hedged requests were measured slower in the tail than requests held out unhedged."`
 }
 
 // TriggerRate is triggered ÷ requests: the share of requests that needed a
