@@ -73,7 +73,7 @@ func (c *Counts) json() countsJSON {
 // under its json tag: "requests", "attempts", "hedges", "wins_by_attempt"
 // (index 0 the primary), "failed", "abandoned", "denied" (an object keyed
 // by [Decision.String]: "budget", "breaker", …), "triggered",
-// "would_hedge", "breaker_trips", and the rates "hedge_rate",
+// "would_hedge", "breaker_trips", "gain_trips", and the rates "hedge_rate",
 // "extra_load", "hedge_win_rate" and "trigger_rate" as fractions (0.05 is
 // 5 %).
 func (c Counts) MarshalJSON() ([]byte, error) { return json.Marshal(c.json()) }
