@@ -217,30 +217,34 @@ func BenchmarkPolicyParallel(b *testing.B) {
 }
 
 // BenchmarkPolicyManyKeys is the decision path round-robin over 10,000
-// keys with the default MaxKeys (1,024), and the share of requests that
-// hedged from the warm-up guess rather than a learned delay ("guess").
+// keys with the default MaxKeys (1,024), beside the same on one key: the
+// ratio of their ns/op is what a request pays for a key the policy
+// forgets, and "guess" the share of requests that hedged from the
+// warm-up guess rather than a learned delay.
 func BenchmarkPolicyManyKeys(b *testing.B) {
-	p, err := New(quiet)
-	if err != nil {
-		b.Fatal(err)
+	for _, n := range []int{1, 10_000} {
+		b.Run(strconv.Itoa(n)+"keys", func(b *testing.B) {
+			p, err := New(quiet)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys := keyNames(n)
+			now := time.Unix(1_700_000_000, 0)
+			roundRobin(p, keys, 1, &now)
+			b.ReportAllocs()
+			i, guessed := 0, 0
+			for b.Loop() {
+				now = now.Add(100 * time.Microsecond)
+				if request(p, keys[i%len(keys)], i, latencyOf(i), now) {
+					guessed++
+				}
+				i++
+			}
+			b.ReportMetric(float64(guessed)/float64(i), "guess")
+		})
 	}
-	keys := keyNames(10_000)
-	now := time.Unix(1_700_000_000, 0)
-	roundRobin(p, keys, 1, &now)
-	b.ReportAllocs()
-	i, guessed := 0, 0
-	for b.Loop() {
-		now = now.Add(100 * time.Microsecond)
-		if request(p, keys[i%len(keys)], i, latencyOf(i), now) {
-			guessed++
-		}
-		i++
-	}
-	b.ReportMetric(float64(guessed)/float64(i), "guess")
 }
 
-// BenchmarkKeyMemory is the heap a tracked key holds: 256 keys, each with
-// 500 answers spread from 1 ms to 1 s (its sketches' bins), measured with
 // runtime.MemStats ("B/key").
 func BenchmarkKeyMemory(b *testing.B) {
 	const n = 256
