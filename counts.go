@@ -3,7 +3,6 @@ package tailcut
 import (
 	"reflect"
 	"slices"
-	"unsafe"
 )
 
 // Counter describes one counter of [Counts] as it is published, from the
@@ -32,15 +31,6 @@ type Counter struct {
 
 	slot, slots int // the counter's place in Counts.slots
 }
-
-// countSlots is the number of int64 counters in Counts. Every field is an
-// int64 or an array of them (countersOf panics otherwise), so Counts is
-// laid out as an array of countSlots int64s: add and Combine walk it
-// without naming a field.
-const countSlots = unsafe.Sizeof(Counts{}) / 8
-
-// slots is c as its array of counters.
-func (c *Counts) slots() *[countSlots]int64 { return (*[countSlots]int64)(unsafe.Pointer(c)) }
 
 var counterList = countersOf(reflect.TypeFor[Counts]())
 

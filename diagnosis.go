@@ -3,6 +3,7 @@ package tailcut
 import (
 	"context"
 	"log/slog"
+	"unsafe"
 
 	"github.com/tailcut/tailcut/internal/key"
 )
@@ -74,7 +75,8 @@ func diagnose(rate float64) Diagnosis {
 // counts its request.
 func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
 	counts := func() key.Figures {
-		return key.Figures{Requests: ks.requests.Load(), Triggered: ks.triggered.Load(), Sent: ks.hedges.Load() + ks.denied[DryRun-1].Load()}
+		return key.Figures{Requests: ks.count(unsafe.Offsetof(Counts{}.Requests)).Load(), Triggered: ks.count(unsafe.Offsetof(Counts{}.Triggered)).Load(),
+			Sent: ks.count(unsafe.Offsetof(Counts{}.Hedges)).Load() + ks.count(unsafe.Offsetof(Counts{}.WouldHedge)).Load()}
 	}
 	if warn, w := ks.diag.Roll(&ks.diagEnd, n, counts, p.cfg.MinSamples, p.cfg.DiagnosisWindow, classifyRate); warn {
 		p.warnMasking(ks.Name(), w)

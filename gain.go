@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tailcut/tailcut/latency"
 )
@@ -347,7 +348,7 @@ func (p *Policy) rollGain(ks *keyState, count int64, now time.Time) {
 		return dist.Hedged(GainQuantile), true
 	}
 	if ks.gain.roll(&p.cfg.Gain, count, now.UnixNano(), threshold) {
-		ks.gainTrips.Add(1)
+		ks.count(unsafe.Offsetof(Counts{}.GainTrips)).Add(1)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/tailcut/tailcut/internal/key"
 	"github.com/tailcut/tailcut/internal/predict"
@@ -212,22 +213,6 @@ type Policy struct {
 	sampleBelow uint64        // a request is sampled if its hash is below; 0: no sampling
 }
 
-// counters are the per-key and per-policy statistics.
-type counters struct {
-	requests atomic.Int64
-	wins     [MaxHedgesLimit + 1]atomic.Int64
-	hedges   atomic.Int64
-	failed   atomic.Int64 // requests whose every attempt failed
-	// denied counts by Decision − 1 (Send is never a denial); DryRun's
-	// slot counts the hedges a dry run would have sent (Counts.WouldHedge).
-	denied [numDecisions - 1]atomic.Int64
-
-	triggered    atomic.Int64 // requests that asked for a hedge at least once
-	breakerTrips atomic.Int64 // times the breaker opened
-	gainTrips    atomic.Int64 // times the gain fuse opened
-	abandoned    atomic.Int64 // requests whose caller gave up before an answer (Abandon)
-}
-
 // keyState is what the policy knows of one key: the key's latency and
 // schedule in force (key.State), and what the policy adds — its counters,
 // fuses, diagnosis and feature model. The fields a request without a
@@ -248,12 +233,12 @@ type keyState struct {
 
 	// Begin reads the gain fuse's round; Hedge reads and writes the two
 	// after it, on the same line. The padding makes the breaker start
-	// the next line (byte 448 of the 704-byte allocation), so that its
+	// the next line (byte 512 of the 768-byte allocation), so that its
 	// fast path reads one line.
 	gain         gainFuse     // the gain fuse (gain.go)
 	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
-	_            [8]byte
+	_            [48]byte
 
 	breaker breaker
 	diag    key.Diagnosis
@@ -431,7 +416,7 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 		p.rollDiagnosis(ks, n)
 	}
 	ks.lastUsed.Store(n)
-	count := ks.requests.Add(1)
+	count := ks.count(unsafe.Offsetof(Counts{}.Requests)).Add(1)
 	if ks.used.Load() != 0 { // a load only, unless a caller set the last delay
 		ks.used.Store(0)
 	}
@@ -483,12 +468,12 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	ks := r.ks
 	if r.blind && p.retime(r, now) {
-		ks.denied[DenyEarly-1].Add(1)
+		ks.count(unsafe.Offsetof(Counts{}.Denied) + 8*uintptr(DenyEarly)).Add(1)
 		return DenyEarly
 	}
 	if !r.asked {
 		r.asked = true
-		ks.triggered.Add(1)
+		ks.count(unsafe.Offsetof(Counts{}.Triggered)).Add(1)
 	}
 	r.asks = min(r.asks+1, math.MaxUint8)
 	n := now.UnixNano()
@@ -541,17 +526,17 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	case Send:
 	case DryRun:
 		r.would++
-		ks.denied[DryRun-1].Add(1)
+		ks.count(unsafe.Offsetof(Counts{}.WouldHedge)).Add(1)
 		return DryRun
 	default:
-		ks.denied[d-1].Add(1)
+		ks.count(unsafe.Offsetof(Counts{}.Denied) + 8*uintptr(d)).Add(1)
 		return d
 	}
 	r.hedges++
 	if r.hedges < 8 {
 		r.inflight |= 1 << r.hedges
 	}
-	ks.hedges.Add(1)
+	ks.count(unsafe.Offsetof(Counts{}.Hedges)).Add(1)
 	return Send
 }
 
@@ -586,7 +571,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	cut := o == Canceled || o == Abandoned // ended before its answer: a lower bound
 	if !cut && !p.cfg.Breaker.Disabled {
 		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), latency, o == Completed) {
-			ks.breakerTrips.Add(1)
+			ks.count(unsafe.Offsetof(Counts{}.BreakerTrips)).Add(1)
 		}
 	}
 	if o == Failed || o == Errored {
@@ -645,10 +630,10 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 // whose answer was used, or -1 if every attempt failed.
 func (p *Policy) End(r *Request, winner int, now time.Time) {
 	if winner < 0 || winner > MaxHedgesLimit {
-		r.ks.failed.Add(1)
+		r.ks.count(unsafe.Offsetof(Counts{}.Failed)).Add(1)
 		return
 	}
-	r.ks.wins[winner].Add(1)
+	r.ks.count(unsafe.Offsetof(Counts{}.Wins) + 8*uintptr(winner)).Add(1)
 	if p.gainOn {
 		r.ks.gain.record(r.phase, now.UnixNano()-r.began, winner > 0)
 	}
@@ -660,7 +645,7 @@ func (p *Policy) End(r *Request, winner int, now time.Time) {
 // Counts.Abandoned, not in Failed. Report the attempts that ended with it
 // as [Abandoned].
 func (p *Policy) Abandon(r *Request, now time.Time) {
-	r.ks.abandoned.Add(1)
+	r.ks.count(unsafe.Offsetof(Counts{}.Abandoned)).Add(1)
 }
 
 // Pushback pauses hedging for key until the given time: the downstream

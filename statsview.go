@@ -261,15 +261,6 @@ func (c *Counts) write(b *strings.Builder) {
 	}
 }
 
-// hedgeWins is the number of requests a hedge answered.
-func (c *Counts) hedgeWins() int64 {
-	var w int64
-	for _, n := range c.Wins[1:] {
-		w += n
-	}
-	return w
-}
-
 // String summarises the key in one line: its counts, its delay and where
 // it comes from, its p99 and what hedging is predicted to make of it (when
 // lower), its

@@ -1,0 +1,147 @@
+package tailcut
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// Counts are the counters shared by the policy totals and each key.
+//
+// Each field is declared once, with what publishes it in its tags:
+// json, its key in the JSON of Counts; metric and otel, the names of the
+// Prometheus metric (package hedgeprom, after the namespace) and of the
+// OpenTelemetry instrument (package hedgeotel, after the prefix) that
+// export it; unit, what one count is; help, the metrics' help text; and
+// for an array, index, what indexes it (see [Counters]). The exporters,
+// the JSON and [Counts.Each] read the fields through these tags only.
+type Counts struct {
+	Requests int64 `json:"requests" metric:"requests_total" otel:"requests.started" unit:"request" help:"Requests begun (primaries sent)."`
+	Attempts int64 `json:"attempts" metric:"attempts_total" otel:"attempts" unit:"attempt" help:"Attempts sent: primaries plus hedges."`
+	Hedges   int64 `json:"hedges" metric:"hedges_total" otel:"hedges.sent" unit:"hedge" help:"Hedges sent."`
+	// Wins[k] counts requests answered by attempt k (0 is the primary);
+	// the metrics count those a hedge answered.
+	Wins [MaxHedgesLimit + 1]int64 `json:"wins_by_attempt" metric:"hedge_wins_total" otel:"hedge.wins" unit:"hedge" index:"attempt" help:"Requests answered by a hedge rather than the primary."`
+	// Failed counts requests whose every attempt failed.
+	Failed int64 `json:"failed" metric:"requests_failed_total" otel:"requests.failed" unit:"request" help:"Requests whose every attempt failed."`
+	// Abandoned counts requests whose caller gave up — cancelled its
+	// context, or let its deadline pass — before an answer was returned
+	// ([Policy.Abandon]). They are neither answered nor failed: a caller's
+	// choice counts in no error figure (Failed, the circuit breaker).
+	Abandoned int64 `json:"abandoned" metric:"requests_abandoned_total" otel:"requests.abandoned" unit:"request" help:"Requests whose caller gave up (cancelled, or its deadline passed) before an answer; not failures."`
+	// Denied counts hedges not sent, by cause (indexed by Decision; the
+	// Send and DryRun entries are always zero). [Counts.DeniedBy] reads
+	// it by name: c.DeniedBy(DenyBudget). The DenyEarly entry counts
+	// slots moved later while a key warms up, which may come to a hedge
+	// after all.
+	Denied [numDecisions]int64 `json:"denied" metric:"hedges_denied_total" otel:"hedges.denied" unit:"hedge" index:"decision" help:"Hedges asked for and not sent, by reason (budget, max_hedges, pushback, breaker, load, sampling, inflight; chained: the call was made while serving a hedge; early: a slot moved later while the key warms up; gain: the gain fuse is open, or the request is held out to measure it)."`
+	// Triggered counts requests that asked for a hedge at least once: still
+	// unanswered at their hedge delay, or failed. Granted or not, each
+	// counts once. It is the numerator of the diagnosis (see [Diagnosis]).
+	Triggered int64 `json:"triggered" metric:"hedge_triggers_total" otel:"hedge.triggers" unit:"hedge" help:"Requests that asked for a hedge (slower than the delay, or failed), granted or not."`
+	// WouldHedge counts hedges that would have been sent had Config.DryRun
+	// not been set.
+	WouldHedge int64 `json:"would_hedge" metric:"dry_run_hedges_total" otel:"dry_run.hedges" unit:"hedge" help:"Hedges that would have been sent in a dry run."`
+	// BreakerTrips counts how many times the circuit breaker opened.
+	BreakerTrips int64 `json:"breaker_trips" metric:"breaker_trips_total" otel:"breaker.trips" unit:"trip" help:"Times the circuit breaker on hedges opened."`
+	// GainTrips counts how many times the gain fuse opened: two measured
+	// pairs of rounds in a row in which the hedged requests spent more
+	// time in the tail than those held out (see [GainConfig]).
+	GainTrips int64 `json:"gain_trips" metric:"gain_trips_total" otel:"gain.trips" unit:"trip" help:"Times the gain fuse opened: hedged requests were measured slower in the tail than requests held out unhedged."`
+}
+
+// TriggerRate is triggered ÷ requests: the share of requests that needed a
+// hedge, whether one was sent or not.
+func (c Counts) TriggerRate() float64 { return ratio(c.Triggered, c.Requests) }
+
+// WouldHedgeRate is would-hedges ÷ requests: in a dry run, the hedge rate
+// that hedging would have had.
+func (c Counts) WouldHedgeRate() float64 { return ratio(c.WouldHedge, c.Requests) }
+
+// HedgeRate is hedges ÷ requests: with MaxHedges 1, the fraction of
+// requests that were hedged (a request with two hedges counts twice).
+func (c Counts) HedgeRate() float64 { return ratio(c.Hedges, c.Requests) }
+
+// ExtraLoad is the load hedging added: attempts ÷ requests − 1.
+func (c Counts) ExtraLoad() float64 { return ratio(c.Attempts-c.Requests, c.Requests) }
+
+// HedgeWinRate is the fraction of hedges that won their request.
+func (c Counts) HedgeWinRate() float64 { return ratio(c.hedgeWins(), c.Hedges) }
+
+// Denials returns the total number of hedges denied, whatever the cause:
+// every entry of Denied but DenyEarly's, which counts slots moved later,
+// not hedges refused.
+func (c Counts) Denials() int64 {
+	var n int64
+	for _, d := range c.Denied {
+		n += d
+	}
+	return n - c.Denied[DenyEarly]
+}
+
+// DeniedBy returns the number of hedges denied for reason d ([DenyBudget],
+// [DenyMaxHedges], [DenyPushback], [DenyBreaker], [DenyLoad],
+// [DenySampling], [DenyInflight], [DenyEarly]; d.String() is its metric
+// label). It is zero for [Send], [DryRun] and any value out of range, so
+// a loop over every Decision below NumDecisions lists each denial once.
+func (c Counts) DeniedBy(d Decision) int64 {
+	if int(d) >= len(c.Denied) {
+		return 0
+	}
+	return c.Denied[d]
+}
+
+// hedgeWins is the number of requests a hedge answered.
+func (c *Counts) hedgeWins() int64 {
+	var w int64
+	for _, n := range c.Wins[1:] {
+		w += n
+	}
+	return w
+}
+
+// countSlots is the number of int64 counters in Counts. Every field is an
+// int64 or an array of them (countersOf panics otherwise), so Counts is
+// laid out as an array of countSlots int64s: add and Combine walk it
+// without naming a field.
+const countSlots = unsafe.Sizeof(Counts{}) / 8
+
+// slots is c as its array of counters.
+func (c *Counts) slots() *[countSlots]int64 { return (*[countSlots]int64)(unsafe.Pointer(c)) }
+
+// add adds o's counts to c.
+func (c *Counts) add(o *Counts) {
+	a, b := c.slots(), o.slots()
+	for i := range a {
+		a[i] += b[i]
+	}
+}
+
+// counters are a key's Counts as atomics, slot for slot (Counts.slots):
+// an increment names its field, ks.count(unsafe.Offsetof(Counts{}.F)),
+// so that a counter is declared once, in Counts, with its tags. The slots
+// of Attempts (Requests + Hedges) and of Denied[Send] stay zero.
+type counters [countSlots]atomic.Int64
+
+// count returns the counter of the Counts field at offset off:
+// unsafe.Offsetof(Counts{}.F), plus 8 × i for entry i of an array.
+func (c *counters) count(off uintptr) *atomic.Int64 { return &c[off/8] }
+
+// add adds o's counts to c.
+func (c *counters) add(o *counters) {
+	for i := range c {
+		if v := o[i].Load(); v != 0 {
+			c[i].Add(v)
+		}
+	}
+}
+
+// load returns c's counts, each read atomically.
+func (c *counters) load() Counts {
+	var s Counts
+	slots := s.slots()
+	for i := range c {
+		slots[i] = c[i].Load()
+	}
+	s.Attempts = s.Requests + s.Hedges // every attempt is a primary or a hedge
+	return s
+}
