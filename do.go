@@ -201,7 +201,7 @@ type result[T any] struct {
 type waiter struct {
 	ready chan int      // attempt indexes; buffered for every attempt: sends never block
 	final chan struct{} // the coordinator's outcome is ready (buffered)
-	tick  *time.Timer   // the next hedge slot, for the loop
+	tick  *time.Timer   // the next hedge slot, for the loop; nil until first set (setTick)
 
 	// The first hedge of an InlinePrimary call is timed by timer, which
 	// is armed lazily: a call that ends before its first hedge is due
@@ -236,9 +236,21 @@ func newWaiter(fire func()) *waiter {
 	w := &waiter{ready: make(chan int, MaxHedgesLimit+1), final: make(chan struct{}, 1), fire: fire}
 	w.timer = time.AfterFunc(time.Hour, w.onTimer)
 	w.timer.Stop()
-	w.tick = time.NewTimer(time.Hour)
-	w.tick.Stop()
 	return w
+}
+
+// setTick sets the hedge-slot timer to fire in d and returns its channel.
+// The timer is made on first use: a call whose primary answers, or whose
+// one hedge goes, before a later slot is due never needs it, and a waiter
+// per call in flight is what a call holds in memory
+// (BenchmarkInflightMemory in bench).
+func (w *waiter) setTick(d time.Duration) <-chan time.Time {
+	if w.tick == nil {
+		w.tick = time.NewTimer(d)
+	} else {
+		w.tick.Reset(d)
+	}
+	return w.tick.C
 }
 
 // arm publishes a new call, begun at start, whose first hedge is due delay
@@ -564,8 +576,7 @@ func (st *state[T]) gaveUp(v T, err error, end time.Time, cancel context.CancelF
 func (st *state[T]) spawned() (T, error) {
 	st.launched, st.running, st.nextTick = 0, 0, 1
 	st.launch(st.start, SentPrimary)
-	st.w.tick.Reset(st.at(1))
-	st.tickC = st.w.tick.C
+	st.tickC = st.w.setTick(st.at(1))
 	return st.finish(st.loop())
 }
 
@@ -665,7 +676,9 @@ func (st *state[T]) fire() {
 // returns the waiter when nothing can touch it any more, and returns the
 // outcome.
 func (st *state[T]) finish(v T, err error) (T, error) {
-	st.w.tick.Stop()
+	if st.w.tick != nil {
+		st.w.tick.Stop()
+	}
 	if st.running == 0 {
 		// Every attempt has delivered and let go of st (close took the
 		// lock after their last touch), and no timer can fire: reuse it.
@@ -740,8 +753,7 @@ func (st *state[T]) arm() {
 		st.tickC = nil
 		return
 	}
-	st.w.tick.Reset(time.Until(st.start.Add(st.at(st.nextTick))))
-	st.tickC = st.w.tick.C
+	st.tickC = st.w.setTick(time.Until(st.start.Add(st.at(st.nextTick))))
 }
 
 // drop discards failed result i and ends its context.
@@ -903,14 +915,27 @@ func (h *Hedger[T]) hand(v T, release context.CancelFunc) T {
 	return v
 }
 
-// run executes one attempt and hands its result back, or discards it if the
-// call has already returned.
+// run executes one attempt and hands its result back (deliver).
+//
+// It is the bottom frame of every attempt's goroutine but an inline
+// primary, under the frames of fn: what it holds while fn runs is part of
+// the stack each attempt in flight holds, which starts at 2 KiB and is
+// copied to twice that once the frames outgrow it. So the result is handed
+// back by a function of its own (BenchmarkInflightMemory in bench).
 func (c *call[T]) run(ctx context.Context, a Attempt, fn func(context.Context, Attempt) (T, error)) {
 	v, err := fn(ctx, a)
+	c.deliver(a.Index, v, err)
+}
+
+// deliver hands attempt i's result (v, err) back, or discards it if the
+// call has already returned.
+//
+//go:noinline
+func (c *call[T]) deliver(i int, v T, err error) {
 	c.mu.Lock()
 	if !c.done {
-		c.results[a.Index] = result[T]{v: v, err: err, end: time.Now()}
-		c.w.ready <- a.Index
+		c.results[i] = result[T]{v: v, err: err, end: time.Now()}
+		c.w.ready <- i
 		c.mu.Unlock()
 		return
 	}

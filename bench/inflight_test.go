@@ -126,6 +126,13 @@ const inflightRequests = 2000
 // goroutine is counted in every library's. Each iteration is one such
 // round; run it with -benchtime Nx and compare the libraries interleaved
 // (-count).
+//
+// The stack figure depends on the size new goroutines start with, which
+// the runtime adapts to the average stack in use at the last collection
+// (GODEBUG adaptivestackstart, on by default): between rounds, and between
+// libraries, it may be 2 or 4 KiB. Run it with
+// GODEBUG=adaptivestackstart=0 for figures that compare: every goroutine
+// starts at 2 KiB and holds what its frames need, in powers of two.
 func BenchmarkInflightMemory(b *testing.B) {
 	for _, lib := range inflightLibraries {
 		b.Run(lib.name, func(b *testing.B) {
@@ -169,6 +176,11 @@ func inflightRound(b *testing.B, wrap func(*testing.B, http.RoundTripper) http.R
 
 	settle(b, base, goroutines)
 	var before, after runtime.MemStats
+	// Two collections empty the sync.Pools (the first moves their objects
+	// to a victim cache, the second drops it): a request in flight holds
+	// what it takes from a pool as much as what it allocates, and a round
+	// must not find last round's objects there, counted before it began.
+	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	var wg sync.WaitGroup

@@ -386,6 +386,9 @@ func (rt *roundTrip) hedge(ctx context.Context, key string) (*http.Response, err
 		f := t.features(rt.req)
 		return t.h.DoWith(ctx, key, &f, rt.call)
 	}
+	if t.eps == nil && t.tos == nil && t.cfg.tied == nil {
+		return t.h.Do(ctx, key, rt.plainCall())
+	}
 	return t.h.Do(ctx, key, rt.call)
 }
 
@@ -560,13 +563,66 @@ func (rt *roundTrip) call(ctx context.Context, a tailcut.Attempt) (*http.Respons
 	return rt.judge(resp, a, start, now)
 }
 
+// plainCall returns call for a Transport without endpoints, quantile
+// timeouts or tied requests: the same attempt, sent with no clock read
+// and no bookkeeping around it, in a function of its own. An attempt's
+// goroutine starts on a small stack (2 KiB), and what it holds while its
+// request is in flight is the frames of this function, send and the base
+// transport: call's frame, sized for what it does for the options, and a
+// method value's wrapper frame would take the stack past 2 KiB, a copy
+// to 4 KiB per hedge in flight (BenchmarkInflightMemory in bench).
+func (rt *roundTrip) plainCall() func(context.Context, tailcut.Attempt) (*http.Response, error) {
+	if rt.t.cfg.loserGrace > 0 || rt.t.cfg.firstByte {
+		return func(ctx context.Context, a tailcut.Attempt) (*http.Response, error) {
+			r, err := rt.request(ctx, a.Index)
+			if err != nil {
+				return nil, err
+			}
+			resp, err := rt.send(ctx, r, a)
+			if err != nil {
+				return nil, err
+			}
+			return rt.judge(resp, a, time.Time{}, time.Time{})
+		}
+	}
+	// send without its options, inline, and request's choice too.
+	return func(ctx context.Context, a tailcut.Attempt) (*http.Response, error) {
+		var r *http.Request
+		if a.Index == 0 {
+			r = rt.primaryRequest(ctx)
+		} else {
+			var err error
+			if r, err = rt.hedgeRequest(ctx, a.Index); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := rt.t.baseFor(a.Index).RoundTrip(r)
+		if err != nil {
+			if resp, err = rt.resend(ctx, r, a.Index, err); err != nil {
+				return nil, err
+			}
+		}
+		rt.wrap(resp, a.Index)
+		return rt.judgePlain(resp, &a)
+	}
+}
+
 // request returns the request of attempt k: for the primary, a shallow
 // copy of the caller's request kept in rt, with its own context and header
-// and the buffered body; for a hedge, hedgeRequest's copy.
+// and the buffered body (primaryRequest); for a hedge, hedgeRequest's copy.
 func (rt *roundTrip) request(ctx context.Context, k int) (*http.Request, error) {
 	if k > 0 {
 		return rt.hedgeRequest(ctx, k)
 	}
+	return rt.primaryRequest(ctx), nil
+}
+
+// primaryRequest returns the primary's request: see request. It is not
+// inlined: its copy of the caller's request is a frame of its own, not a
+// part of every attempt's frame.
+//
+//go:noinline
+func (rt *roundTrip) primaryRequest(ctx context.Context) *http.Request {
 	// WithContext is inlined and its copy does not escape: the copy
 	// costs no allocation.
 	rt.req0 = *rt.req.WithContext(ctx)
@@ -578,9 +634,9 @@ func (rt *roundTrip) request(ctx context.Context, k int) (*http.Request, error) 
 		r.Body, r.GetBody = rt.newBody()
 	}
 	if rt.once {
-		return onceOnly(r), nil
+		return onceOnly(r)
 	}
-	return r, nil
+	return r
 }
 
 // useEndpoint points r at the endpoint picked for the attempt, one the
@@ -604,21 +660,11 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, a tailcut.Attemp
 		r, cancelReq = rt.graceful(ctx, r, a.Delay)
 	}
 	resp, err := t.baseFor(k).RoundTrip(r)
-	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && !rt.once {
-		// net/http can, rarely, fail a request with another attempt's
-		// cancellation on a connection that was just reused (DESIGN.md,
-		// Semantics; seen here about once in 400 requests at 90 %
-		// hedging). This attempt was not cancelled: send it once more.
-		if r2, ok := rt.again(r); ok {
-			resp, err = t.baseFor(k).RoundTrip(r2)
-		}
+	if err != nil {
+		resp, err = rt.resend(ctx, r, k, err)
 	}
 	if err == nil {
-		b := &rt.body0
-		if k > 0 {
-			b = new(body)
-		}
-		wrapBody(resp, b)
+		b := rt.wrap(resp, k)
 		if cancelReq != nil {
 			// The request's context ends with its body (read or
 			// closed: the winner's by the caller, a loser's by discard),
@@ -636,6 +682,35 @@ func (rt *roundTrip) send(ctx context.Context, r *http.Request, a tailcut.Attemp
 		}
 	}
 	return resp, err
+}
+
+// resend sends attempt k's request r once more when it failed with err,
+// a cancellation, while its context ctx is alive: net/http can, rarely,
+// fail a request with another attempt's cancellation on a connection that
+// was just reused (DESIGN.md, Semantics; seen here about once in 400
+// requests at 90 % hedging). It returns the second try's result, or
+// (nil, err) when there is none.
+//
+//go:noinline
+func (rt *roundTrip) resend(ctx context.Context, r *http.Request, k int, err error) (*http.Response, error) {
+	if !errors.Is(err, context.Canceled) || ctx.Err() != nil || rt.once {
+		return nil, err
+	}
+	if r2, ok := rt.again(r); ok {
+		return rt.t.baseFor(k).RoundTrip(r2)
+	}
+	return nil, err
+}
+
+// wrap wraps the body of attempt k's response (see wrapBody) and returns
+// the wrapper: the primary's lives in rt, a hedge's is its own.
+func (rt *roundTrip) wrap(resp *http.Response, k int) *body {
+	b := &rt.body0
+	if k > 0 {
+		b = new(body)
+	}
+	wrapBody(resp, b)
+	return b
 }
 
 // graceful returns hedge request r, whose attempt context is actx, under a
@@ -714,6 +789,15 @@ func (rt *roundTrip) judge(resp *http.Response, a tailcut.Attempt, start, now ti
 	return resp, nil
 }
 
+// judgePlain is judge for an attempt whose clock was not read, called by
+// plainCall's function: its arguments take less of that frame, which an
+// attempt's goroutine holds while its request is in flight.
+//
+//go:noinline
+func (rt *roundTrip) judgePlain(resp *http.Response, a *tailcut.Attempt) (*http.Response, error) {
+	return rt.judge(resp, *a, time.Time{}, time.Time{})
+}
+
 // errReturned is the error of a hedge whose goroutine started after
 // RoundTrip had returned: the call is decided, and its result is dropped.
 var errReturned = errors.New("hedgehttp: the request was answered before this hedge started")
@@ -733,14 +817,17 @@ func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, er
 	if rt.done {
 		return nil, errReturned
 	}
-	r := rt.req.WithContext(ctx)
-	u := *rt.req.URL
-	r.URL = &u
-	r.Header = rt.req.Header.Clone()
-	if r.Header == nil {
-		r.Header = make(http.Header, 1)
-	}
-	r.Header[AttemptHeader] = attemptValues[min(k, len(attemptValues)-1)]
+	r := copyRequest(ctx, rt.req)
+	// A deep copy of the caller's header, as http.Header.Clone makes it,
+	// with Hedge-Attempt set: one map, made with room for Hedge-Attempt,
+	// and one slice for all the values. The deepest call on the hedge's
+	// goroutine, still on its small first stack, is the map's first entry,
+	// which allocates its storage: it is made in a frame of its own
+	// (attemptHeader) before the frame that iterates over the caller's
+	// header (fillHeader) is on the stack.
+	h := rt.req.Header
+	r.Header = attemptHeader(len(h)+1, k)
+	fillHeader(r.Header, h, valueCount(h))
 	switch {
 	case rt.buffered:
 		r.Body, r.GetBody = rt.newBody()
@@ -859,6 +946,60 @@ func withAttempt(h http.Header, k int) http.Header {
 	}
 	h2[AttemptHeader] = attemptValues[min(k, len(attemptValues)-1)]
 	return h2
+}
+
+// attemptHeader returns a new header with room for n entries and the
+// Hedge-Attempt header set to k.
+//
+//go:noinline
+func attemptHeader(n, k int) http.Header {
+	h := make(http.Header, n)
+	h[AttemptHeader] = attemptValues[min(k, len(attemptValues)-1)]
+	return h
+}
+
+// fillHeader copies into h2 the entries of h but Hedge-Attempt, their n
+// values copied too.
+//
+//go:noinline
+func fillHeader(h2, h http.Header, n int) {
+	values := make([]string, n)
+	for name, vv := range h {
+		switch {
+		case name == AttemptHeader:
+			// The caller's own value would be a lie.
+		case vv == nil:
+			h2[name] = nil // as Clone keeps it
+		default:
+			n := copy(values, vv)
+			h2[name] = values[:n:n]
+			values = values[n:]
+		}
+	}
+}
+
+// valueCount returns the number of values in h.
+//
+//go:noinline
+func valueCount(h http.Header) int {
+	n := 0
+	for _, vv := range h {
+		n += len(vv)
+	}
+	return n
+}
+
+// copyRequest returns a shallow copy of r with context ctx and a copy of
+// its URL. It is a function of its own, not inlined, so that the copy it
+// makes on its way is not a part of its caller's frame (see
+// cloneWithAttempt).
+//
+//go:noinline
+func copyRequest(ctx context.Context, r *http.Request) *http.Request {
+	r2 := r.WithContext(ctx)
+	u := *r.URL
+	r2.URL = &u
+	return r2
 }
 
 // classify sorts an attempt's outcome for the Hedger: answers are final (a
