@@ -38,18 +38,26 @@ func TestHedgeWinsOverAPrimaryThatIgnoresCancellation(t *testing.T) {
 	tests := []struct {
 		name     string
 		opts     []Option
+		honours  int // 1: the base says it honours cancellation, -1: it says not; 0: silent
 		wantTook time.Duration
 	}{
-		{"by the base's type", nil, 13 * ms},
-		{"WithInlinePrimary(false)", []Option{WithInlinePrimary(false)}, 13 * ms},
-		{"WithInlinePrimary(true)", []Option{WithInlinePrimary(true)}, 300 * ms},
+		{"by the base's type", nil, 0, 13 * ms},
+		{"WithInlinePrimary(false)", []Option{WithInlinePrimary(false)}, 0, 13 * ms},
+		{"WithInlinePrimary(true)", []Option{WithInlinePrimary(true)}, 0, 300 * ms},
+		{"a base that says it does not honour cancellation", nil, -1, 13 * ms},
+		// Trusted: the caller waits for the primary, as inline.
+		{"a base that says it honours cancellation", nil, 1, 300 * ms},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := &fakeRT{headers: func(k int) time.Duration { return 3 * ms }}
 				base := &ignoresCancel{next: f, hold: 300 * ms, returned: make(chan struct{})}
-				tr := NewTransport(base, fixedPolicy(t, 10*ms), tt.opts...)
+				var rt http.RoundTripper = base
+				if tt.honours != 0 {
+					rt = honours{base, tt.honours > 0}
+				}
+				tr := NewTransport(rt, fixedPolicy(t, 10*ms), tt.opts...)
 				t0 := time.Now()
 				resp, err := fakeGet(t, tr, t.Context())
 				if err != nil {
@@ -94,6 +102,11 @@ func TestInlinePrimaryByBase(t *testing.T) {
 		{"a Transport forced inline over a custom RoundTripper", NewTransport(custom, nil, WithInlinePrimary(true)), nil, false},
 		{"a custom RoundTripper, WithInlinePrimary(true)", custom, []Option{WithInlinePrimary(true)}, true},
 		{"*http.Transport, WithInlinePrimary(false)", &http.Transport{}, []Option{WithInlinePrimary(false)}, false},
+		{"a CancelHonourer that honours", honours{custom, true}, nil, true},
+		{"a CancelHonourer that does not", honours{&http.Transport{}, false}, nil, false},
+		{"a CancelHonourer that asks its base, an *http.Transport", forwards{&http.Transport{}}, nil, true},
+		{"a CancelHonourer that asks its base, a custom RoundTripper", forwards{custom}, nil, false},
+		{"a CancelHonourer that honours, WithInlinePrimary(false)", honours{custom, true}, []Option{WithInlinePrimary(false)}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,3 +116,17 @@ func TestInlinePrimaryByBase(t *testing.T) {
 		})
 	}
 }
+
+// honours is a middleware over a RoundTripper that says whether it honours
+// cancellation, whatever its base does.
+type honours struct {
+	http.RoundTripper
+	ok bool
+}
+
+func (h honours) HonoursCancellation() bool { return h.ok }
+
+// forwards is a middleware that honours cancellation when its base does.
+type forwards struct{ http.RoundTripper }
+
+func (f forwards) HonoursCancellation() bool { return HonoursCancellation(f.RoundTripper) }

@@ -138,12 +138,16 @@ var _ http.RoundTripper = (*Transport)(nil)
 // goroutine hand-off per request, when base is known to return from
 // RoundTrip promptly once the request's context is cancelled: an
 // [*http.Transport] (http.DefaultTransport is one), golang.org/x/net/http2's
-// Transport, or a Transport of this package over such a base. Over any
-// other base (a middleware, a custom RoundTripper) it runs on a goroutine of
-// its own, so that a hedge that wins reaches the caller at once even if the
-// primary's base ignores the cancellation. [WithInlinePrimary] overrides
-// the choice, for instance for a wrapper that calls an http.Transport and
-// does nothing slow itself.
+// Transport, a Transport of this package over such a base, or a
+// [CancelHonourer] that says it does (a middleware of yours can say so
+// for what it wraps). Over any other base (a middleware, a custom
+// RoundTripper) it runs on a goroutine of its own, so that a hedge that
+// wins reaches the caller at once even if the primary's base ignores the
+// cancellation; that costs a goroutine hand-off per request
+// (BenchmarkOverhead: hedgehttp-primary-goroutine against hedgehttp and
+// hedgehttp-wrapped-honours). [WithInlinePrimary] overrides the choice,
+// for instance for a wrapper of another package (otelhttp's Transport)
+// that calls an http.Transport and does nothing slow itself.
 //
 // An invalid option does not panic: [Transport.Err] reports it, and every
 // request sent through the transport fails with that error. [New] returns
@@ -235,12 +239,36 @@ var sharedBase = sync.OnceValue(func() *http.Transport {
 	return tr
 })
 
+// CancelHonourer is implemented by a RoundTripper that can tell whether it
+// returns from RoundTrip promptly once the request's context is cancelled:
+// a middleware (a retry layer, a tracer, a rate limiter) that does nothing
+// slow itself, or gives up its waits when the context ends, and calls a
+// base transport that honours cancellation. Over a base whose
+// HonoursCancellation reports true, a [Transport] runs the primary attempt
+// on the caller's goroutine, as over an [*http.Transport] (see
+// NewTransport); a wrapper can forward the question to what it wraps:
+//
+//	func (m *myRetry) HonoursCancellation() bool {
+//		return hedgehttp.HonoursCancellation(m.next)
+//	}
+type CancelHonourer interface {
+	HonoursCancellation() bool
+}
+
+// HonoursCancellation reports whether rt is known to return from RoundTrip
+// promptly once the request's context is cancelled: an [*http.Transport],
+// golang.org/x/net/http2's Transport, a [Transport] of this package that
+// runs its own primary on a goroutine or over such a base, or a
+// [CancelHonourer] that says so. A [Transport] over such a base runs the
+// primary attempt inline (see NewTransport).
+func HonoursCancellation(rt http.RoundTripper) bool { return returnsWhenCancelled(rt) }
+
 // returnsWhenCancelled reports whether base is known to return from
 // RoundTrip as soon as the request's context is cancelled, so that the
 // primary may run on the caller's goroutine: net/http's Transport,
 // golang.org/x/net/http2's (recognised by its type, which is not imported
-// here), and a Transport of this package that runs its own primary on a
-// goroutine or over such a base.
+// here), a Transport of this package that runs its own primary on a
+// goroutine or over such a base, and a CancelHonourer that says so.
 func returnsWhenCancelled(base http.RoundTripper) bool {
 	switch b := base.(type) {
 	case nil:
@@ -249,6 +277,8 @@ func returnsWhenCancelled(base http.RoundTripper) bool {
 		return true
 	case *Transport:
 		return !b.h.InlinePrimary || returnsWhenCancelled(b.base)
+	case CancelHonourer:
+		return b.HonoursCancellation()
 	}
 	t := reflect.TypeOf(base)
 	return t.Kind() == reflect.Pointer && t.Elem().Name() == "Transport" && t.Elem().PkgPath() == "golang.org/x/net/http2"

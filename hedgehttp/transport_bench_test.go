@@ -27,6 +27,22 @@ func (instantRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	}, nil
 }
 
+// wrapperRT is a middleware over next that the Transport knows nothing
+// of: over it the primary runs on a goroutine of its own.
+type wrapperRT struct{ next http.RoundTripper }
+
+func (w wrapperRT) RoundTrip(r *http.Request) (*http.Response, error) { return w.next.RoundTrip(r) }
+
+// honouringRT is a middleware over next that declares it honours
+// cancellation (CancelHonourer): over it the primary runs inline. Its
+// next here is a wrapperRT over instantRT, which answers at once, and
+// says so.
+type honouringRT struct{ next http.RoundTripper }
+
+func (h honouringRT) RoundTrip(r *http.Request) (*http.Response, error) { return h.next.RoundTrip(r) }
+
+func (h honouringRT) HonoursCancellation() bool { return true }
+
 // benchRoundTrips sends b.N GETs through rt and reads each body.
 func benchRoundTrips(b *testing.B, rt http.RoundTripper, url string) {
 	b.Helper()
@@ -58,7 +74,9 @@ func benchPolicyTransport(b *testing.B, base http.RoundTripper, opts ...Option) 
 // two is what hedgehttp adds per request (ns/op, allocs/op). The primary
 // runs inline, as over an *http.Transport, except in
 // hedgehttp-primary-goroutine: the cost over a base not known to return
-// when cancelled.
+// when cancelled (a middleware); hedgehttp-wrapped-honours is the same
+// middleware under one that declares it honours cancellation
+// (CancelHonourer), whose primary runs inline again.
 func BenchmarkOverhead(b *testing.B) {
 	inline := WithInlinePrimary(true) // instantRT returns at once
 	b.Run("plain", func(b *testing.B) { benchRoundTrips(b, instantRT{}, "http://mem.test/x") })
@@ -66,7 +84,10 @@ func BenchmarkOverhead(b *testing.B) {
 		benchRoundTrips(b, benchPolicyTransport(b, instantRT{}, inline), "http://mem.test/x")
 	})
 	b.Run("hedgehttp-primary-goroutine", func(b *testing.B) {
-		benchRoundTrips(b, benchPolicyTransport(b, instantRT{}), "http://mem.test/x")
+		benchRoundTrips(b, benchPolicyTransport(b, wrapperRT{instantRT{}}), "http://mem.test/x")
+	})
+	b.Run("hedgehttp-wrapped-honours", func(b *testing.B) {
+		benchRoundTrips(b, benchPolicyTransport(b, honouringRT{wrapperRT{instantRT{}}}), "http://mem.test/x")
 	})
 	b.Run("hedgehttp-firstbyte", func(b *testing.B) {
 		benchRoundTrips(b, benchPolicyTransport(b, instantRT{}, inline, WithFirstByte()), "http://mem.test/x")
