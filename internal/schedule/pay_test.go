@@ -1,7 +1,9 @@
 package schedule
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,6 +46,51 @@ func TestNoHedgeThatCannotPay(t *testing.T) {
 	} {
 		if ch := params(b, 2).Choose(learn(t, gen, 20_000), 0.99); ch.HedgeRate < 0.04 {
 			t.Errorf("%s: hedge rate %.4f at %v, want hedges where they pay", name, ch.HedgeRate, ch.Delay)
+		}
+	}
+}
+
+// allPairsSaving is savingGrid.saving as it reads: every pair of points.
+func allPairsSaving(g *savingGrid, d time.Duration) time.Duration {
+	a := d.Seconds()
+	var out, saved float64
+	for i, x := range g.x {
+		if x <= a {
+			continue
+		}
+		var e float64
+		for j, y := range g.x {
+			if v := x - a - y; v > 0 {
+				e += g.m[j] * v
+			}
+		}
+		out += g.m[i]
+		saved += g.m[i] * e
+	}
+	if out <= 0 {
+		return 0
+	}
+	return time.Duration(saved / out * 1e9)
+}
+
+// saving skips, over a sorted grid, only terms that are zero: it returns
+// what every pair gives, to the nanosecond, on grids of random points
+// (ties included) at delays below, among and above them.
+func TestSavingSkipsOnlyZeroTerms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		var g savingGrid
+		for i := range g.x {
+			g.x[i] = math.Round(rng.ExpFloat64()*20) / 1000 // ms steps: ties
+			g.m[i] = rng.Float64() / savingPoints
+		}
+		slices.Sort(g.x[:])
+		g.sorted = true
+		for range 10 {
+			d := time.Duration(rng.Float64() * 1.2 * g.x[savingPoints-1] * 1e9)
+			if got, want := g.saving(d), allPairsSaving(&g, d); got != want {
+				t.Fatalf("saving(%v) = %v, every pair gives %v", d, got, want)
+			}
 		}
 	}
 }
