@@ -15,7 +15,10 @@ const youngRequests = 300
 // double, at 16 to 256 of them, on the requests that trigger it) against
 // the same number once it has seen 20,000 ("steady": re-planned every
 // 256 observations, and on window rotations). The requests come 1 ms
-// apart, within one window.
+// apart, within one window. young's figure settles only over thousands of
+// iterations (-benchtime 3000x; steady's setup is 20,000 requests an
+// iteration, and 100x will do): over a hundred it is up to twice as high,
+// and as variable.
 func BenchmarkYoungKey(b *testing.B) {
 	run := func(b *testing.B, warm int) {
 		var elapsed time.Duration

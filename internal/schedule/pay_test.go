@@ -94,3 +94,38 @@ func TestSavingSkipsOnlyZeroTerms(t *testing.T) {
 		}
 	}
 }
+
+// surelyPays is a lower bound: where it says a hedge pays, saving says so
+// too, on random grids at delays below, among and above their points; and
+// it says so on some of them, or pays would always compute saving.
+func TestSurelyPaysOnlyWhereSavingPays(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	sure := 0
+	for range 2000 {
+		var g savingGrid
+		scale := math.Pow(10, -5+3*rng.Float64()) // 10 µs to 10 ms
+		for i := range g.x {
+			g.x[i] = rng.ExpFloat64() * scale
+			g.m[i] = 1.0 / savingPoints
+		}
+		slices.Sort(g.x[:])
+		g.sorted = true
+		for i, x := range g.x {
+			g.mass += g.m[i]
+			g.moment += g.m[i] * x
+		}
+		for range 10 {
+			d := time.Duration(rng.Float64() * g.x[savingPoints-1] * 1e9)
+			if !g.surelyPays(d) {
+				continue
+			}
+			sure++
+			if s := g.saving(d); s < HedgeCost {
+				t.Fatalf("surelyPays(%v) with saving %v < HedgeCost", d, s)
+			}
+		}
+	}
+	if sure == 0 {
+		t.Fatal("surelyPays never said a hedge pays")
+	}
+}
