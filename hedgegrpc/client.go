@@ -198,6 +198,7 @@ type client struct {
 	firstMsg    bool                    // WithFirstMessage
 	observer    tailcut.AttemptObserver // WithObserver; nil: none
 	log         *slog.Logger            // WithLogger; nil: slog.Default()
+	tied        *tailcut.Tied           // WithTied (tied.go); nil: none
 
 	// slots caches the target slot of each ClientConn's target seen (up
 	// to ccCacheLimit of them, nslots counting), where the resolver's

@@ -14,7 +14,8 @@ import (
 // [BalancerName] balancer added when the config names no load-balancing
 // policy (so that hedges go to other backends than their originals), and
 // the unary and stream interceptors of this package with
-// [WithServiceConfig] and opts. A config that names another policy keeps
+// [WithServiceConfig] and opts, and [StartSignal] when opts hold
+// [WithTied]. A config that names another policy keeps
 // it; the interceptors then warn once if hedges can only reach their
 // original's backend (see [WithLogger]).
 //
@@ -38,11 +39,15 @@ func DialOptions(p *tailcut.Policy, serviceConfig string, opts ...Option) ([]grp
 		p = defaultPolicy(sc)
 	}
 	opts = append(opts[:len(opts):len(opts)], WithServiceConfig(sc))
-	return []grpc.DialOption{
+	dopts := []grpc.DialOption{
 		grpc.WithDefaultServiceConfig(js),
 		grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(p, opts...)),
 		grpc.WithChainStreamInterceptor(StreamClientInterceptor(p, opts...)),
-	}, nil
+	}
+	if newClient(p, opts).tied != nil {
+		dopts = append(dopts, StartSignal())
+	}
+	return dopts, nil
 }
 
 // withBalancer returns the service config js with the [BalancerName]

@@ -70,6 +70,13 @@ type hcall struct {
 	stream *hstream
 
 	picks picks // the endpoints the attempts went to, for the balancer (withPick)
+
+	// tie is the call's tied-request record under WithTied (tied.go):
+	// learn is set then, tied when the call is sent tied; seen has bit k
+	// set once attempt k reported its start.
+	tie         tailcut.Tie
+	learn, tied bool
+	seen        uint8
 }
 
 // hedged runs one call as a hedged request.
@@ -87,10 +94,14 @@ func (c *client) hedged(ctx context.Context, method string, req any, reply proto
 	start := time.Now()
 	h.mu.Lock()
 	h.beginLocked(req, start)
+	tied := h.beginTieLocked(start)
 	actx := h.launchLocked(start, tailcut.SentPrimary)
-	if h.delay == 0 {
+	switch {
+	case tied:
+		h.startTiedLocked(start)
+	case h.delay == 0:
 		h.tryHedgeLocked(start, tailcut.SentAfterDelay) // hedgingDelay "0s": every attempt now
-	} else {
+	default:
 		h.armLocked(start, h.delay)
 	}
 	h.mu.Unlock()
@@ -166,6 +177,12 @@ func (h *hcall) launchLocked(now time.Time, r tailcut.SendReason) context.Contex
 	k := h.launched
 	actx, cancel := context.WithCancel(h.startedLocked(k, r, now))
 	actx = attemptContext(actx, k)
+	if h.c.tied != nil {
+		actx = metadata.AppendToOutgoingContext(actx, TiedKey, "1")
+		if h.stream == nil {
+			actx = context.WithValue(actx, attemptKey{}, &tiedAttempt{h: h, k: k})
+		}
+	}
 	actx = withPick(actx, &h.picks, k, h.stream != nil) // BalancerName sends it elsewhere than the others
 	h.slots[k].cancel, h.slots[k].start, h.slots[k].running = cancel, now, true
 	h.launched++
@@ -248,8 +265,8 @@ func (h *hcall) event(res *result) {
 }
 
 func (h *hcall) eventLocked(res *result) {
-	if h.decided {
-		return // a loser finishing after the call was decided
+	if h.decided || !h.slots[res.index].running {
+		return // a loser finishing after the call was decided, or a tied twin dropped
 	}
 	now := time.Now()
 	pb, hasPB := res.pushback, res.hasPushback
@@ -267,6 +284,7 @@ func (h *hcall) eventLocked(res *result) {
 		// The winner: an OK or a fatal status.
 		p.Observe(&h.r, res.index, res.end.Sub(s.start), outcome, res.end)
 		h.endedLocked(res.index, outcome, res.end, true, res.err)
+		h.answeredLocked(res.index, now)
 		if h.th != nil {
 			switch {
 			case res.err == nil:
@@ -289,6 +307,9 @@ func (h *hcall) eventLocked(res *result) {
 	if h.failure == nil || res.index == 0 {
 		h.failure = res // the original's error, or else the first one
 	}
+	if h.tied {
+		h.tie.Failed(res.index)
+	}
 	switch {
 	case hasPB && pb < 0:
 		h.stopped = true // A6: no further hedged requests for this call
@@ -300,6 +321,8 @@ func (h *hcall) eventLocked(res *result) {
 			h.armLocked(now, pb)
 			return
 		}
+	case h.tied:
+		h.twinLocked(now, tailcut.SentAfterError) // the twin retries a failure at once
 	default:
 		h.tryHedgeLocked(now, tailcut.SentAfterError)
 	}
@@ -432,7 +455,11 @@ func (h *hcall) onTimer() {
 	if h.failure != nil && h.running == 0 {
 		r = tailcut.SentAfterError // after a pushback: nothing was outstanding
 	}
-	h.tryHedgeLocked(now, r)
+	if h.tied {
+		h.twinLocked(now, r)
+	} else {
+		h.tryHedgeLocked(now, r)
+	}
 	if h.running == 0 {
 		// Every attempt failed and no hedge is granted now: the failure
 		// goes back to the caller.

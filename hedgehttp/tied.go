@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/internal/admit"
 )
 
 // StartedHeader is the header of the informational response that tells a
@@ -72,13 +73,7 @@ type AdmissionOptions struct {
 type Admission struct {
 	next http.Handler
 	opts AdmissionOptions
-	slot chan struct{} // nil without Limit
-
-	started, left, waiting, running atomic.Int64
-	busy                            atomic.Int64 // ns
-
-	onWait  func() // tests: a request is queued
-	onLeave func() // tests: a request left the queue
+	q    *admit.Queue
 }
 
 // NewAdmission returns an Admission serving requests with next under
@@ -92,59 +87,24 @@ func NewAdmission(next http.Handler, opts AdmissionOptions) (*Admission, error) 
 	case opts.NoSignal && opts.SignalAll:
 		return nil, errors.New("hedgehttp: AdmissionOptions.NoSignal and SignalAll are exclusive")
 	}
-	a := &Admission{next: next, opts: opts}
-	if opts.Limit > 0 {
-		a.slot = make(chan struct{}, opts.Limit)
-	}
-	return a, nil
+	return &Admission{next: next, opts: opts, q: admit.New(opts.Limit)}, nil
 }
 
 // ServeHTTP queues r for a slot, signals its start and serves it with
 // the next handler, unless its client cancels it first.
 func (a *Admission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	if a.slot != nil {
-		a.waiting.Add(1)
-		if a.onWait != nil {
-			a.onWait()
-		}
-		got := false
-		select {
-		case a.slot <- struct{}{}: // blocked senders are served in arrival order
-			got = true
-		case <-ctx.Done():
-		}
-		a.waiting.Add(-1)
-		if got {
-			defer func() { <-a.slot }()
-		}
-		if ctx.Err() != nil {
-			// Cancelled while queued, or just as its turn came: its
-			// client is gone, and nobody reads an answer.
-			a.leave(r)
-			return
-		}
+	if !a.q.Enter(r.Context()) {
+		return // its client is gone, and nobody reads an answer
 	}
+	defer a.q.Release()
 	if a.signals(r) {
 		h := w.Header()
 		h[StartedHeader] = startedValue
 		w.WriteHeader(http.StatusEarlyHints)
 		delete(h, StartedHeader) // Go's server keeps the header map for the final answer
 	}
-	a.started.Add(1)
-	a.running.Add(1)
-	start := time.Now()
+	defer a.q.Run()()
 	a.next.ServeHTTP(w, r)
-	a.busy.Add(int64(time.Since(start)))
-	a.running.Add(-1)
-}
-
-// leave counts a request that left the queue without running.
-func (a *Admission) leave(r *http.Request) {
-	a.left.Add(1)
-	if a.onLeave != nil {
-		a.onLeave()
-	}
 }
 
 // signals reports whether r gets the start signal.
@@ -155,28 +115,16 @@ func (a *Admission) signals(r *http.Request) bool {
 	return a.opts.SignalAll || len(r.Header[AttemptHeader]) > 0
 }
 
-// AdmissionStats are an [Admission]'s counters, from [Admission.Stats].
-type AdmissionStats struct {
-	// Started counts the requests that the next handler began to execute.
-	Started int64
-	// Left counts the requests cancelled by their client while queued:
-	// never executed.
-	Left int64
-	// Waiting and Running are the requests queued and executing now.
-	Waiting, Running int64
-	// Busy is the total time the next handler spent on the requests that
-	// returned: the work executed.
-	Busy time.Duration
-}
+// AdmissionStats are an [Admission]'s counters, from [Admission.Stats]:
+// the requests the next handler began to execute (Started), those
+// cancelled by their client while queued, never executed (Left), those
+// queued and executing now (Waiting, Running), and the total time the
+// next handler spent on the requests that returned, the work executed
+// (Busy).
+type AdmissionStats = admit.Stats
 
 // Stats returns a snapshot of the counters, each read atomically.
-func (a *Admission) Stats() AdmissionStats {
-	return AdmissionStats{
-		Started: a.started.Load(), Left: a.left.Load(),
-		Waiting: a.waiting.Load(), Running: a.running.Load(),
-		Busy: time.Duration(a.busy.Load()),
-	}
-}
+func (a *Admission) Stats() AdmissionStats { return a.q.Stats() }
 
 // WithTied sends tied requests (see tailcut.Tied) to the keys whose
 // servers signal an attempt's start (an [Admission] in front of them, or

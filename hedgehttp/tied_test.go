@@ -58,8 +58,8 @@ func startQueued(t *testing.T, h2 bool, opts AdmissionOptions, waitLeave bool) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm.onWait = func() { q.queued <- struct{}{} }
-	adm.onLeave = func() { q.left <- struct{}{} }
+	adm.q.OnWait = func() { q.queued <- struct{}{} }
+	adm.q.OnLeave = func() { q.left <- struct{}{} }
 	q.adm = adm
 	srv, base := startServer(t, h2, adm)
 	q.url, q.base = srv.URL, base
