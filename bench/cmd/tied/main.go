@@ -87,19 +87,20 @@ func (s *spread) RoundTrip(r *http.Request) (*http.Response, error) {
 // requests.
 const workHeader = "X-Work"
 
+// strategy is how the client sends: hedged or not, tied or not (with its
+// twin's delay).
 type strategy struct {
-	name string
-	opts func() ([]hedgehttp.Option, bool) // options, and whether to hedge at all
+	name        string
+	hedge, tied bool
+	delay       time.Duration
 }
 
 func strategies(delay time.Duration) []strategy {
 	return []strategy{
-		{"none", func() ([]hedgehttp.Option, bool) { return nil, false }},
-		{"hedge", func() ([]hedgehttp.Option, bool) { return nil, true }},
-		{"tied", func() ([]hedgehttp.Option, bool) { return []hedgehttp.Option{hedgehttp.WithTied(0)}, true }},
-		{"tied:" + delay.String(), func() ([]hedgehttp.Option, bool) {
-			return []hedgehttp.Option{hedgehttp.WithTied(delay)}, true
-		}},
+		{name: "none"},
+		{name: "hedge", hedge: true},
+		{name: "tied", hedge: true, tied: true},
+		{name: "tied:" + delay.String(), hedge: true, tied: true, delay: delay},
 	}
 }
 
@@ -120,7 +121,7 @@ func main() {
 		requests = flag.Int("requests", 4000, "requests per run")
 		reps     = flag.Int("reps", 3, "repetitions; the order of strategies rotates")
 		wl       = flag.String("workload", "mixed", "mixed or heavy")
-		protos   = flag.String("protos", "h1,h2", "h1, h2 or both")
+		protos   = flag.String("protos", "h1,h2", "comma-separated: h1 and h2 (hedgehttp), grpc (hedgegrpc)")
 		delay    = flag.Duration("delay", time.Millisecond, "the delayed tied strategy's twin delay")
 		seed     = flag.Uint64("seed", 1, "seed of arrivals and service times")
 		p2c      = flag.Bool("p2c", false, "spread attempts with hedgehttp.WithEndpoints (power of two choices) instead of at random")
@@ -141,7 +142,13 @@ func main() {
 		for rep := range *reps {
 			for j := range sts {
 				i := (j + rep) % len(sts)
-				r, err := run(sts[i], w, h2, *p2c, *replicas, *workers, rate, *requests, *seed+uint64(rep))
+				var r result
+				var err error
+				if proto == "grpc" {
+					r, err = runGRPC(sts[i], w, *replicas, *workers, rate, *requests, *seed+uint64(rep))
+				} else {
+					r, err = run(sts[i], w, h2, *p2c, *replicas, *workers, rate, *requests, *seed+uint64(rep))
+				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "tied:", err)
 					os.Exit(1)
@@ -156,8 +163,9 @@ func main() {
 // replicaSet is a run's servers: each an Admission in front of a handler
 // that works for the duration its request asks.
 type replicaSet struct {
-	adms  []*hedgehttp.Admission
-	works []*atomic.Int64 // ns of work executed: each run's, up to its end or cancellation
+	stats []func() hedgehttp.AdmissionStats // hedgegrpc's Admission has the same
+	stops []func()                          // the gRPC servers' and conns' closers
+	works []*atomic.Int64                   // ns of work executed: each run's, up to its end or cancellation
 	urls  []string
 	srvs  []*httptest.Server
 	base  *http.Transport
@@ -200,7 +208,7 @@ func startReplicas(n, workers int, h2 bool) (*replicaSet, error) {
 				rs.base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // every replica has its own test certificate
 			}
 		}
-		rs.adms, rs.works = append(rs.adms, adm), append(rs.works, done)
+		rs.stats, rs.works = append(rs.stats, adm.Stats), append(rs.works, done)
 		rs.urls, rs.srvs = append(rs.urls, srv.URL), append(rs.srvs, srv)
 	}
 	return rs, nil
@@ -214,19 +222,22 @@ func (rs *replicaSet) close() {
 	for _, s := range rs.srvs {
 		s.Close()
 	}
+	for _, stop := range rs.stops {
+		stop()
+	}
 }
 
 // settle waits for cancelled attempts to leave the queues and runs to end,
 // then returns the attempts that reached a server, the runs started and the
 // work executed.
 func (rs *replicaSet) settle(name string) (attempts, runs int64, busy time.Duration) {
-	for i, a := range rs.adms {
+	for i, stats := range rs.stats {
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if s := a.Stats(); s.Waiting == 0 && s.Running == 0 {
+			if s := stats(); s.Waiting == 0 && s.Running == 0 {
 				break
 			}
 		}
-		s := a.Stats()
+		s := stats()
 		if os.Getenv("TIED_DEBUG") != "" {
 			fmt.Fprintf(os.Stderr, "%s replica: %+v\n", name, s)
 		}
@@ -244,7 +255,10 @@ func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate floa
 		return result{}, err
 	}
 	defer rs.close()
-	opts, hedge := st.opts()
+	var opts []hedgehttp.Option
+	if st.tied {
+		opts = append(opts, hedgehttp.WithTied(st.delay))
+	}
 	var rt http.RoundTripper = &spread{base: rs.base, urls: rs.urls}
 	if p2c {
 		rt = rs.base
@@ -258,27 +272,16 @@ func run(st strategy, w workload, h2, p2c bool, replicas, workers int, rate floa
 	if err != nil {
 		return result{}, err
 	}
-	lat, errs, total := drive(&http.Client{Transport: tr}, hedge, w, replicas, rate, n, seed)
+	lat, errs, total := drive(httpCall(&http.Client{Transport: tr}), st.hedge, w, replicas, rate, n, seed)
 	attempts, runs, busy := rs.settle(st.name)
-	var r result
-	for _, e := range errs {
-		if e {
-			r.errors++
-		}
-	}
-	slices.Sort(lat)
-	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(math.Ceil(f*float64(len(lat))))-1)] }
-	r.p50, r.p99, r.p999 = q(0.5), q(0.99), q(0.999)
-	r.attempts = float64(attempts) / float64(n)
-	r.runs = float64(runs) / float64(n)
-	r.work = busy.Seconds() / total.Seconds()
-	return r, nil
+	return summarize(lat, errs, total, attempts, runs, busy), nil
 }
 
-// drive sends n requests with Poisson arrivals at rate, each asking for work
-// drawn from w and naming a random first replica, and returns their
-// latencies, which failed, and the work they asked for in all.
-func drive(client *http.Client, hedge bool, w workload, replicas int, rate float64, n int, seed uint64) ([]time.Duration, []bool, time.Duration) {
+// drive sends n requests with Poisson arrivals at rate through call, each
+// asking for work drawn from w and naming a random first replica, and
+// returns their latencies, which failed, and the work they asked for in
+// all.
+func drive(call func(hedge bool, work time.Duration, first int) error, hedge bool, w workload, replicas int, rate float64, n int, seed uint64) ([]time.Duration, []bool, time.Duration) {
 	arrivals := rand.New(rand.NewPCG(seed, 1<<32))
 	draws := rand.New(rand.NewPCG(seed, 2<<32))
 	replicaPick := rand.New(rand.NewPCG(seed, 3<<32))
@@ -293,27 +296,52 @@ func drive(client *http.Client, hedge bool, w workload, replicas int, rate float
 		first := replicaPick.IntN(replicas)
 		total += work
 		time.Sleep(time.Until(next))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := context.Background()
-			if !hedge {
-				ctx = tailcut.WithoutHedging(ctx)
-			}
+		wg.Go(func() {
 			start := time.Now()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://replicas/", nil)
-			req.Header.Set(workHeader, work.String())
-			req.Header.Set(replicaHeader, strconv.Itoa(first))
-			resp, err := client.Do(req)
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
+			err := call(hedge, work, first)
 			lat[i], errs[i] = time.Since(start), err != nil
-		}()
+		})
 	}
 	wg.Wait()
 	return lat, errs, total
+}
+
+// httpCall returns the call of one request through client.
+func httpCall(client *http.Client) func(hedge bool, work time.Duration, first int) error {
+	return func(hedge bool, work time.Duration, first int) error {
+		ctx := context.Background()
+		if !hedge {
+			ctx = tailcut.WithoutHedging(ctx)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://replicas/", nil)
+		req.Header.Set(workHeader, work.String())
+		req.Header.Set(replicaHeader, strconv.Itoa(first))
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+}
+
+// summarize returns the figures of a run of n requests: their latencies,
+// which failed, the work they asked for, and what the servers saw.
+func summarize(lat []time.Duration, errs []bool, total time.Duration, attempts, runs int64, busy time.Duration) result {
+	n := len(lat)
+	var r result
+	for _, e := range errs {
+		if e {
+			r.errors++
+		}
+	}
+	slices.Sort(lat)
+	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(math.Ceil(f*float64(len(lat))))-1)] }
+	r.p50, r.p99, r.p999 = q(0.5), q(0.99), q(0.999)
+	r.attempts = float64(attempts) / float64(n)
+	r.runs = float64(runs) / float64(n)
+	r.work = busy.Seconds() / total.Seconds()
+	return r
 }
 
 // report prints the medians (and ranges) over the repetitions.
