@@ -122,4 +122,23 @@
 // and grpc-previous-rpc-attempts metadata) in unary calls and streams,
 // counts them, and under overload sheds hedges first, with
 // RESOURCE_EXHAUSTED and a pushback trailer.
+//
+// # Tied requests
+//
+// Hedging duplicates work: a hedge of a heavy query runs it twice. Where
+// servers queue calls for a bounded pool of workers, tied requests (see
+// tailcut.Tied) hedge the queue and never the work. The server half is
+// [Admission]: interceptors that bound the calls executing at once behind
+// a FIFO queue and, as a call leaves the queue, send its response headers
+// at once with "tailcut-started: 1" ([StartedKey]); a call whose client
+// cancels it while it waits leaves without running. The client half is
+// [WithTied] with the [StartSignal] stats handler ([DialOptions] adds
+// it): each unary call's twin goes at once or after a short delay, the
+// first attempt whose headers carry the signal cancels its sibling still
+// queued, and the budget pays only for work done twice. Each half works
+// alone: a tied client facing a server that sends no signal hedges as
+// without WithTied, and an Admission signals only the calls of tied
+// clients (they carry [TiedKey]), so other clients see no change.
+// `go run ./cmd/tied -protos grpc` in the bench module measures none,
+// hedge and tied over loopback gRPC servers.
 package hedgegrpc
