@@ -2,7 +2,8 @@
 // loopback: replicas with a bounded worker pool and a FIFO queue
 // (hedgehttp.Admission), an open-loop Poisson client through
 // hedgehttp.Transport spreading attempts over the replicas, over HTTP/1.1
-// and HTTP/2. It reports, per strategy, the latency percentiles, the
+// and HTTP/2, and with -protos grpc the same through hedgegrpc's
+// interceptor against gRPC servers with hedgegrpc.Admission. It reports, per strategy, the latency percentiles, the
 // attempts that reached a server, the runs the servers started and the
 // work they executed (each run up to its end or cancellation), as medians
 // over interleaved repetitions. See the README for the figures.
