@@ -278,3 +278,24 @@ func TestLoopbackAdmissionPlainClients(t *testing.T) {
 		}
 	}
 }
+
+func TestLoopbackStartSignalReachesHedger(t *testing.T) {
+	// A tailcut.Hedger with Tied around a plain client: StartSignal
+	// reports the Admission's signal to tailcut.AttemptStarted too.
+	a := startAdmitted(t, AdmissionOptions{Limit: 1, SignalAll: true})
+	c := dial(t, a.addr, StartSignal())
+	td, _ := tailcut.NewTied(0)
+	h := tailcut.Hedger[string]{Policy: mustPolicy(t, tailcut.Config{Logger: slog.New(slog.DiscardHandler)}), Tied: td}
+	call := func(ctx context.Context, _ tailcut.Attempt) (string, error) {
+		resp, err := c.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: quickCall})
+		return resp.GetUsername(), err
+	}
+	for i := range 2 {
+		if v, err := h.Do(t.Context(), "query", call); err != nil || v != "served" {
+			t.Fatalf("call %d: %q, %v", i, v, err)
+		}
+	}
+	if s := td.Stats(); s.Requests != 1 || s.Started < 1 {
+		t.Errorf("tied %+v, want the second call tied (the first taught the key), its start seen", s)
+	}
+}
