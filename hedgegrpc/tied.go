@@ -22,8 +22,10 @@ import (
 // cancellations and duplicated work.
 //
 // The start signal reaches the interceptor through the [StartSignal]
-// stats handler, which the ClientConn needs ([DialOptions] adds it when
-// given WithTied): without it no key is ever tied. Every attempt of a
+// stats handler, which the ClientConn needs: [DialOptions] adds it when
+// given WithTied; with the interceptors alone (or hedgegrpcotel's
+// DialOptions) add it to the ClientConn's options. Without it no key is
+// ever tied, and calls are hedged as without WithTied. Every attempt of a
 // call or stream carries [TiedKey], which asks an [Admission] for the
 // signal. A stream is not tied: it is hedged as without WithTied, and
 // since it commits to the first attempt that receives response headers
