@@ -119,7 +119,8 @@ func (c *Counts) add(o *Counts) {
 // counters are a key's Counts as atomics, slot for slot (Counts.slots):
 // an increment names its field, ks.count(unsafe.Offsetof(Counts{}.F)),
 // so that a counter is declared once, in Counts, with its tags. The slots
-// of Attempts (Requests + Hedges) and of Denied[Send] stay zero.
+// of Attempts (Requests + Hedges) and of Denied[Send] and Denied[DryRun]
+// (a dry run counts WouldHedge) stay zero.
 type counters [countSlots]atomic.Int64
 
 // count returns the counter of the Counts field at offset off:
