@@ -29,13 +29,14 @@ type queuedServer struct {
 	free    sync.Once     // closes release
 	queued  chan struct{} // one per request that queues
 	left    chan struct{} // one per request that left the queue
+	worked  chan struct{} // one per run of /work, once answered
 }
 
 func startQueued(t *testing.T, h2 bool, opts AdmissionOptions, waitLeave bool) *queuedServer {
 	t.Helper()
 	q := &queuedServer{
 		blocked: make(chan struct{}, 1), release: make(chan struct{}),
-		queued: make(chan struct{}, 8), left: make(chan struct{}, 8),
+		queued: make(chan struct{}, 8), left: make(chan struct{}, 8), worked: make(chan struct{}, 8),
 	}
 	app := http.NewServeMux()
 	app.HandleFunc("/fast", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fast") })
@@ -52,6 +53,7 @@ func startQueued(t *testing.T, h2 bool, opts AdmissionOptions, waitLeave bool) *
 			}
 		}
 		io.WriteString(w, "work")
+		q.worked <- struct{}{}
 	})
 	opts.Limit = 1
 	adm, err := NewAdmission(app, opts)
@@ -166,7 +168,7 @@ func TestTiedLoopbackSilentServer(t *testing.T) {
 			if code, body := q.tiedWork(t, tr, 2); code != 200 || body != "work" {
 				t.Fatalf("GET /work = %d %q", code, body)
 			}
-			if st := q.settled(t, 4); st.Started+st.Left != 4 {
+			if st := q.settled(t); st.Started+st.Left != 4 {
 				t.Errorf("admission stats = %+v, want both attempts at the server", st)
 			}
 			if ts := tr.Tied().Stats(); ts.Requests != 0 {
@@ -193,7 +195,7 @@ func TestTiedLoopbackPlainClient(t *testing.T) {
 			if code, body := q.tiedWork(t, tr, 2); code != 200 || body != "work" {
 				t.Fatalf("GET /work = %d %q", code, body)
 			}
-			if st := q.settled(t, 4); st.Started+st.Left != 4 || st.Started < 3 {
+			if st := q.settled(t); st.Started+st.Left != 4 || st.Started < 3 {
 				t.Errorf("admission stats = %+v, want both attempts at the server", st)
 			}
 			if c := p.Stats().Counts; c.Hedges != 1 || tr.Tied() != nil {
@@ -203,17 +205,19 @@ func TestTiedLoopbackPlainClient(t *testing.T) {
 	}
 }
 
-// settled waits until n requests have started or left q's queue and none
-// waits or runs, and returns the Admission's stats: a losing attempt may
-// still be on its way through the server when its request has its answer.
-func (q *queuedServer) settled(t *testing.T, n int64) AdmissionStats {
+// settled waits for the loser of a hedged /work, after its winner ran:
+// it either runs too or leaves the queue; it returns the Admission's stats
+// then.
+func (q *queuedServer) settled(t *testing.T) AdmissionStats {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		st := q.adm.Stats()
-		if st.Started+st.Left >= n && st.Waiting == 0 && st.Running == 0 || time.Now().After(deadline) {
-			return st
-		}
+	wait(t, q.worked, "the winner's run")
+	select {
+	case <-q.worked:
+	case <-q.left:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waited 10s for the loser to run or leave")
 	}
+	return q.adm.Stats()
 }
 
 // The signal goes only to requests with Hedge-Attempt (or to all with
