@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,5 +64,43 @@ func TestTiedOneQueue(t *testing.T) {
 	}
 	if rs[0].Work != rs[1].Work || rs[0].P99 != rs[1].P99 {
 		t.Errorf("tied on one queue: work %v p99 %v; none: work %v p99 %v; want the same", rs[1].Work, rs[1].P99, rs[0].Work, rs[0].P99)
+	}
+}
+
+// On the lock scenario the tail is one attempt's own work: the bar tied
+// requests are held to (0.8 × adaptive hedging's p99 cut within 1.02 ×
+// the work) is out of reach of every hedge, the oracle's included, and
+// the experiment says so.
+func TestTiedLockBarOutOfReach(t *testing.T) {
+	sc, err := Lookup("lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Scenario: sc, Seed: 1, Requests: sc.Defaults.Requests, RTT: tiedRTT}
+	rs, err := runAll(cfg, "none,adaptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, ad := rs[0], rs[1]
+	want := 0.8 * cut(none.P99, ad.P99)
+	if want <= 0.1 {
+		t.Fatalf("adaptive hedging cut the lock's p99 by %.2f, want a clear cut to hold tied requests to", want/0.8)
+	}
+	rows, ok, err := tiedFrontier(cfg, none, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok {
+		t.Errorf("a hedge of the sweep met the bar on lock: %v", rows)
+	}
+	if len(rows) != 1+len(tiedQuantiles) {
+		t.Errorf("%d rows, want the oracle's and one per quantile: %v", len(rows), rows)
+	}
+	o, err := expTied(Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Holds || len(o.Tables) != 2 || !strings.Contains(o.Verdict, "(lock)") {
+		t.Errorf("experiment: holds %v, %d tables, verdict %q; want lock named out of reach", o.Holds, len(o.Tables), o.Verdict)
 	}
 }
