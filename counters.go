@@ -41,6 +41,15 @@ type Counts struct {
 	// WouldHedge counts hedges that would have been sent had Config.DryRun
 	// not been set.
 	WouldHedge int64 `json:"would_hedge" metric:"dry_run_hedges_total" otel:"dry_run.hedges" unit:"hedge" help:"Hedges that would have been sent in a dry run."`
+	// Chained counts requests begun chain-stopped ([Policy.BeginChained]):
+	// made while serving a request that arrived as a hedge, sent once,
+	// each paying one token of the budget instead of depositing.
+	Chained int64 `json:"chained" metric:"requests_chained_total" otel:"requests.chained" unit:"request" help:"Requests made while serving a hedge (chain stop): sent once, each paying a token of the hedge budget."`
+	// ChainOwed counts the requests begun chain-stopped that found no
+	// token in the budget: the policy owes it, and the next tokens its
+	// own hedges are granted pay the debt instead (those hedges are
+	// denied as budget).
+	ChainOwed int64 `json:"chain_owed" metric:"requests_chain_owed_total" otel:"requests.chain_owed" unit:"request" help:"Requests made while serving a hedge that found the hedge budget empty: the token is owed, paid by the next hedges' tokens."`
 	// BreakerTrips counts how many times the circuit breaker opened.
 	BreakerTrips int64 `json:"breaker_trips" metric:"breaker_trips_total" otel:"breaker.trips" unit:"trip" help:"Times the circuit breaker on hedges opened."`
 	// GainTrips counts how many times the gain fuse opened: two measured

@@ -126,6 +126,8 @@ func TestCounterNames(t *testing.T) {
 		"Denied":       {"denied", "hedges_denied_total", "hedges.denied"},
 		"Triggered":    {"triggered", "hedge_triggers_total", "hedge.triggers"},
 		"WouldHedge":   {"would_hedge", "dry_run_hedges_total", "dry_run.hedges"},
+		"Chained":      {"chained", "requests_chained_total", "requests.chained"},
+		"ChainOwed":    {"chain_owed", "requests_chain_owed_total", "requests.chain_owed"},
 		"BreakerTrips": {"breaker_trips", "breaker_trips_total", "breaker.trips"},
 	}
 	have := map[string][3]string{}

@@ -488,7 +488,7 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 	start := time.Now()
 	st := h.getState(p, ctx, fn)
 	st.key, st.start, st.delay = key, start, opts.delay
-	st.req = p.beginOpts(key, f, opts.feat, start)
+	st.req = p.beginCtx(key, f, opts, start)
 	if opts.delay > 0 {
 		st.req.UseDelay(opts.delay) // the key's stats report the delay in use
 	}

@@ -209,6 +209,7 @@ type Policy struct {
 
 	gainOn      bool          // the gain fuse is on: Enabled, not a dry run
 	inflight    atomic.Int64  // hedges granted and not yet observed
+	chainDebt   atomic.Int64  // tokens owed by requests begun chain-stopped (chainpay.go)
 	sampleSeq   atomic.Uint64 // sequence for requests sampled without an ID
 	sampleBelow uint64        // a request is sampled if its hash is below; 0: no sampling
 }
@@ -238,7 +239,7 @@ type keyState struct {
 	gain         gainFuse     // the gain fuse (gain.go)
 	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
-	_            [48]byte
+	_            [32]byte
 
 	breaker breaker
 	diag    key.Diagnosis
@@ -410,6 +411,11 @@ func (r *Request) Key() string {
 // record, which carries the hedge delay to use. Begin pays the request's
 // deposit into the budget.
 func (p *Policy) Begin(key string, now time.Time) Request {
+	return p.begin(key, now, false)
+}
+
+// begin is [Policy.Begin], or [Policy.BeginChained] when chained.
+func (p *Policy) begin(key string, now time.Time, chained bool) Request {
 	ks, tracked := p.keyOf(key, now, true)
 	n := now.UnixNano()
 	if n >= ks.diagEnd.Load() {
@@ -420,9 +426,13 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 	if ks.used.Load() != 0 { // a load only, unless a caller set the last delay
 		ks.used.Store(0)
 	}
-	p.cfg.Budget.Deposit(now)
+	if chained {
+		p.payChained(ks, now) // chainpay.go
+	} else {
+		p.cfg.Budget.Deposit(now)
+	}
 	d := p.delayOf(ks, now)
-	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1}
+	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1, chained: chained}
 	if p.gainOn {
 		r.began, r.phase = n, p.gainPhase(ks, count, now)
 	}
@@ -460,7 +470,9 @@ func (p *Policy) Begin(key string, now time.Time) Request {
 // (one token beyond the hedge's own and a tenth of the burst; see
 // BucketStats.Low),
 // pushback, breaker, sampling, load signal, in-flight cap, budget. The
-// budget comes last because asking it is paying. Before them all, the
+// budget comes last because asking it is paying; a token it grants while
+// the policy owes one to a request begun chain-stopped pays that debt,
+// and the hedge is denied as [DenyBudget] ([Policy.BeginChained]). Before them all, the
 // first hedge of a request begun before its key's first answer may be
 // re-timed ([DenyEarly], Config.WarmupDelay): nothing is counted but the
 // slot moved. A request marked with [Request.StopChain] is denied before
@@ -511,7 +523,7 @@ func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 		d = DenyLoad
 	case !p.cfg.DryRun && !p.takeInflight():
 		d = DenyInflight
-	case !p.cfg.Budget.Withdraw(now):
+	case !p.cfg.Budget.Withdraw(now) || p.repay():
 		d = DenyBudget
 		if !p.cfg.DryRun {
 			p.inflight.Add(-1)

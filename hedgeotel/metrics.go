@@ -40,7 +40,8 @@ type MetricsOptions struct {
 //	tailcut.hedges.denied
 //	(by tailcut.reason), tailcut.hedge.wins, tailcut.hedge.triggers,
 //	tailcut.dry_run.hedges, tailcut.requests.failed,
-//	tailcut.requests.abandoned, tailcut.breaker.trips,
+//	tailcut.requests.abandoned, tailcut.requests.chained,
+//	tailcut.requests.chain_owed, tailcut.breaker.trips,
 //	tailcut.gain.trips (counters, per
 //	tailcut.key); tailcut.hedge.delay (s), tailcut.extra_load,
 //	tailcut.hedge.trigger_window, tailcut.diagnosis (by tailcut.status),

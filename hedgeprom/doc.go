@@ -14,7 +14,9 @@
 // tailcut_hedge_wins_total, tailcut_hedge_triggers_total,
 // tailcut_requests_failed_total, tailcut_requests_abandoned_total (callers
 // that gave up; not failures), tailcut_dry_run_hedges_total,
-// tailcut_breaker_trips_total, tailcut_gain_trips_total (the gain fuse's
+// tailcut_requests_chained_total and tailcut_requests_chain_owed_total
+// (calls made while serving a hedge, and those that found the budget
+// empty: tailcut.Policy.BeginChained), tailcut_breaker_trips_total, tailcut_gain_trips_total (the gain fuse's
 // openings; its denials are hedges_denied_total{reason="gain"}),
 // tailcut_breaker_state{state},
 // tailcut_hedge_delay_seconds, tailcut_extra_load_ratio,
