@@ -2,10 +2,13 @@ package hedgegrpc
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
 	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -48,8 +51,9 @@ func TestLoopbackChainStop(t *testing.T) {
 			if sent != 2 || resp.Username != "hedge" || chained != 0 {
 				t.Errorf("NoChainStop: a hedge's call sent %d attempts (answer %q), %d chained denials; want 2, the hedge's, 0", sent, resp.Username, chained)
 			}
-		} else if sent != 1 || resp.Username != "original" || chained != 1 {
-			t.Errorf("chain stop: a hedge's call sent %d attempts (answer %q), %d chained denials; want 1, the original's, 1", sent, resp.Username, chained)
+		} else if begun := p.Stats().Chained; sent != 1 || resp.Username != "original" || chained != 1 || begun != 1 {
+			t.Errorf("chain stop: a hedge's call sent %d attempts (answer %q), %d chained denials, %d calls begun chain-stopped; want 1, the original's, 1, 1",
+				sent, resp.Username, chained, begun)
 		}
 
 		before = len(back.calls())
@@ -59,6 +63,73 @@ func TestLoopbackChainStop(t *testing.T) {
 		if sent := len(back.calls()) - before; sent != 2 {
 			t.Errorf("NoChainStop %v: a primary's call sent %d attempts, want 2", noChainStop, sent)
 		}
+	}
+}
+
+// On a two-hop gRPC chain where the budget bounds the hedges (every
+// attempt at the back is slow, so both hops ask to hedge every call),
+// chain stop keeps the attempts reaching the back within one budget:
+// (1 + ratio) × calls, plus the front's burst twice (its bucket starts
+// full, and it may owe a burst when the run ends). Without chain stop
+// they are about (1 + ratio)² × calls.
+func TestLoopbackChainStopOneBudget(t *testing.T) {
+	const (
+		calls, workers = 300, 8
+		ratio, burst   = 0.2, 4
+	)
+	policy := func() *tailcut.Policy {
+		b, err := budget.NewRatio(ratio, burst, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustPolicy(t, tailcut.Config{Budget: b, MaxHedges: 1})
+	}
+	reached := map[bool]int{}
+	for _, noChainStop := range []bool{false, true} {
+		back := newTestService(func(ctx context.Context, _ int, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+			if err := stall(ctx, 50*time.Millisecond); err != nil {
+				return nil, err
+			}
+			return ok("back")
+		})
+		backAddr, backSrv := serveServer(t, back)
+		pFront, pClient := policy(), policy()
+		backC := hedgingClient(t, backAddr, pFront, hedgeAfter("0.01s"))
+		front := newTestService(func(ctx context.Context, _ int, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+			return backC.UnaryCall(ctx, req)
+		})
+		srv := &Server{NoChainStop: noChainStop}
+		frontAddr, frontSrv := serveServer(t, front, grpc.UnaryInterceptor(srv.UnaryServerInterceptor()))
+		c := hedgingClient(t, frontAddr, pClient, hedgeAfter("0.01s"))
+		var (
+			wg   sync.WaitGroup
+			next atomic.Int64
+		)
+		for range workers {
+			wg.Go(func() {
+				for next.Add(1) <= calls {
+					if _, err := c.UnaryCall(t.Context(), &testpb.SimpleRequest{}); err != nil {
+						t.Errorf("NoChainStop %v: %v", noChainStop, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// The losers' calls may still be in the servers, or on their way.
+		frontSrv.GracefulStop()
+		backSrv.GracefulStop()
+		reached[noChainStop] = len(back.calls())
+		cf := pFront.Stats().Counts
+		t.Logf("NoChainStop %v: %d calls, client hedges %d, front hedges %d, front calls begun chain-stopped %d (%d owed), back attempts %d (%.3f per call)",
+			noChainStop, calls, pClient.Stats().Hedges, cf.Hedges, cf.Chained, cf.ChainOwed, reached[noChainStop], float64(reached[noChainStop])/calls)
+	}
+	bound := (1+ratio)*calls + 2*burst
+	if float64(reached[false]) > bound {
+		t.Errorf("chain stop: %d attempts reached the back, want ≤ (1 + %v) × %d + 2 × %v = %v", reached[false], ratio, calls, burst, bound)
+	}
+	if float64(reached[true]) <= bound {
+		t.Errorf("no chain stop: %d attempts reached the back, want more than %v: the test does not tell chain stop from none", reached[true], bound)
 	}
 }
 

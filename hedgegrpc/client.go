@@ -132,22 +132,21 @@ func DefaultFeatures(fullMethod string, req any) tailcut.Features {
 }
 
 // begin begins a call to method at start under c's policy, with its
-// features when the policy is predictive.
+// features when the policy is predictive; a call made while serving a
+// hedge (tailcut.WithChainStop) is begun chain-stopped, paying for
+// itself from the budget (tailcut.Policy.BeginChained).
 func (c *client) begin(ctx context.Context, key, method string, req any, start time.Time) tailcut.Request {
-	var r tailcut.Request
-	if c.features == nil {
-		r = c.p.Begin(key, start)
-	} else {
-		f := c.features(method, req)
-		if g, ok := tailcut.FeaturesFrom(ctx); ok {
-			f = f.Join(g)
-		}
-		r = c.p.BeginWith(key, &f, start)
+	switch {
+	case tailcut.ChainStopped(ctx):
+		return c.p.BeginChained(key, start)
+	case c.features == nil:
+		return c.p.Begin(key, start)
 	}
-	if tailcut.ChainStopped(ctx) {
-		r.StopChain() // made while serving a hedge: tailcut.WithChainStop
+	f := c.features(method, req)
+	if g, ok := tailcut.FeaturesFrom(ctx); ok {
+		f = f.Join(g)
 	}
-	return r
+	return c.p.BeginWith(key, &f, start)
 }
 
 // WithKey sets how a call's policy key is derived from its full method

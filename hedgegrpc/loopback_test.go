@@ -95,6 +95,14 @@ func ok(name string) (*testpb.SimpleResponse, error) {
 // serve starts svc on 127.0.0.1 and returns its address.
 func serve(t testing.TB, svc testpb.TestServiceServer, opts ...grpc.ServerOption) string {
 	t.Helper()
+	addr, _ := serveServer(t, svc, opts...)
+	return addr
+}
+
+// serveServer is serve, returning the server as well: a test that
+// stops it gracefully (GracefulStop) waits for the calls it took.
+func serveServer(t testing.TB, svc testpb.TestServiceServer, opts ...grpc.ServerOption) (string, *grpc.Server) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +118,7 @@ func serve(t testing.TB, svc testpb.TestServiceServer, opts ...grpc.ServerOption
 		srv.Stop()
 		<-done
 	})
-	return lis.Addr().String()
+	return lis.Addr().String(), srv
 }
 
 // dial returns a client of addr, closed when the test ends.

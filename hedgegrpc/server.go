@@ -65,7 +65,8 @@ type Server struct {
 	// calls its handler makes are hedged again. By default a hedge's
 	// context carries tailcut.WithChainStop: its handler's calls through
 	// a hedgegrpc client (or hedgehttp's Transport, or tailcut.Do) go
-	// once, their hedges counted as denied (tailcut.DenyChained).
+	// once, their hedges counted as denied (tailcut.DenyChained), each
+	// paying a token of its policy's budget (tailcut.Policy.BeginChained).
 	NoChainStop bool
 
 	inFlight                          atomic.Int64

@@ -67,9 +67,11 @@ type HandlerOptions struct {
 	// calls its handler makes downstream are hedged again. By default a
 	// hedge's context carries tailcut.WithChainStop: the handler's calls
 	// through a [Transport] (or tailcut.Do, or a hedgegrpc client) go
-	// once, and their hedges are counted as denied (tailcut.DenyChained),
+	// once, their hedges counted as denied (tailcut.DenyChained), and
+	// each pays a token of its policy's budget (tailcut.Policy.BeginChained),
 	// so that in a chain of hedging services the hedges of one hop are
-	// not hedged again at the next.
+	// not hedged again at the next, and the hops' hedges together stay
+	// within one budget.
 	NoChainStop bool
 }
 
