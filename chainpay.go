@@ -9,8 +9,11 @@ import (
 
 // BeginChained is [Policy.Begin] for a request made while serving a
 // request that arrived as a hedge (a context marked by [WithChainStop]):
-// it is sent once, its hedges denied with [DenyChained] ([Request.StopChain]),
-// and it pays for itself from the budget instead of depositing into it.
+// it is marked with [Request.StopChain], so that it is sent once, its
+// hedges denied with [DenyChained], and it pays for itself from the
+// budget instead of depositing into it. Its primary's latency is learned
+// as any primary's, by the key alone: a request never hedged carries no
+// features ([Policy.BeginWith]).
 //
 // Such a request is extra load already: the hedge of the hop upstream,
 // forwarded. It deposits nothing, and takes one token if the budget has
@@ -20,7 +23,8 @@ import (
 // it forwards together stay within its budget (for a ratio budget,
 // Ratio × its primaries plus the burst and the floor), and a chain of
 // hops with equal budgets sends the last one at most (1 + Ratio) ×
-// requests, plus those allowances, instead of one budget per hop. The
+// requests plus those allowances, where a budget per hop would add one
+// Ratio per hop. The
 // debt is kept to the budget's burst (budget.DefaultBurst for a budget
 // that does not state one): a token owed past it is forgiven, so that
 // once the forwarded hedges stop, the hop's own hedges wait at most one
