@@ -472,10 +472,10 @@ func (p *Policy) begin(key string, now time.Time, chained bool) Request {
 // pushback, breaker, sampling, load signal, in-flight cap, budget. The
 // budget comes last because asking it is paying; a token it grants while
 // the policy owes one to a request begun chain-stopped pays that debt,
-// and the hedge is denied as [DenyBudget] ([Policy.BeginChained]). Before them all, the
-// first hedge of a request begun before its key's first answer may be
-// re-timed ([DenyEarly], Config.WarmupDelay): nothing is counted but the
-// slot moved. A request marked with [Request.StopChain] is denied before
+// and the hedge is denied as [DenyBudget] ([Policy.BeginChained]). Before
+// them all, the first hedge of a request begun before its key's first
+// answer may be re-timed ([DenyEarly], Config.WarmupDelay): nothing is
+// counted but the slot moved. A request marked with [Request.StopChain] is denied before
 // any fuse is asked ([DenyChained]).
 func (p *Policy) Hedge(r *Request, now time.Time) Decision {
 	ks := r.ks
