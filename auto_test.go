@@ -247,8 +247,11 @@ const autoModelledCap = schedule.ModelledCap
 // describe: Begin's fields on the first line — the policy's two, then
 // key.State's first 48 bytes — the rest of key.State's request-path
 // fields (the schedule in force and schedule.State's request-path part)
-// on the second (internal/key's TestStateLayout), the breaker at the
-// start of a line, all in a 768-byte allocation.
+// on the second (internal/key's TestStateLayout); the line key.State ends
+// on, which holds its count of observations (written by every Observe),
+// shared with no field of the policy's; the policy's request-path fields
+// on the next line; the breaker at the start of a line, all in a
+// 576-byte allocation.
 func TestKeyStateLayout(t *testing.T) {
 	var ks keyState
 	const line = 64
@@ -258,10 +261,19 @@ func TestKeyStateLayout(t *testing.T) {
 	if s := unsafe.Offsetof(ks.State); s != line-key.FirstLine {
 		t.Errorf("key.State at byte %d, want %d: its first %d bytes end the first line", s, line-key.FirstLine, key.FirstLine)
 	}
+	end := unsafe.Offsetof(ks.State) + unsafe.Sizeof(ks.State)
+	if u := unsafe.Offsetof(ks.used); u%line != 0 || u < end {
+		t.Errorf("used at byte %d, want the start of the first line after key.State's end (byte %d)", u, end)
+	}
+	if last := unsafe.Offsetof(ks.firstGranted); last/line != unsafe.Offsetof(ks.used)/line ||
+		unsafe.Offsetof(ks.stripes)/line != last/line || unsafe.Offsetof(ks.gain)/line != last/line {
+		t.Errorf("used, stripes, gain and firstGranted at bytes %d, %d, %d and %d, want one line",
+			unsafe.Offsetof(ks.used), unsafe.Offsetof(ks.stripes), unsafe.Offsetof(ks.gain), last)
+	}
 	if b := unsafe.Offsetof(ks.breaker); b%line != 0 {
 		t.Errorf("breaker at byte %d, want a line's start", b)
 	}
-	if n := unsafe.Sizeof(ks); n > 768 {
-		t.Errorf("keyState is %d bytes, want at most 768", n)
+	if n := unsafe.Sizeof(ks); n > 576 {
+		t.Errorf("keyState is %d bytes, want at most 576", n)
 	}
 }

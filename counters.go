@@ -3,6 +3,8 @@ package tailcut
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/tailcut/tailcut/internal/shard"
 )
 
 // Counts are the counters shared by the policy totals and each key.
@@ -148,10 +150,67 @@ func (c *counters) add(o *counters) {
 // load returns c's counts, each read atomically.
 func (c *counters) load() Counts {
 	var s Counts
-	slots := s.slots()
-	for i := range c {
-		slots[i] = c[i].Load()
-	}
+	c.sumInto(&s)
 	s.Attempts = s.Requests + s.Hedges // every attempt is a primary or a hedge
 	return s
+}
+
+// sumInto adds c's counts to s, each read atomically, Attempts left as
+// it is.
+func (c *counters) sumInto(s *Counts) {
+	slots := s.slots()
+	for i := range c {
+		slots[i] += c[i].Load()
+	}
+}
+
+// stripeSize is the size of one stripe of a key's counters: countSlots
+// counters rounded up to whole cache lines, so that no two stripes share
+// a line.
+const stripeSize = (countSlots*8 + shard.Line - 1) / shard.Line * shard.Line
+
+// counterStripe is one stripe of a key's counters, alone on its lines.
+type counterStripe struct {
+	counters
+	_ [stripeSize - countSlots*8]byte
+}
+
+// stripes are a key's counters split into shard.N stripes: a request
+// counts in the stripe of its goroutine's shard.Hint, so that requests on
+// different cores do not write one cache line, and a read (load) sums
+// the stripes. The sums are exact; only their order of arrival differs.
+// They cost shard.N × stripeSize bytes per key (BenchmarkKeyMemory).
+type stripes [shard.N]counterStripe
+
+// count returns the counter of the Counts field at offset off in the
+// calling goroutine's stripe: unsafe.Offsetof(Counts{}.F), plus 8 × i
+// for entry i of an array.
+func (s *stripes) count(off uintptr) *atomic.Int64 { return s[shard.Hint()].count(off) }
+
+// sum returns the counter of the Counts field at offset off (as count's),
+// summed over the stripes.
+func (s *stripes) sum(off uintptr) int64 {
+	var n int64
+	for k := range s {
+		n += s[k].count(off).Load()
+	}
+	return n
+}
+
+// load returns the counts of s, the stripes summed, each counter read
+// atomically.
+func (s *stripes) load() Counts {
+	var c Counts
+	for k := range s {
+		s[k].sumInto(&c)
+	}
+	c.Attempts = c.Requests + c.Hedges
+	return c
+}
+
+// addTo adds the counts of s to c.
+func (s *stripes) addTo(c *counters) {
+	for k := range s {
+		c.add(&s[k].counters)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -203,5 +205,62 @@ func TestCountersLoadFillsEveryCount(t *testing.T) {
 	want.add(&got)
 	if l := sum.load(); l != want {
 		t.Errorf("counters.add: loads %+v, want %+v", l, want)
+	}
+}
+
+// TestStripesSumEveryStripe: a key's counters read back (load, sum) the
+// counts of every stripe, not only those of the reader's shard: each
+// stripe holding its own value, the totals are their sums.
+func TestStripesSumEveryStripe(t *testing.T) {
+	var s stripes
+	reqs := unsafe.Offsetof(Counts{}.Requests)
+	hedges := unsafe.Offsetof(Counts{}.Hedges)
+	var want int64
+	for k := range s {
+		s[k].count(reqs).Store(int64(1) << k)
+		s[k].count(hedges).Store(1)
+		want += int64(1) << k
+	}
+	if got := s.sum(reqs); got != want {
+		t.Errorf("sum of Requests = %d, want %d", got, want)
+	}
+	c := s.load()
+	if c.Requests != want || c.Hedges != int64(len(s)) || c.Attempts != want+int64(len(s)) {
+		t.Errorf("load = %d requests, %d hedges, %d attempts; want %d, %d, %d", c.Requests, c.Hedges, c.Attempts, want, len(s), want+int64(len(s)))
+	}
+	var into counters
+	s.addTo(&into)
+	if l := into.load(); l != c {
+		t.Errorf("addTo carries %+v, want %+v", l, c)
+	}
+}
+
+// TestStripesConcurrentTotals: requests from many goroutines at once,
+// which count in different stripes, add up to exact totals (run with
+// -race).
+func TestStripesConcurrentTotals(t *testing.T) {
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, each = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			now := time.Unix(1_700_000_000, 0)
+			for i := range each {
+				now = now.Add(time.Millisecond)
+				r := p.Begin("k", now)
+				p.Observe(&r, 0, time.Duration(1+(g+i)%5)*time.Millisecond, Completed, now)
+				p.End(&r, 0, now)
+			}
+		}()
+	}
+	wg.Wait()
+	c := p.Counts()
+	if c.Requests != goroutines*each || c.Wins[0] != goroutines*each {
+		t.Errorf("%d requests, %d won by the primary; want %d each", c.Requests, c.Wins[0], goroutines*each)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/shard"
 )
 
 // This file holds the fuses of the policy that need state of their own: the
@@ -48,11 +50,15 @@ const breakerBuckets = 10
 // closed breaker.
 //
 // The request path stays cheap: allow is one atomic load while closed, and
-// record of a success in the closed state is two atomic loads and an
-// atomic add into the current bucket. The mutex is taken for errors (which
-// evaluate the trip condition), when the window rolls to a new bucket, and
-// outside the closed state. A success racing with a roll may land in the
-// bucket before or after its own: the breaker is a statistic, not a ledger.
+// record of a success in the closed state is four atomic loads and an
+// atomic add into the calling goroutine's shard of the successes not yet
+// in the buckets (ok, shard.Hint), so that requests on different cores
+// do not write one cache line; every other call moves them into the
+// newest bucket first, under the mutex, before it reads or rolls the
+// buckets. The mutex is taken for errors (which evaluate the trip
+// condition), when the window rolls to a new bucket, and outside the
+// closed state. A success racing with a roll may land in the bucket
+// before or after its own: the breaker is a statistic, not a ledger.
 type breaker struct {
 	state     atomic.Uint32 // a BreakerState
 	openUntil atomic.Int64  // UnixNano at which an open breaker turns half-open
@@ -62,12 +68,22 @@ type breaker struct {
 	from, to atomic.Int64
 	slot     atomic.Uint32
 	buckets  [breakerBuckets]atomic.Uint64
+	// ok counts, by shard, the successes of the fast path not yet moved
+	// into the newest bucket (foldLocked).
+	ok shard.Lazy[okShard]
 
 	mu        sync.Mutex
 	epoch     int64 // bucket number (UnixNano ÷ bucket width) of the newest bucket
 	started   bool  // epoch has been set
 	halfSince int64 // UnixNano at which the breaker turned half-open
 	probes    int   // successes in a row while half-open
+}
+
+// okShard is one shard of a breaker's successes not yet in its buckets,
+// alone on its cache line.
+type okShard struct {
+	n atomic.Uint64
+	_ [shard.Line - 8]byte
 }
 
 // A bucket packs its attempt count in the high 32 bits and its error count
@@ -123,7 +139,7 @@ func (b *breaker) halfOpenLocked(n int64) {
 // four atomic loads and an add, no lock.
 func (b *breaker) record(cfg *BreakerConfig, n int64, lat time.Duration, ok bool) (tripped bool) {
 	if ok && n < b.to.Load() && n >= b.from.Load() && b.state.Load() == uint32(BreakerClosed) {
-		b.buckets[b.slot.Load()%breakerBuckets].Add(bucketAttempt)
+		b.ok.Get()[shard.Hint()].n.Add(1)
 		return false
 	}
 	return b.recordSlow(cfg, n, n-int64(lat), ok)
@@ -139,6 +155,7 @@ func (b *breaker) recordSlow(cfg *BreakerConfig, n, start int64, ok bool) (tripp
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.foldLocked()
 	switch BreakerState(b.state.Load()) {
 	case BreakerOpen:
 		b.halfOpenLocked(n)
@@ -194,6 +211,24 @@ func (b *breaker) recordSlow(cfg *BreakerConfig, n, start int64, ok bool) (tripp
 		return true
 	}
 	return false
+}
+
+// foldLocked moves the fast path's successes into the newest bucket, where
+// they were made. b.mu must be held.
+func (b *breaker) foldLocked() {
+	sh := b.ok.Loaded()
+	if sh == nil {
+		return
+	}
+	var n uint64
+	for k := range sh {
+		if sh[k].n.Load() != 0 {
+			n += sh[k].n.Swap(0)
+		}
+	}
+	if n != 0 {
+		b.buckets[b.slot.Load()%breakerBuckets].Add(n * bucketAttempt)
+	}
 }
 
 // setEpochLocked makes bucket e the newest. b.mu must be held.

@@ -10,6 +10,7 @@ import (
 	"github.com/tailcut/tailcut/internal/key"
 	"github.com/tailcut/tailcut/internal/predict"
 	"github.com/tailcut/tailcut/internal/schedule"
+	"github.com/tailcut/tailcut/internal/shard"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -130,6 +131,9 @@ const (
 	Abandoned
 )
 
+// lruGrain is the resolution of a key's lastUsed (key.LRUGrain).
+const lruGrain = key.LRUGrain
+
 // recomputeEvery is how many observations a key takes before its cached
 // delay is recomputed (key.RecomputeEvery).
 const recomputeEvery = key.RecomputeEvery
@@ -217,35 +221,44 @@ type Policy struct {
 // keyState is what the policy knows of one key: the key's latency and
 // schedule in force (key.State), and what the policy adds — its counters,
 // fuses, diagnosis and feature model. The fields a request without a
-// hedge touches come first, so that they share two cache lines (and the
+// hedge touches come first, so that they share three cache lines (and the
 // breaker's): over a network a request finds them evicted by the
 // kernel's and the transport's work, and each line is a miss
-// (TestKeyStateLayout).
+// (TestKeyStateLayout). What each request writes is elsewhere — its
+// counts in the key's stripes, its latency in the estimator's shards —
+// or written only when it changes (lastUsed, the delay in force), so
+// that requests on different cores read these lines without taking them
+// from each other.
 type keyState struct {
 	// The first cache line: what every Begin reads, these two and the
 	// key.State's first 48 bytes; its second line holds the rest of the
 	// schedule in force and the auto delay's request-path state.
-	lastUsed atomic.Int64 // now.UnixNano() of the last Begin
+	lastUsed atomic.Int64 // now.UnixNano() of the last Begin, to key.LRUGrain
 	diagEnd  atomic.Int64 // UnixNano at which the diagnosis window ends; 0 before the first request (diagnosis.go)
 	key.State
+	// The rest of key.State's last line is left empty: it holds the
+	// key's count of observations, which every Observe writes.
+	_ [stateTail]byte
 
-	used atomic.Int64 // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
-	counters
-
-	// Begin reads the gain fuse's round; Hedge reads and writes the two
-	// after it, on the same line. The padding makes the breaker start
-	// the next line (byte 512 of the 768-byte allocation), so that its
-	// fast path reads one line.
+	// Begin reads these two and the gain fuse's round; Hedge reads and
+	// writes the two after it, on the same line. The padding makes the
+	// breaker start the next line, so that its fast path reads one line.
+	used         atomic.Int64 // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
+	*stripes                  // the key's counters, by shard (counters.go)
 	gain         gainFuse     // the gain fuse (gain.go)
 	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
-	_            [32]byte
+	_            [72]byte
 
 	breaker breaker
 	diag    key.Diagnosis
 
 	model key.Model // predictive hedging's feature buckets and regression (model.go, regress.go)
 }
+
+// stateTail is the room left on the cache line where a keyState's
+// key.State ends.
+const stateTail = (shard.Line - (shard.Line-key.FirstLine+unsafe.Sizeof(key.State{}))%shard.Line) % shard.Line
 
 // New returns a Policy for cfg, or an error naming the first invalid field.
 func New(cfg Config) (*Policy, error) {
@@ -421,8 +434,10 @@ func (p *Policy) begin(key string, now time.Time, chained bool) Request {
 	if n >= ks.diagEnd.Load() {
 		p.rollDiagnosis(ks, n)
 	}
-	ks.lastUsed.Store(n)
-	count := ks.count(unsafe.Offsetof(Counts{}.Requests)).Add(1)
+	if n-ks.lastUsed.Load() >= lruGrain {
+		ks.lastUsed.Store(n)
+	}
+	ks.count(unsafe.Offsetof(Counts{}.Requests)).Add(1)
 	if ks.used.Load() != 0 { // a load only, unless a caller set the last delay
 		ks.used.Store(0)
 	}
@@ -434,7 +449,9 @@ func (p *Policy) begin(key string, now time.Time, chained bool) Request {
 	d := p.delayOf(ks, now)
 	r := Request{ks: ks, delay: d, limit: p.cfg.MaxHedges, share: -1, chained: chained}
 	if p.gainOn {
-		r.began, r.phase = n, p.gainPhase(ks, count, now)
+		// The key's count of requests, this one's included: the sum of
+		// its stripes, read only when the gain fuse counts rounds.
+		r.began, r.phase = n, p.gainPhase(ks, ks.sum(unsafe.Offsetof(Counts{}.Requests)), now)
 	}
 	if !tracked {
 		r.name = key
@@ -617,7 +634,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 		// A sample of the trigger rate its schedule predicted — whenever
 		// it began: a slow primary begun before a recomputation is
 		// learned after it, and leaving it out would bias the count.
-		ks.Sched().Sample(r.share, latency > r.delay)
+		ks.Sample(r.share, latency > r.delay)
 	}
 	switch {
 	case r.b != nil:
@@ -744,7 +761,7 @@ func (p *Policy) newKeyState(name string, now time.Time) *keyState {
 	if p.cfg.Warm != nil {
 		_ = est.Seed(p.cfg.Warm) // a snapshot of another accuracy is ignored
 	}
-	ks := &keyState{}
+	ks := &keyState{stripes: new(stripes)}
 	ks.Init(name, est, &p.set)
 	ks.lastUsed.Store(now.UnixNano())
 	if p.gainOn {
@@ -820,6 +837,6 @@ func (p *Policy) evictLocked() {
 		p.cycles.Drop(&victim.State)
 		// Requests in flight on the victim when it goes may still count
 		// on it: those few are missing from the totals.
-		p.evicted.add(&victim.counters)
+		victim.addTo(&p.evicted)
 	}
 }

@@ -57,14 +57,16 @@ import (
 // value classes): its search starts from the last answer, and its
 // distributions and the allocator borrow their storage from pools.
 
-// lruGrain is the resolution of a bucket's lastUsed, in nanoseconds: it
-// is stored when it has moved by this much, not on every request — an
-// atomic store is a locked exchange, dear on the request path
-// (the root package's BenchmarkDecisionPathPredictable) —
-// and the least recently used bucket is evicted by it only when a new
-// one arrives past Settings.FeatureBuckets, where two buckets last used
+// LRUGrain is the resolution of the time a key or a bucket was last
+// used, in nanoseconds: it is stored when it has moved by this much, not
+// on every request — an atomic store is a locked exchange, dear on the
+// request path (the root package's BenchmarkDecisionPathPredictable),
+// and a line written by every request bounces between the cores that
+// share the key (BenchmarkPolicyParallel) — and the least recently used
+// key or bucket is evicted by it only when a new one arrives past the
+// limit (Config.MaxKeys, Settings.FeatureBuckets), where two last used
 // within a millisecond of each other are equally good to drop.
-const lruGrain = int64(time.Millisecond)
+const LRUGrain = int64(time.Millisecond)
 
 // bucketMaxBins bounds each window sketch of a bucket: the smallest size
 // the latency package accepts, 160× from the lowest to the highest latency
@@ -89,7 +91,7 @@ type Bucket struct {
 	// otherwise): they go elsewhere, and neither the bucket's nor the
 	// key's distribution is theirs (ObserveHedge).
 	hedges   *latency.Estimator
-	lastUsed atomic.Int64 // UnixNano of the last Use, to lruGrain
+	lastUsed atomic.Int64 // UnixNano of the last Use, to LRUGrain
 
 	// The model is recomputed when the bucket's estimator has been
 	// given dueAt observations (latency.Estimator.Added): base, its
@@ -455,7 +457,7 @@ type Slot struct {
 // shifted — unless another request is recomputing it.
 func (m *Model) Use(s *State, b *Bucket, now time.Time, set *Settings) (sl Slot, ok bool) {
 	n := now.UnixNano()
-	if n-b.lastUsed.Load() >= lruGrain {
+	if n-b.lastUsed.Load() >= LRUGrain {
 		b.lastUsed.Store(n)
 	}
 	if (n >= b.validUntil.Load() || b.due.Load() || b.keyShifts.Load() != s.sched.Shifts()) && m.mu.TryLock() {

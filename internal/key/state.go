@@ -96,12 +96,11 @@ type Fallback interface {
 // and the request path's part of the auto delay's state (schedule.State's
 // first 32 bytes), on the next line.
 type State struct {
-	name         string
-	est          *latency.Estimator
-	cached       atomic.Int64 // the delay in force, ns
-	validUntil   atomic.Int64 // UnixNano after which cached must be recomputed
-	sinceCompute atomic.Int32 // observations since cached was computed
-	every        atomic.Int32 // observations after which cached is recomputed (see Delay)
+	name       string
+	est        *latency.Estimator
+	cached     atomic.Int64 // the delay in force, ns
+	validUntil atomic.Int64 // UnixNano after which cached must be recomputed; 0: now (Observed, SetFleet)
+	every      atomic.Int32 // observations after which cached is recomputed (see Delay)
 
 	gap     atomic.Int64  // ns from one hedge to the next; 0: the delay
 	limit   atomic.Int32  // hedges per request; 0: the policy's MaxHedges
@@ -114,6 +113,11 @@ type State struct {
 	choice atomic.Pointer[schedule.Choice]  // what the last auto recomputation chose and predicted
 	fleet  atomic.Pointer[latency.Snapshot] // the fleet's distribution; read-only once stored
 	mu     sync.Mutex                       // serialises recomputation
+	// since counts the observations since cached was computed, off the
+	// lines every request reads: Observed writes it, and the one that
+	// reaches every makes the delay due (validUntil 0), so that a
+	// request reads no line that every observation writes.
+	since atomic.Int32
 }
 
 // Init makes s the state of a key named name with no schedule computed
@@ -180,8 +184,35 @@ func (s *State) NoRetry() bool {
 }
 
 // Observed counts one more primary learned by the key's estimator, toward
-// the next recomputation.
-func (s *State) Observed() { s.sinceCompute.Add(1) }
+// the next recomputation: once they are as many as the last computation
+// set (every), it is due. Only the observations that find it due and not
+// yet marked write the line requests read.
+func (s *State) Observed() {
+	if s.since.Add(1) >= s.every.Load() {
+		s.due()
+	}
+}
+
+// Sample records a learned primary of the key for the auto delay's shift
+// test (schedule.State.Sample): begun when the schedule in force predicted
+// it would outlive its delay with probability share, and whether it did
+// (over). The one that makes the schedule unsteady — more primaries over
+// their delay than it predicted — makes the delay due, so that the next
+// request recomputes it at once.
+func (s *State) Sample(share float32, over bool) {
+	if s.sched.Sample(share, over) {
+		s.due()
+	}
+}
+
+// due makes the delay in force due for recomputation at the next
+// request, unless it is already: only the observations that find it not
+// yet due write the line every request reads.
+func (s *State) due() {
+	if s.validUntil.Load() != 0 {
+		s.validUntil.Store(0)
+	}
+}
 
 // SetFleet hands the key the fleet's distribution f (nil: none), which
 // sets its delay while its own windows hold fewer than MinSamples
@@ -202,7 +233,7 @@ func (s *State) Unlock() { s.mu.Unlock() }
 // fresh reports whether the cached delay holds at n (UnixNano): no window
 // rotation, not enough new observations, no sign of a shift.
 func (s *State) fresh(n int64) bool {
-	return n < s.validUntil.Load() && s.sinceCompute.Load() < s.every.Load() && s.sched.Steady()
+	return n < s.validUntil.Load()
 }
 
 // Delay returns the delay in force at now, recomputing the key's schedule
@@ -280,7 +311,7 @@ func (s *State) recompute(now time.Time, set *Settings) time.Duration {
 	s.every.Store(every)
 	s.cached.Store(int64(d))
 	s.warm.Store(ok)
-	s.sinceCompute.Store(0)
+	s.since.Store(0)
 	s.sched.Reset(set.Auto && ok)
 	if end := s.est.WindowEnd(); end.IsZero() {
 		// No observation yet: recompute once observations arrive.

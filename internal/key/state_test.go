@@ -2,7 +2,10 @@ package key
 
 import (
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/tailcut/tailcut/latency"
 )
 
 // TestStateLayout: the fields every request reads are a State's first
@@ -21,5 +24,42 @@ func TestStateLayout(t *testing.T) {
 	}
 	if end := unsafe.Offsetof(s.sched) + 32; end > FirstLine+64 {
 		t.Errorf("schedule state's request-path part ends at byte %d, want at most %d", end, FirstLine+64)
+	}
+}
+
+// TestObservedMakesDue: the observation that brings a key's count to the
+// number its last computation set makes the delay due, so that the next
+// request recomputes it; one that finds the count past it and the delay
+// not marked due (a recomputation that stored its validity after the
+// count was reset, while observations came in) marks it again instead of
+// leaving the key on its old delay until the window ends.
+func TestObservedMakesDue(t *testing.T) {
+	est, err := latency.New(latency.Config{Window: time.Hour, MinSamples: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := &Settings{WarmupDelay: 10 * time.Millisecond, Window: time.Hour, MinSamples: 1 << 20}
+	var s State
+	s.Init("k", est, set)
+	now := time.Unix(1_700_000_000, 0)
+	est.Add(time.Millisecond, now)
+	s.Recompute(now, set)
+	every := s.every.Load()
+	if every < 2 || !s.fresh(now.UnixNano()) {
+		t.Fatalf("after a computation: every %d, fresh %v; want at least 2 and fresh", every, s.fresh(now.UnixNano()))
+	}
+	for i := range every {
+		if !s.fresh(now.UnixNano()) {
+			t.Fatalf("due after %d observations, want after %d", i, every)
+		}
+		s.Observed()
+	}
+	if s.fresh(now.UnixNano()) {
+		t.Fatalf("not due after %d observations", every)
+	}
+	s.validUntil.Store(now.Add(time.Hour).UnixNano())
+	s.Observed()
+	if s.fresh(now.UnixNano()) {
+		t.Error("an observation past the count left the delay not due")
 	}
 }

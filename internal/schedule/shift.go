@@ -240,7 +240,8 @@ func SmoothedShare(p, basis float64) float64 { return (p*basis + 1) / (basis + 2
 // latency has shifted away from the schedule's predicted trigger rate,
 // at now (see Shift detection). The caller holds the key's lock.
 func (s *State) Shifted(now time.Time) bool {
-	n := float64(s.planObs.Load())
+	m, expect := s.sampled()
+	n := float64(m)
 	if n == 0 || n < shiftMinCount && (s.shift == nil || s.shift.suspect == nil) {
 		// Too few to tell (a window's rotation); a stretch that may
 		// confirm a suspect ends at its confirming count, however few.
@@ -249,7 +250,7 @@ func (s *State) Shifted(now time.Time) bool {
 	over := float64(s.over.Load())
 	// The samples may have begun under different schedules: their mean
 	// predicted share.
-	share := float64(s.expect.Load()) / 1e6 / n
+	share := float64(expect) / 1e6 / n
 	basis := float64(s.basis.Load())
 	if s.shift == nil {
 		s.shift = new(shiftTest)

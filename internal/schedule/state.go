@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/shard"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -14,23 +15,51 @@ import (
 // keeps one in each key, by value; its zero value is a key without a
 // choice.
 //
-// The fields the request path reads and writes come first, 32 bytes (the
-// predicted share, the shift test's counts; TestStateLayout), so that the
-// policy can give them the cache line of its own request-path fields. The
-// rest is written only by Recompute and Shift, which the caller
-// serialises (the key's lock), and read only under it.
+// The fields the request path reads come first, 32 bytes (the predicted
+// share, where the samples are; TestStateLayout), so that the policy can
+// give them a cache line of its own request-path fields, which no request
+// writes. The counts every learned primary adds to (the samples and their
+// predicted shares) are kept by shard (shard.Hint), each on a line of its
+// own, so that primaries learned on different cores do not write one
+// line; the primaries over their delay, a few, count after the first 32
+// bytes, where only learned primaries read them (Sample reports the one
+// that makes the schedule unsteady). The rest is written only by
+// Recompute and Shift, which the caller serialises (the key's lock), and
+// read only under it.
 type State struct {
-	over      atomic.Int32  // learned primaries since the last recomputation longer than their delay
-	overLimit atomic.Int32  // over past this before the next recomputation: the latency shifted up
-	planObs   atomic.Int32  // learned primaries since the last recomputation that sampled the trigger rate
-	basis     atomic.Int32  // observations the last recomputation was made from (capped)
-	expect    atomic.Int64  // the sum of the sampled primaries' predicted P(X > delay), in millionths
-	planned   atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
+	basis   atomic.Int32 // observations the last recomputation was made from (capped)
+	_       int32
+	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
+	samples shard.Lazy[sampleShard]
+	shift   *shiftTest // the shift test's state across stretches (shift.go), allocated at the key's first test
 
-	shift  *shiftTest   // the shift test's state across stretches (shift.go), allocated at the key's first test
-	served servedBefore // the traffic served before the last shift
-	shifts atomic.Int64 // windows restarted after a shift
-	last   *Choice      // the last choice: the incumbent while of the current epoch
+	over      atomic.Int32 // learned primaries since the last recomputation longer than their delay
+	overLimit atomic.Int32 // over past this before the next recomputation: the latency shifted up
+	served    servedBefore // the traffic served before the last shift
+	shifts    atomic.Int64 // windows restarted after a shift
+	last      *Choice      // the last choice: the incumbent while of the current epoch
+}
+
+// sampleShard is one shard of the primaries learned since the last
+// recomputation that sampled the trigger rate: how many, and the sum of
+// their predicted P(X > delay), in millionths.
+type sampleShard struct {
+	n, expect atomic.Int64
+	_         [shard.Line - 16]byte
+}
+
+// sampled returns the primaries sampled since the last recomputation and
+// the sum of their predicted shares, in millionths.
+func (s *State) sampled() (n, expect int64) {
+	sh := s.samples.Loaded()
+	if sh == nil {
+		return 0, 0
+	}
+	for k := range sh {
+		n += sh[k].n.Load()
+		expect += sh[k].expect.Load()
+	}
+	return n, expect
 }
 
 // Planned returns the share of requests that the schedule in force
@@ -40,13 +69,13 @@ func (s *State) Planned() float64 { return math.Float64frombits(s.planned.Load()
 
 // Sample records a learned primary begun when the schedule in force
 // predicted it would outlive its delay with probability share, and
-// whether it did (over).
-func (s *State) Sample(share float32, over bool) {
-	s.planObs.Add(1)
-	s.expect.Add(int64(float64(share)*1e6 + 0.5))
-	if over {
-		s.over.Add(1)
-	}
+// whether it did (over). It reports whether the schedule is unsteady
+// after it (Steady): a primary over its delay past the count predicted.
+func (s *State) Sample(share float32, over bool) (unsteady bool) {
+	c := &s.samples.Get()[shard.Hint()]
+	c.n.Add(1)
+	c.expect.Add(int64(float64(share)*1e6 + 0.5))
+	return over && s.over.Add(1) > s.overLimit.Load()
 }
 
 // Steady reports whether the primaries that outlived their delay since
@@ -59,9 +88,13 @@ func (s *State) Steady() bool { return s.over.Load() <= s.overLimit.Load() }
 // is false when no auto schedule was chosen (a pinned quantile, or a key
 // warming up), whose counts no upward shift is to be told from.
 func (s *State) Reset(watch bool) {
-	s.planObs.Store(0)
+	if sh := s.samples.Loaded(); sh != nil {
+		for k := range sh {
+			sh[k].n.Store(0)
+			sh[k].expect.Store(0)
+		}
+	}
 	s.over.Store(0)
-	s.expect.Store(0)
 	if !watch {
 		s.overLimit.Store(math.MaxInt32)
 	}

@@ -7,22 +7,24 @@ import (
 	"unsafe"
 )
 
-// TestStateLayout: the fields the request path reads and writes are a
-// State's first 32 bytes, which the policy places on a cache line of its
-// own request-path fields (its TestKeyStateLayout), and the rest fits in
-// 64 more.
+// TestStateLayout: the fields the request path reads are a State's
+// first 32 bytes, which the policy places on a cache line of its own
+// request-path fields (its TestKeyStateLayout), and the count of
+// primaries over their delay, which some of them write, lies past them;
+// the rest fits in 64 more.
 func TestStateLayout(t *testing.T) {
 	var s State
 	for name, end := range map[string]uintptr{
-		"over":      unsafe.Offsetof(s.over) + unsafe.Sizeof(s.over),
-		"overLimit": unsafe.Offsetof(s.overLimit) + unsafe.Sizeof(s.overLimit),
-		"planObs":   unsafe.Offsetof(s.planObs) + unsafe.Sizeof(s.planObs),
-		"expect":    unsafe.Offsetof(s.expect) + unsafe.Sizeof(s.expect),
-		"planned":   unsafe.Offsetof(s.planned) + unsafe.Sizeof(s.planned),
+		"basis":   unsafe.Offsetof(s.basis) + unsafe.Sizeof(s.basis),
+		"planned": unsafe.Offsetof(s.planned) + unsafe.Sizeof(s.planned),
+		"samples": unsafe.Offsetof(s.samples) + unsafe.Sizeof(s.samples),
 	} {
 		if end > 32 {
 			t.Errorf("%s ends at byte %d of State, want within its first 32", name, end)
 		}
+	}
+	if o := unsafe.Offsetof(s.over); o < 32 {
+		t.Errorf("over at byte %d of State, want past its first 32", o)
 	}
 	// The rest fills one more line of the policy's key (its
 	// TestKeyStateLayout).
@@ -33,10 +35,14 @@ func TestStateLayout(t *testing.T) {
 
 // stretch records n primaries between two recomputations, each predicted
 // to outlive its delay with probability share, over of them doing so.
-func stretch(s *State, share float64, n, over int) {
+// It reports whether a Sample reported the schedule unsteady.
+func stretch(s *State, share float64, n, over int) (unsteady bool) {
 	for i := range n {
-		s.Sample(float32(share), i < over)
+		if s.Sample(float32(share), i < over) {
+			unsteady = true
+		}
 	}
+	return unsteady
 }
 
 // stretchEvery is the virtual time between two recomputations in the
@@ -57,14 +63,12 @@ func TestShiftedUp(t *testing.T) {
 	s.basis.Store(basis)
 	s.planned.Store(math.Float64bits(share))
 	s.overLimit.Store(int32(limit))
-	stretch(&s, share, n, 12)
-	if s.Shifted(now) || !s.Steady() {
+	if stretch(&s, share, n, 12) || s.Shifted(now) || !s.Steady() {
 		t.Fatalf("12 of %d over a delay predicted at %v: shifted, or not steady", n, share)
 	}
 	s.Reset(true)
-	stretch(&s, share, n, int(limit)+1)
-	if s.Steady() {
-		t.Errorf("%d of %d over a delay predicted at %v: steady", int(limit)+1, n, share)
+	if !stretch(&s, share, n, int(limit)+1) || s.Steady() {
+		t.Errorf("%d of %d over a delay predicted at %v: steady, or no Sample reported it", int(limit)+1, n, share)
 	}
 	stretches := 0
 	for ; stretches < 10 && !s.Shifted(now); stretches++ {
@@ -160,8 +164,7 @@ func TestShiftedDown(t *testing.T) {
 func TestResetUnwatched(t *testing.T) {
 	var s State
 	s.Reset(false)
-	stretch(&s, 0.01, 10_000, 10_000)
-	if !s.Steady() {
+	if stretch(&s, 0.01, 10_000, 10_000) || !s.Steady() {
 		t.Error("unwatched key: not steady")
 	}
 }

@@ -7,6 +7,7 @@ package shard
 
 import (
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -17,6 +18,11 @@ import (
 const N = 1 << log2N
 
 const log2N = 3
+
+// Line is the size of a cache line on the machines a client runs on
+// (amd64, arm64): what a shard's writes are padded to, so that writers
+// on different cores do not share a line.
+const Line = 64
 
 // Hint returns a shard index in [0, N) for the calling goroutine: a hash
 // of an address in its stack, so that a goroutine tends to keep its
@@ -31,6 +37,27 @@ func Hint() int {
 	p := uint64(uintptr(unsafe.Pointer(&b))) >> 12
 	return int((p * 0x9E3779B97F4A7C15) >> (64 - log2N))
 }
+
+// Lazy holds N cells of type T, one per shard, allocated at first use:
+// a structure whose zero value is ready gets its shards without a
+// constructor, and one written from a single goroutine pays for them
+// once. T is padded by its user to whole cache lines (Line), so that
+// writers of different cells do not share one.
+type Lazy[T any] struct {
+	p atomic.Pointer[[N]T]
+}
+
+// Get returns the cells, allocating them if need be.
+func (l *Lazy[T]) Get() *[N]T {
+	if p := l.p.Load(); p != nil {
+		return p
+	}
+	l.p.CompareAndSwap(nil, new([N]T))
+	return l.p.Load()
+}
+
+// Loaded returns the cells, nil before the first Get.
+func (l *Lazy[T]) Loaded() *[N]T { return l.p.Load() }
 
 // LockEach calls f(k) for each shard k in [0, N) with mu(k) held, the
 // shards whose lock is free first. With wait, it then waits for the

@@ -92,3 +92,25 @@ func TestCalm(t *testing.T) {
 		t.Errorf("one shard: calm at batch %d of 1 write, want %d (the first batch not counted)", calm, Quiet)
 	}
 }
+
+// TestLazy: the cells are allocated once, at the first Get, and every
+// goroutine racing for them gets the same ones.
+func TestLazy(t *testing.T) {
+	var l Lazy[[Line]byte]
+	if l.Loaded() != nil {
+		t.Fatal("cells before the first Get")
+	}
+	got := make(chan *[N][Line]byte)
+	for range 8 {
+		go func() { got <- l.Get() }()
+	}
+	first := <-got
+	for range 7 {
+		if p := <-got; p != first {
+			t.Fatal("two goroutines got different cells")
+		}
+	}
+	if l.Loaded() != first || l.Get() != first {
+		t.Error("Loaded or a later Get returns other cells")
+	}
+}
