@@ -175,7 +175,12 @@ type Policy struct {
 	cfg Config
 
 	mu   sync.RWMutex
-	keys map[string]*keyState
+	keys map[string]*keyState // written under mu, which readers of the whole set take
+	// index holds the same keys (string → *keyState) for the request
+	// path's lookups, which take no lock and write nothing shared: a read
+	// lock would have every request write the lock's reader count, a
+	// line all cores share. It is written under mu beside keys.
+	index sync.Map
 	// last is the state of the key created last: a client of one
 	// downstream host, the common case, finds it there without the map and
 	// its lock; other keys are looked up in the map. It is written only
@@ -729,25 +734,23 @@ func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) 
 	if ks := p.last.Load(); ks != nil && ks.Name() == name {
 		return ks, true
 	}
-	p.mu.RLock()
-	ks := p.keys[name]
-	p.mu.RUnlock()
-	if ks != nil {
-		return ks, true
+	if v, ok := p.index.Load(name); ok {
+		return v.(*keyState), true
 	}
 	if d := p.seen.Load(); d != nil && (!seen || !d.Admit(name, now.UnixNano())) {
 		return p.untrackedState(now), false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ks = p.keys[name]; ks != nil {
+	if ks := p.keys[name]; ks != nil {
 		return ks, true
 	}
 	if len(p.keys) >= p.cfg.MaxKeys {
 		p.evictLocked()
 	}
-	ks = p.newKeyState(name, now)
+	ks := p.newKeyState(name, now)
 	p.keys[name] = ks
+	p.index.Store(name, ks)
 	p.last.Store(ks)
 	if len(p.keys) >= p.cfg.MaxKeys && p.seen.Load() == nil {
 		p.seen.Store(key.NewDoorkeeper(p.cfg.MaxKeys))
@@ -834,6 +837,7 @@ func (p *Policy) evictLocked() {
 	}
 	if victim != nil {
 		delete(p.keys, victim.Name())
+		p.index.Delete(victim.Name())
 		p.cycles.Drop(&victim.State)
 		// Requests in flight on the victim when it goes may still count
 		// on it: those few are missing from the totals.

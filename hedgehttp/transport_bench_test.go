@@ -122,6 +122,38 @@ func BenchmarkOverhead(b *testing.B) {
 	})
 }
 
+// BenchmarkOverheadParallel is BenchmarkOverhead's plain and
+// hedgehttp-default-policy cases from 8 goroutines per -cpu at once (16
+// on two cores), all on one key: how the Transport and its policy scale
+// with cores, beside the plain base transport's own scaling.
+func BenchmarkOverheadParallel(b *testing.B) {
+	run := func(b *testing.B, rt http.RoundTripper) {
+		b.Helper()
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			req, err := http.NewRequest(http.MethodGet, "http://mem.test/x", nil)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for pb.Next() {
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	b.Run("plain", func(b *testing.B) { run(b, instantRT{}) })
+	b.Run("hedgehttp-default-policy", func(b *testing.B) {
+		run(b, NewTransport(instantRT{}, nil, WithInlinePrimary(true)))
+	})
+}
+
 // BenchmarkLoopback compares the plain http.Transport with the Transport on
 // its no-hedge path over a real loopback HTTP/1.1 connection.
 func BenchmarkLoopback(b *testing.B) {

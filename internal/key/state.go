@@ -25,6 +25,7 @@ import (
 
 	"github.com/tailcut/tailcut/internal/predict"
 	"github.com/tailcut/tailcut/internal/schedule"
+	"github.com/tailcut/tailcut/internal/shard"
 	"github.com/tailcut/tailcut/latency"
 )
 
@@ -101,6 +102,7 @@ type State struct {
 	cached     atomic.Int64 // the delay in force, ns
 	validUntil atomic.Int64 // UnixNano after which cached must be recomputed; 0: now (Observed, SetFleet)
 	every      atomic.Int32 // observations after which cached is recomputed (see Delay)
+	spread     atomic.Bool  // Observed has met another goroutine: it counts by shard (see since)
 
 	gap     atomic.Int64  // ns from one hedge to the next; 0: the delay
 	limit   atomic.Int32  // hedges per request; 0: the policy's MaxHedges
@@ -116,8 +118,24 @@ type State struct {
 	// since counts the observations since cached was computed, off the
 	// lines every request reads: Observed writes it, and the one that
 	// reaches every makes the delay due (validUntil 0), so that a
-	// request reads no line that every observation writes.
-	since atomic.Int32
+	// request reads no line that every observation writes. Once two
+	// observations met on it (spread), they count by shard in observed
+	// and move into since sinceChunk at a time.
+	since    atomic.Int32
+	observed shard.Lazy[observedShard]
+}
+
+// sinceChunk is how many observations of a shard move into a key's count
+// at a time, once its observers met: one observation in sinceChunk writes
+// the line they share, and the recomputation comes at most sinceChunk − 1
+// observations per shard late.
+const sinceChunk = 4
+
+// observedShard counts one shard's observations of a key, alone on its
+// cache line.
+type observedShard struct {
+	n atomic.Int32
+	_ [shard.Line - 4]byte
 }
 
 // Init makes s the state of a key named name with no schedule computed
@@ -187,8 +205,26 @@ func (s *State) NoRetry() bool {
 // the next recomputation: once they are as many as the last computation
 // set (every), it is due. Only the observations that find it due and not
 // yet marked write the line requests read.
+//
+// While one goroutine at a time observes the key, each observation adds
+// to the count, exactly (the lab, single-threaded, recomputes at the same
+// observation every time). Once two met on it — one's compare-and-swap
+// failed — they count in their shards and move sinceChunk at a time.
 func (s *State) Observed() {
-	if s.since.Add(1) >= s.every.Load() {
+	if !s.spread.Load() {
+		v := s.since.Load()
+		if s.since.CompareAndSwap(v, v+1) {
+			if v+1 >= s.every.Load() {
+				s.due()
+			}
+			return
+		}
+		s.spread.Store(true)
+	}
+	if s.observed.Get()[shard.Hint()].n.Add(1)%sinceChunk != 0 {
+		return
+	}
+	if s.since.Add(sinceChunk) >= s.every.Load() {
 		s.due()
 	}
 }
