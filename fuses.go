@@ -135,10 +135,14 @@ func (b *breaker) halfOpenLocked(n int64) {
 
 // record counts the outcome of one attempt that took lat and ended at n
 // (UnixNano), and reports whether the breaker opened because of it. A
-// success in the closed state within the newest bucket takes the fast path:
-// four atomic loads and an add, no lock.
+// success in the closed state before the newest bucket's end, once the
+// window has begun (from and to set), takes the fast path: four atomic
+// loads and an add, no lock.
 func (b *breaker) record(cfg *BreakerConfig, n int64, lat time.Duration, ok bool) (tripped bool) {
-	if ok && n < b.to.Load() && n >= b.from.Load() && b.state.Load() == uint32(BreakerClosed) {
+	// A success at or before the newest bucket's end counts in it, as
+	// recordSlow would count it: a clock read a little earlier on
+	// another goroutine does not take the lock.
+	if to := b.to.Load(); ok && n < to && to != b.from.Load() && b.state.Load() == uint32(BreakerClosed) {
 		b.ok.Get()[shard.Hint()].n.Add(1)
 		return false
 	}

@@ -33,3 +33,32 @@ func TestBreakerCountsEveryShardsSuccesses(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerEarlierSuccessFastPath: a success ended a little before the
+// newest bucket began — a clock read earlier on another goroutine —
+// takes the fast path, counted in its goroutine's shard and not under
+// the lock, and still counts in the newest bucket.
+func TestBreakerEarlierSuccessFastPath(t *testing.T) {
+	cfg := BreakerConfig{Threshold: 0.5, MinRequests: 2, Window: 10 * time.Second, OpenFor: time.Second, Probes: 1}
+	var b breaker
+	n := time.Unix(1_700_000_000, 0).UnixNano()
+	b.record(&cfg, n, time.Millisecond, true) // starts the window
+	b.record(&cfg, n-int64(5*time.Second), time.Millisecond, true)
+	var fast uint64
+	if sh := b.ok.Loaded(); sh != nil {
+		for k := range sh {
+			fast += sh[k].n.Load()
+		}
+	}
+	if fast != 1 {
+		t.Fatalf("%d successes counted by shard, want the earlier one", fast)
+	}
+	// Two successes and two errors: the ratio reaches one half at the
+	// second error, not at the first.
+	if b.record(&cfg, n, time.Millisecond, false) {
+		t.Fatal("tripped at the first error after two successes")
+	}
+	if !b.record(&cfg, n, time.Millisecond, false) {
+		t.Error("not tripped at the second error after two successes")
+	}
+}
