@@ -175,42 +175,61 @@ type counterStripe struct {
 	_ [stripeSize - countSlots*8]byte
 }
 
-// stripes are a key's counters split into shard.N stripes: a request
-// counts in the stripe of its goroutine's shard.Hint, so that requests on
-// different cores do not write one cache line, and a read (load) sums
-// the stripes. The sums are exact; only their order of arrival differs.
-// They cost shard.N × stripeSize bytes per key (BenchmarkKeyMemory).
-type stripes [shard.N]counterStripe
+// keyCounts are a key's counters. While one goroutine at a time counts,
+// they count in own; once the key's requests have met on two cores
+// (spread: key.State.Spread), a request counts in the stripe of its
+// goroutine's shard.Hint, so that requests on different cores do not
+// write one cache line, and a read sums own and the stripes. The sums
+// are exact; only their order of arrival differs. The stripes, allocated
+// when first used, cost shard.N × stripeSize bytes (BenchmarkKeyMemory
+// measures a key without them).
+type keyCounts struct {
+	own     counters
+	stripes shard.Lazy[counterStripe]
+}
 
-// count returns the counter of the Counts field at offset off in the
-// calling goroutine's stripe: unsafe.Offsetof(Counts{}.F), plus 8 × i
-// for entry i of an array.
-func (s *stripes) count(off uintptr) *atomic.Int64 { return s[shard.Hint()].count(off) }
+// count returns the counter of the Counts field at offset off, in own or,
+// when spread, in the calling goroutine's stripe:
+// unsafe.Offsetof(Counts{}.F), plus 8 × i for entry i of an array.
+func (c *keyCounts) count(off uintptr, spread bool) *atomic.Int64 {
+	if spread {
+		return c.stripes.Get()[shard.Hint()].count(off)
+	}
+	return c.own.count(off)
+}
 
 // sum returns the counter of the Counts field at offset off (as count's),
-// summed over the stripes.
-func (s *stripes) sum(off uintptr) int64 {
-	var n int64
-	for k := range s {
-		n += s[k].count(off).Load()
+// summed over own and the stripes.
+func (c *keyCounts) sum(off uintptr) int64 {
+	n := c.own.count(off).Load()
+	if sh := c.stripes.Loaded(); sh != nil {
+		for k := range sh {
+			n += sh[k].count(off).Load()
+		}
 	}
 	return n
 }
 
-// load returns the counts of s, the stripes summed, each counter read
-// atomically.
-func (s *stripes) load() Counts {
-	var c Counts
-	for k := range s {
-		s[k].sumInto(&c)
+// load returns the counts of c, own and the stripes summed, each counter
+// read atomically.
+func (c *keyCounts) load() Counts {
+	var s Counts
+	c.own.sumInto(&s)
+	if sh := c.stripes.Loaded(); sh != nil {
+		for k := range sh {
+			sh[k].sumInto(&s)
+		}
 	}
-	c.Attempts = c.Requests + c.Hedges
-	return c
+	s.Attempts = s.Requests + s.Hedges
+	return s
 }
 
-// addTo adds the counts of s to c.
-func (s *stripes) addTo(c *counters) {
-	for k := range s {
-		c.add(&s[k].counters)
+// addTo adds the counts of c to dst.
+func (c *keyCounts) addTo(dst *counters) {
+	dst.add(&c.own)
+	if sh := c.stripes.Loaded(); sh != nil {
+		for k := range sh {
+			dst.add(&sh[k].counters)
+		}
 	}
 }

@@ -208,30 +208,32 @@ func TestCountersLoadFillsEveryCount(t *testing.T) {
 	}
 }
 
-// TestStripesSumEveryStripe: a key's counters read back (load, sum) the
-// counts of every stripe, not only those of the reader's shard: each
-// stripe holding its own value, the totals are their sums.
-func TestStripesSumEveryStripe(t *testing.T) {
-	var s stripes
+// TestKeyCountsSumEveryStripe: a key's counters read back (load, sum)
+// its own counts and those of every stripe, not only those of the
+// reader's shard: each holding its own value, the totals are their sums.
+func TestKeyCountsSumEveryStripe(t *testing.T) {
+	var c keyCounts
 	reqs := unsafe.Offsetof(Counts{}.Requests)
 	hedges := unsafe.Offsetof(Counts{}.Hedges)
-	var want int64
+	c.count(reqs, false).Store(1)
+	want := int64(1)
+	s := c.stripes.Get()
 	for k := range s {
-		s[k].count(reqs).Store(int64(1) << k)
+		s[k].count(reqs).Store(int64(2) << k)
 		s[k].count(hedges).Store(1)
-		want += int64(1) << k
+		want += int64(2) << k
 	}
-	if got := s.sum(reqs); got != want {
+	if got := c.sum(reqs); got != want {
 		t.Errorf("sum of Requests = %d, want %d", got, want)
 	}
-	c := s.load()
-	if c.Requests != want || c.Hedges != int64(len(s)) || c.Attempts != want+int64(len(s)) {
-		t.Errorf("load = %d requests, %d hedges, %d attempts; want %d, %d, %d", c.Requests, c.Hedges, c.Attempts, want, len(s), want+int64(len(s)))
+	l := c.load()
+	if l.Requests != want || l.Hedges != int64(len(s)) || l.Attempts != want+int64(len(s)) {
+		t.Errorf("load = %d requests, %d hedges, %d attempts; want %d, %d, %d", l.Requests, l.Hedges, l.Attempts, want, len(s), want+int64(len(s)))
 	}
 	var into counters
-	s.addTo(&into)
-	if l := into.load(); l != c {
-		t.Errorf("addTo carries %+v, want %+v", l, c)
+	c.addTo(&into)
+	if got := into.load(); got != l {
+		t.Errorf("addTo carries %+v, want %+v", got, l)
 	}
 }
 

@@ -75,8 +75,8 @@ func diagnose(rate float64) Diagnosis {
 // counts its request.
 func (p *Policy) rollDiagnosis(ks *keyState, n int64) {
 	counts := func() key.Figures {
-		return key.Figures{Requests: ks.sum(unsafe.Offsetof(Counts{}.Requests)), Triggered: ks.sum(unsafe.Offsetof(Counts{}.Triggered)),
-			Sent: ks.sum(unsafe.Offsetof(Counts{}.Hedges)) + ks.sum(unsafe.Offsetof(Counts{}.WouldHedge))}
+		return key.Figures{Requests: ks.counts.sum(unsafe.Offsetof(Counts{}.Requests)), Triggered: ks.counts.sum(unsafe.Offsetof(Counts{}.Triggered)),
+			Sent: ks.counts.sum(unsafe.Offsetof(Counts{}.Hedges)) + ks.counts.sum(unsafe.Offsetof(Counts{}.WouldHedge))}
 	}
 	if warn, w := ks.diag.Roll(&ks.diagEnd, n, counts, p.cfg.MinSamples, p.cfg.DiagnosisWindow, classifyRate); warn {
 		p.warnMasking(ks.Name(), w)

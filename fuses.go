@@ -51,10 +51,11 @@ const breakerBuckets = 10
 //
 // The request path stays cheap: allow is one atomic load while closed, and
 // record of a success in the closed state is four atomic loads and an
-// atomic add into the calling goroutine's shard of the successes not yet
-// in the buckets (ok, shard.Hint), so that requests on different cores
-// do not write one cache line; every other call moves them into the
-// newest bucket first, under the mutex, before it reads or rolls the
+// atomic add into the newest bucket — or, once the key's requests have
+// met on two cores, into the calling goroutine's shard of the successes
+// not yet in the buckets (ok, shard.Hint), so that requests on different
+// cores do not write one cache line; every other call moves them into
+// the newest bucket first, under the mutex, before it reads or rolls the
 // buckets. The mutex is taken for errors (which evaluate the trip
 // condition), when the window rolls to a new bucket, and outside the
 // closed state. A success racing with a roll may land in the bucket
@@ -137,13 +138,18 @@ func (b *breaker) halfOpenLocked(n int64) {
 // (UnixNano), and reports whether the breaker opened because of it. A
 // success in the closed state before the newest bucket's end, once the
 // window has begun (from and to set), takes the fast path: four atomic
-// loads and an add, no lock.
-func (b *breaker) record(cfg *BreakerConfig, n int64, lat time.Duration, ok bool) (tripped bool) {
+// loads and an add, no lock — into the newest bucket, or, spread (the
+// key's requests have met on two cores), into the goroutine's shard.
+func (b *breaker) record(cfg *BreakerConfig, n int64, lat time.Duration, ok, spread bool) (tripped bool) {
 	// A success at or before the newest bucket's end counts in it, as
 	// recordSlow would count it: a clock read a little earlier on
 	// another goroutine does not take the lock.
 	if to := b.to.Load(); ok && n < to && to != b.from.Load() && b.state.Load() == uint32(BreakerClosed) {
-		b.ok.Get()[shard.Hint()].n.Add(1)
+		if spread {
+			b.ok.Get()[shard.Hint()].n.Add(1)
+		} else {
+			b.buckets[b.slot.Load()%breakerBuckets].Add(bucketAttempt)
+		}
 		return false
 	}
 	return b.recordSlow(cfg, n, n-int64(lat), ok)

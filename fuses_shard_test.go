@@ -16,18 +16,18 @@ func TestBreakerCountsEveryShardsSuccesses(t *testing.T) {
 	var b breaker
 	n := time.Unix(1_700_000_000, 0).UnixNano()
 	lat := time.Millisecond
-	b.record(&cfg, n, lat, true) // the first starts the window
+	b.record(&cfg, n, lat, true, true) // the first starts the window
 	var wg sync.WaitGroup
 	for range 19 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b.record(&cfg, n, lat, true)
+			b.record(&cfg, n, lat, true, true)
 		}()
 	}
 	wg.Wait()
 	for e := 1; e <= 20; e++ {
-		tripped := b.record(&cfg, n, lat, false)
+		tripped := b.record(&cfg, n, lat, false, true)
 		if tripped != (e == 20) {
 			t.Fatalf("error %d after 20 successes: tripped %v, want %v", e, tripped, e == 20)
 		}
@@ -42,8 +42,8 @@ func TestBreakerEarlierSuccessFastPath(t *testing.T) {
 	cfg := BreakerConfig{Threshold: 0.5, MinRequests: 2, Window: 10 * time.Second, OpenFor: time.Second, Probes: 1}
 	var b breaker
 	n := time.Unix(1_700_000_000, 0).UnixNano()
-	b.record(&cfg, n, time.Millisecond, true) // starts the window
-	b.record(&cfg, n-int64(5*time.Second), time.Millisecond, true)
+	b.record(&cfg, n, time.Millisecond, true, true) // starts the window
+	b.record(&cfg, n-int64(5*time.Second), time.Millisecond, true, true)
 	var fast uint64
 	if sh := b.ok.Loaded(); sh != nil {
 		for k := range sh {
@@ -55,10 +55,10 @@ func TestBreakerEarlierSuccessFastPath(t *testing.T) {
 	}
 	// Two successes and two errors: the ratio reaches one half at the
 	// second error, not at the first.
-	if b.record(&cfg, n, time.Millisecond, false) {
+	if b.record(&cfg, n, time.Millisecond, false, true) {
 		t.Fatal("tripped at the first error after two successes")
 	}
-	if !b.record(&cfg, n, time.Millisecond, false) {
+	if !b.record(&cfg, n, time.Millisecond, false, true) {
 		t.Error("not tripped at the second error after two successes")
 	}
 }

@@ -26,7 +26,7 @@ var layerParts = map[string][]string{
 	"execute": {"do.go", "gather.go", "replicas.go", "classify.go", "observer.go", "tied.go"},
 	// The policy: the key map, the fuses, the decisions and what they
 	// learn. A key's own state and schedule are internal/key's.
-	"decide": {"policy.go", "counters.go", "features.go", "auto.go", "warmup.go", "model.go", "regress.go", "diagnosis.go", "fuses.go", "gain.go", "fleet.go", "onattempt.go", "chainpay.go"},
+	"decide": {"policy.go", "keyindex.go", "counters.go", "features.go", "auto.go", "warmup.go", "model.go", "regress.go", "diagnosis.go", "fuses.go", "gain.go", "fleet.go", "onattempt.go", "chainpay.go"},
 	// The reports read from the policy.
 	"report": {"stats.go", "statsview.go", "counts.go", "predict.go"},
 }

@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -176,11 +177,10 @@ type Policy struct {
 
 	mu   sync.RWMutex
 	keys map[string]*keyState // written under mu, which readers of the whole set take
-	// index holds the same keys (string → *keyState) for the request
-	// path's lookups, which take no lock and write nothing shared: a read
-	// lock would have every request write the lock's reader count, a
-	// line all cores share. It is written under mu beside keys.
-	index sync.Map
+	// index holds the same keys for the request path's lookups, which
+	// take no lock and write nothing shared (keyindex.go). It is written
+	// under mu beside keys.
+	index keyIndex
 	// last is the state of the key created last: a client of one
 	// downstream host, the common case, finds it there without the map and
 	// its lock; other keys are looked up in the map. It is written only
@@ -230,10 +230,11 @@ type Policy struct {
 // breaker's): over a network a request finds them evicted by the
 // kernel's and the transport's work, and each line is a miss
 // (TestKeyStateLayout). What each request writes is elsewhere — its
-// counts in the key's stripes, its latency in the estimator's shards —
-// or written only when it changes (lastUsed, the delay in force), so
-// that requests on different cores read these lines without taking them
-// from each other.
+// counts at the end, or by shard once the key's requests have met on two
+// cores (key.State.Spread), its latency in the estimator — or written
+// only when it changes (lastUsed, the delay in force), so that requests
+// on different cores read these lines without taking them from each
+// other.
 type keyState struct {
 	// The first cache line: what every Begin reads, these two and the
 	// key.State's first 48 bytes; its second line holds the rest of the
@@ -245,21 +246,27 @@ type keyState struct {
 	// key's count of observations, which every Observe writes.
 	_ [stateTail]byte
 
-	// Begin reads these two and the gain fuse's round; Hedge reads and
-	// writes the two after it, on the same line. The padding makes the
+	// Begin reads used and the gain fuse's round; Hedge reads and writes
+	// the two after it, on the same line. The padding makes the
 	// breaker start the next line, so that its fast path reads one line.
 	used         atomic.Int64 // 1 + ns of the delay the last request's caller set (Request.UseDelay); 0: none
-	*stripes                  // the key's counters, by shard (counters.go)
 	gain         gainFuse     // the gain fuse (gain.go)
 	pausedUntil  atomic.Int64 // UnixNano before which hedges are denied (pushback)
 	firstGranted atomic.Int64 // first hedges granted (sent, or would be in a dry run)
-	_            [72]byte
+	_            [16]byte
 
 	breaker breaker
 	diag    key.Diagnosis
 
 	model key.Model // predictive hedging's feature buckets and regression (model.go, regress.go)
+
+	counts keyCounts // the key's counters (counters.go)
 }
+
+// count returns the key's counter of the Counts field at offset off
+// (keyCounts.count): the key's own, or the calling goroutine's stripe's
+// once the key's requests have met on two cores.
+func (ks *keyState) count(off uintptr) *atomic.Int64 { return ks.counts.count(off, ks.Spread()) }
 
 // stateTail is the room left on the cache line where a keyState's
 // key.State ends.
@@ -456,7 +463,7 @@ func (p *Policy) begin(key string, now time.Time, chained bool) Request {
 	if p.gainOn {
 		// The key's count of requests, this one's included: the sum of
 		// its stripes, read only when the gain fuse counts rounds.
-		r.began, r.phase = n, p.gainPhase(ks, ks.sum(unsafe.Offsetof(Counts{}.Requests)), now)
+		r.began, r.phase = n, p.gainPhase(ks, ks.counts.sum(unsafe.Offsetof(Counts{}.Requests)), now)
 	}
 	if !tracked {
 		r.name = key
@@ -604,7 +611,7 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 	}
 	cut := o == Canceled || o == Abandoned // ended before its answer: a lower bound
 	if !cut && !p.cfg.Breaker.Disabled {
-		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), latency, o == Completed) {
+		if ks.breaker.record(&p.cfg.Breaker, now.UnixNano(), latency, o == Completed, ks.Spread()) {
 			ks.count(unsafe.Offsetof(Counts{}.BreakerTrips)).Add(1)
 		}
 	}
@@ -734,8 +741,8 @@ func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) 
 	if ks := p.last.Load(); ks != nil && ks.Name() == name {
 		return ks, true
 	}
-	if v, ok := p.index.Load(name); ok {
-		return v.(*keyState), true
+	if ks := p.index.get(name); ks != nil {
+		return ks, true
 	}
 	if d := p.seen.Load(); d != nil && (!seen || !d.Admit(name, now.UnixNano())) {
 		return p.untrackedState(now), false
@@ -749,8 +756,8 @@ func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) 
 		p.evictLocked()
 	}
 	ks := p.newKeyState(name, now)
+	p.index.put(ks, maps.Values(p.keys))
 	p.keys[name] = ks
-	p.index.Store(name, ks)
 	p.last.Store(ks)
 	if len(p.keys) >= p.cfg.MaxKeys && p.seen.Load() == nil {
 		p.seen.Store(key.NewDoorkeeper(p.cfg.MaxKeys))
@@ -764,7 +771,7 @@ func (p *Policy) newKeyState(name string, now time.Time) *keyState {
 	if p.cfg.Warm != nil {
 		_ = est.Seed(p.cfg.Warm) // a snapshot of another accuracy is ignored
 	}
-	ks := &keyState{stripes: new(stripes)}
+	ks := &keyState{}
 	ks.Init(name, est, &p.set)
 	ks.lastUsed.Store(now.UnixNano())
 	if p.gainOn {
@@ -837,10 +844,10 @@ func (p *Policy) evictLocked() {
 	}
 	if victim != nil {
 		delete(p.keys, victim.Name())
-		p.index.Delete(victim.Name())
+		p.index.remove(victim)
 		p.cycles.Drop(&victim.State)
 		// Requests in flight on the victim when it goes may still count
 		// on it: those few are missing from the totals.
-		victim.addTo(&p.evicted)
+		victim.counts.addTo(&p.evicted)
 	}
 }

@@ -55,7 +55,7 @@ func (p *Policy) Predict(key string, q float64, now time.Time) (Prediction, bool
 	if ks == nil {
 		return Prediction{}, false
 	}
-	return p.predict(ks, q, now, ks.stripes.load())
+	return p.predict(ks, q, now, ks.counts.load())
 }
 
 // predict computes the prediction of ks with the grant rates of c.

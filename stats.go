@@ -111,7 +111,7 @@ func (p *Policy) Stats() Stats {
 		}
 		s.Keys = append(s.Keys, KeyStats{
 			Key:               ks.Name(),
-			Counts:            ks.stripes.load(),
+			Counts:            ks.counts.load(),
 			Delay:             delay,
 			Pinned:            used != 0,
 			Warm:              ks.Warm(),
@@ -148,11 +148,11 @@ func (p *Policy) Counts() Counts {
 	p.mu.RLock()
 	c := p.evicted.load()
 	for _, ks := range p.keys {
-		k := ks.stripes.load()
+		k := ks.counts.load()
 		c.add(&k)
 	}
 	if u := p.untracked.Load(); u != nil {
-		k := u.stripes.load()
+		k := u.counts.load()
 		c.add(&k)
 	}
 	p.mu.RUnlock()

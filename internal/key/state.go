@@ -201,6 +201,12 @@ func (s *State) NoRetry() bool {
 	return c != nil && c.NoRetry
 }
 
+// Spread reports whether the key's observations have met on two cores
+// (Observed): from then on what every request adds to is counted by
+// shard, the key's counts of observations and samples here, and the
+// policy's counters and breaker of the key.
+func (s *State) Spread() bool { return s.spread.Load() }
+
 // Observed counts one more primary learned by the key's estimator, toward
 // the next recomputation: once they are as many as the last computation
 // set (every), it is due. Only the observations that find it due and not
@@ -236,7 +242,7 @@ func (s *State) Observed() {
 // their delay than it predicted — makes the delay due, so that the next
 // request recomputes it at once.
 func (s *State) Sample(share float32, over bool) {
-	if s.sched.Sample(share, over) {
+	if s.sched.Sample(share, over, s.spread.Load()) {
 		s.due()
 	}
 }

@@ -21,9 +21,11 @@ import (
 // writes. The counts every learned primary adds to (the samples and their
 // predicted shares) are kept by shard (shard.Hint), each on a line of its
 // own, so that primaries learned on different cores do not write one
-// line; the primaries over their delay, a few, count after the first 32
-// bytes, where only learned primaries read them (Sample reports the one
-// that makes the schedule unsteady). The rest is written only by
+// line (while one goroutine at a time learns, they count in the State);
+// the primaries over their delay, a few, count past the first 40 bytes
+// — the 32 requests read and 8 no request writes, which the policy's
+// line may hold too — where only learned primaries read them (Sample
+// reports the one that makes the schedule unsteady). The rest is written only by
 // Recompute and Shift, which the caller serialises (the key's lock), and
 // read only under it.
 type State struct {
@@ -31,29 +33,36 @@ type State struct {
 	_       int32
 	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 	samples shard.Lazy[sampleShard]
-	shift   *shiftTest // the shift test's state across stretches (shift.go), allocated at the key's first test
+	shift   *shiftTest   // the shift test's state across stretches (shift.go), allocated at the key's first test
+	shifts  atomic.Int64 // windows restarted after a shift
 
 	over      atomic.Int32 // learned primaries since the last recomputation longer than their delay
 	overLimit atomic.Int32 // over past this before the next recomputation: the latency shifted up
+	own       sampleCounts // the samples while one goroutine at a time learns (Sample)
 	served    servedBefore // the traffic served before the last shift
-	shifts    atomic.Int64 // windows restarted after a shift
 	last      *Choice      // the last choice: the incumbent while of the current epoch
 }
 
-// sampleShard is one shard of the primaries learned since the last
-// recomputation that sampled the trigger rate: how many, and the sum of
-// their predicted P(X > delay), in millionths.
-type sampleShard struct {
+// sampleCounts are primaries learned since the last recomputation that
+// sampled the trigger rate: how many, and the sum of their predicted
+// P(X > delay), in millionths.
+type sampleCounts struct {
 	n, expect atomic.Int64
-	_         [shard.Line - 16]byte
+}
+
+// sampleShard is one shard's sampleCounts, alone on its cache line.
+type sampleShard struct {
+	sampleCounts
+	_ [shard.Line - 16]byte
 }
 
 // sampled returns the primaries sampled since the last recomputation and
 // the sum of their predicted shares, in millionths.
 func (s *State) sampled() (n, expect int64) {
+	n, expect = s.own.n.Load(), s.own.expect.Load()
 	sh := s.samples.Loaded()
 	if sh == nil {
-		return 0, 0
+		return n, expect
 	}
 	for k := range sh {
 		n += sh[k].n.Load()
@@ -71,8 +80,13 @@ func (s *State) Planned() float64 { return math.Float64frombits(s.planned.Load()
 // predicted it would outlive its delay with probability share, and
 // whether it did (over). It reports whether the schedule is unsteady
 // after it (Steady): a primary over its delay past the count predicted.
-func (s *State) Sample(share float32, over bool) (unsteady bool) {
-	c := &s.samples.Get()[shard.Hint()]
+// Spread, when the key's primaries are learned on several cores at once,
+// counts it in the goroutine's shard rather than in the State.
+func (s *State) Sample(share float32, over, spread bool) (unsteady bool) {
+	c := &s.own
+	if spread {
+		c = &s.samples.Get()[shard.Hint()].sampleCounts
+	}
 	c.n.Add(1)
 	c.expect.Add(int64(float64(share)*1e6 + 0.5))
 	return over && s.over.Add(1) > s.overLimit.Load()
@@ -88,6 +102,8 @@ func (s *State) Steady() bool { return s.over.Load() <= s.overLimit.Load() }
 // is false when no auto schedule was chosen (a pinned quantile, or a key
 // warming up), whose counts no upward shift is to be told from.
 func (s *State) Reset(watch bool) {
+	s.own.n.Store(0)
+	s.own.expect.Store(0)
 	if sh := s.samples.Loaded(); sh != nil {
 		for k := range sh {
 			sh[k].n.Store(0)

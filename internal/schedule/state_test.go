@@ -9,9 +9,9 @@ import (
 
 // TestStateLayout: the fields the request path reads are a State's
 // first 32 bytes, which the policy places on a cache line of its own
-// request-path fields (its TestKeyStateLayout), and the count of
-// primaries over their delay, which some of them write, lies past them;
-// the rest fits in 64 more.
+// request-path fields (its TestKeyStateLayout), and the counts learned
+// primaries write lie past the 8 bytes after them, which that line may
+// hold too.
 func TestStateLayout(t *testing.T) {
 	var s State
 	for name, end := range map[string]uintptr{
@@ -23,13 +23,16 @@ func TestStateLayout(t *testing.T) {
 			t.Errorf("%s ends at byte %d of State, want within its first 32", name, end)
 		}
 	}
-	if o := unsafe.Offsetof(s.over); o < 32 {
-		t.Errorf("over at byte %d of State, want past its first 32", o)
+	if o := unsafe.Offsetof(s.over); o < 40 {
+		t.Errorf("over at byte %d of State, want past its first 40", o)
 	}
-	// The rest fills one more line of the policy's key (its
-	// TestKeyStateLayout).
-	if n := unsafe.Sizeof(s); n > 96 {
-		t.Errorf("State is %d bytes, want at most 96", n)
+	if o := unsafe.Offsetof(s.own); o < 40 {
+		t.Errorf("own at byte %d of State, want past its first 40", o)
+	}
+	// The rest fills little more than one more line of the policy's key
+	// (its TestKeyStateLayout).
+	if n := unsafe.Sizeof(s); n > 112 {
+		t.Errorf("State is %d bytes, want at most 112", n)
 	}
 }
 
@@ -38,7 +41,7 @@ func TestStateLayout(t *testing.T) {
 // It reports whether a Sample reported the schedule unsteady.
 func stretch(s *State, share float64, n, over int) (unsteady bool) {
 	for i := range n {
-		if s.Sample(float32(share), i < over) {
+		if s.Sample(float32(share), i < over, i%2 == 0) {
 			unsteady = true
 		}
 	}
