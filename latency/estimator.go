@@ -244,6 +244,12 @@ func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now ti
 	return o.Added()
 }
 
+// Contended reports whether e's writers have met on its lock — one of
+// them found it taken — since a reader last found them down to one
+// goroutine: meanwhile they buffer their observations by shard. A caller
+// that keeps request-path counts beside e may split them by shard too.
+func (e *Estimator) Contended() bool { return e.buf.spread.Load() }
+
 // ShareLock makes e take o's lock and buffer instead of its own, for an
 // estimator always written together with o: AddBoth(e, …) or
 // o.AddBoth(e, …) then takes one shard's lock for both, not two. The

@@ -102,7 +102,7 @@ type State struct {
 	cached     atomic.Int64 // the delay in force, ns
 	validUntil atomic.Int64 // UnixNano after which cached must be recomputed; 0: now (Observed, SetFleet)
 	every      atomic.Int32 // observations after which cached is recomputed (see Delay)
-	spread     atomic.Bool  // Observed has met another goroutine: it counts by shard (see since)
+	spread     atomic.Bool  // the key's observers have met (Observed): counts go by shard
 
 	gap     atomic.Int64  // ns from one hedge to the next; 0: the delay
 	limit   atomic.Int32  // hedges per request; 0: the policy's MaxHedges
@@ -118,9 +118,9 @@ type State struct {
 	// since counts the observations since cached was computed, off the
 	// lines every request reads: Observed writes it, and the one that
 	// reaches every makes the delay due (validUntil 0), so that a
-	// request reads no line that every observation writes. Once two
-	// observations met on it (spread), they count by shard in observed
-	// and move into since sinceChunk at a time.
+	// request reads no line that every observation writes. Once the key
+	// is spread, they count by shard in observed and move into since
+	// sinceChunk at a time.
 	since    atomic.Int32
 	observed shard.Lazy[observedShard]
 }
@@ -202,7 +202,7 @@ func (s *State) NoRetry() bool {
 }
 
 // Spread reports whether the key's observations have met on two cores
-// (Observed): from then on what every request adds to is counted by
+// (Observed, latency.Estimator.Contended): from then on what every request adds to is counted by
 // shard, the key's counts of observations and samples here, and the
 // policy's counters and breaker of the key.
 func (s *State) Spread() bool { return s.spread.Load() }
@@ -214,13 +214,13 @@ func (s *State) Spread() bool { return s.spread.Load() }
 //
 // While one goroutine at a time observes the key, each observation adds
 // to the count, exactly (the lab, single-threaded, recomputes at the same
-// observation every time). Once two met on it — one's compare-and-swap
-// failed — they count in their shards and move sinceChunk at a time.
+// observation every time). Once the estimator's writers have met on its
+// lock (latency.Estimator.Contended), the key is spread for good: its
+// observations count in their shards and move sinceChunk at a time.
 func (s *State) Observed() {
 	if !s.spread.Load() {
-		v := s.since.Load()
-		if s.since.CompareAndSwap(v, v+1) {
-			if v+1 >= s.every.Load() {
+		if !s.est.Contended() {
+			if s.since.Add(1) >= s.every.Load() {
 				s.due()
 			}
 			return

@@ -83,7 +83,7 @@ func TestObservedSpread(t *testing.T) {
 	if every%sinceChunk != 0 {
 		t.Fatalf("every %d, want a multiple of %d for this test", every, sinceChunk)
 	}
-	s.spread.Store(true) // as after a failed compare-and-swap
+	s.spread.Store(true) // as once the estimator is contended
 	n := now.UnixNano()
 	for i := range every {
 		if !s.fresh(n) {
