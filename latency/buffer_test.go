@@ -250,3 +250,21 @@ func TestBackToLock(t *testing.T) {
 		t.Errorf("Counts %d, Added %d; want %d", c, e.Added(), n)
 	}
 }
+
+// TestContended: an estimator is contended once a writer finds its lock
+// taken, and not while one goroutine at a time writes.
+func TestContended(t *testing.T) {
+	e, _ := New(Config{Window: time.Hour})
+	for range 100 {
+		e.Add(time.Millisecond, t0)
+	}
+	if e.Contended() {
+		t.Fatal("contended with one writer")
+	}
+	e.mu.Lock() // another writer, or a reader, holds the lock
+	e.Add(time.Millisecond, t0)
+	e.mu.Unlock()
+	if !e.Contended() {
+		t.Error("not contended after a writer found the lock taken")
+	}
+}
