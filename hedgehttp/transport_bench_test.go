@@ -125,7 +125,9 @@ func BenchmarkOverhead(b *testing.B) {
 // BenchmarkOverheadParallel is BenchmarkOverhead's plain and
 // hedgehttp-default-policy cases from 8 goroutines per -cpu at once (16
 // on two cores), all on one key: how the Transport and its policy scale
-// with cores, beside the plain base transport's own scaling.
+// with cores, beside the plain base transport's own scaling. With more
+// goroutines than cores, a round trip waits for a core, and some outlive
+// the learned delay and are hedged (hedges/op).
 func BenchmarkOverheadParallel(b *testing.B) {
 	run := func(b *testing.B, rt http.RoundTripper) {
 		b.Helper()
@@ -150,7 +152,10 @@ func BenchmarkOverheadParallel(b *testing.B) {
 	}
 	b.Run("plain", func(b *testing.B) { run(b, instantRT{}) })
 	b.Run("hedgehttp-default-policy", func(b *testing.B) {
-		run(b, NewTransport(instantRT{}, nil, WithInlinePrimary(true)))
+		tr := NewTransport(instantRT{}, nil, WithInlinePrimary(true))
+		run(b, tr)
+		st := tr.Policy().Stats()
+		b.ReportMetric(float64(st.Hedges)/float64(max(st.Requests, 1)), "hedges/op")
 	})
 }
 
