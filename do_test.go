@@ -557,6 +557,28 @@ func TestDoAllFailKeepsPrimaryValue(t *testing.T) {
 	})
 }
 
+// nonZero lists the fields of the state v (a state[T], or a struct it
+// embeds) that are not zero, apart from those kept when pooled: the
+// state machine's waiter and the state it is part of (exec.Call's w and
+// env), checked not nil instead.
+func nonZero(v reflect.Value, path string) []string {
+	var left []string
+	for i := range v.NumField() {
+		f, name := v.Field(i), path+v.Type().Field(i).Name
+		switch {
+		case v.Type().Field(i).Anonymous && f.Kind() == reflect.Struct:
+			left = append(left, nonZero(f, name+".")...)
+		case name == "Call.env" || name == "Call.shared.w":
+			if f.IsNil() {
+				left = append(left, name+" (nil)")
+			}
+		case !f.IsZero():
+			left = append(left, fmt.Sprintf("%s = %+v", name, f))
+		}
+	}
+	return left
+}
+
 // TestRecycle checks that a call's state goes back to the policy's pool
 // zeroed, apart from its waiter, on every path that recycles it: recycle
 // zeroes field by field, and a field it forgets would keep a context, a
@@ -620,20 +642,9 @@ func TestRecycle(t *testing.T) {
 						continue
 					}
 					found++
-					if st.w == nil {
-						t.Fatal("recycled state without its waiter")
+					if left := nonZero(reflect.ValueOf(st).Elem(), ""); len(left) > 0 {
+						t.Fatalf("recycled state: fields %s, want zero", left)
 					}
-					w := st.w
-					st.w = nil
-					if v := reflect.ValueOf(st).Elem(); !v.IsZero() {
-						for i := range v.NumField() {
-							if !v.Field(i).IsZero() {
-								t.Errorf("recycled state: field %s = %+v, want zero", v.Type().Field(i).Name, v.Field(i))
-							}
-						}
-						t.FailNow()
-					}
-					st.w = w
 					p.states.Put(st)
 				}
 				if found == 0 {
