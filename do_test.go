@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tailcut/tailcut/budget"
+	"github.com/tailcut/tailcut/internal/exec"
 )
 
 // newTestPolicy returns a policy with a fixed 10 ms delay (warm-up never
@@ -652,5 +653,36 @@ func TestRecycle(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestExecEnums checks that internal/exec's enumerations carry this
+// package's values, which the executor's wrappers convert one for one.
+func TestExecEnums(t *testing.T) {
+	pairs := []struct {
+		name      string
+		got, want int
+	}{
+		{"MaxAttempts", exec.MaxAttempts, MaxHedgesLimit + 1},
+		{"Completed", int(exec.Completed), int(Completed)},
+		{"Failed", int(exec.Failed), int(Failed)},
+		{"Canceled", int(exec.Canceled), int(Canceled)},
+		{"Errored", int(exec.Errored), int(Errored)},
+		{"Abandoned", int(exec.Abandoned), int(Abandoned)},
+		{"Success", int(exec.Success), int(Success)},
+		{"Fatal", int(exec.Fatal), int(Fatal)},
+		{"Retryable", int(exec.Retryable), int(Retryable)},
+		{"ServerError", int(exec.ServerError), int(ServerError)},
+		{"SentPrimary", int(exec.SentPrimary), int(SentPrimary)},
+		{"SentAfterDelay", int(exec.SentAfterDelay), int(SentAfterDelay)},
+		{"SentAfterError", int(exec.SentAfterError), int(SentAfterError)},
+		{"StartFirst", int(exec.StartFirst), int(StartFirst)},
+		{"StartDuplicate", int(exec.StartDuplicate), int(StartDuplicate)},
+		{"StartAgain", int(exec.StartAgain), int(StartAgain)},
+	}
+	for _, p := range pairs {
+		if p.got != p.want {
+			t.Errorf("exec.%s = %d, want %d", p.name, p.got, p.want)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/exec"
 )
 
 // Tied makes a [Hedger] send tied requests (Dean & Barroso, "The Tail at
@@ -218,62 +220,7 @@ func (c *Tie) Answered(i int) {
 // the siblings that have not started; elsewhere it does nothing. Calling
 // it more than once for an attempt is harmless.
 func AttemptStarted(ctx context.Context) {
-	if s, ok := ctx.Value(startKey{}).(*startSignal); ok {
-		s.fire()
-	}
-}
-
-// startKey is the context key of an attempt's startSignal.
-type startKey struct{}
-
-// startSignal is where an attempt's start is reported: seen is set once,
-// and the attempt's index sent on c (buffered for every attempt) if set.
-type startSignal struct {
-	i    int
-	c    chan<- int
-	seen atomic.Bool
-}
-
-func (s *startSignal) fire() {
-	if s.seen.CompareAndSwap(false, true) && s.c != nil {
-		s.c <- s.i
-	}
-}
-
-// tiedResult is what a tied attempt produced.
-type tiedResult[T any] struct {
-	i   int
-	v   T
-	err error
-	end time.Time
-}
-
-// tiedCall is one tied request in flight: its attempts, and where they
-// report their starts and results.
-type tiedCall[T any] struct {
-	h       *Hedger[T]
-	p       *Policy
-	ctx     context.Context
-	fn      func(context.Context, Attempt) (T, error)
-	key     string
-	req     Request
-	tie     Tie
-	n       int // attempts allowed: 1 or 2
-	starts  chan int
-	results chan tiedResult[T]
-
-	mu   sync.Mutex
-	done bool // results that arrive once set are discarded by their sender
-
-	launched int
-	live     [2]bool // launched, and its result still awaited
-	begun    [2]time.Time
-	cancel   [2]context.CancelFunc
-	obs      [2]context.Context
-	reason   [2]SendReason
-	twinC    <-chan time.Time // the twin's timer, nil once it may no longer be sent
-	kept     int              // the failed attempt whose answer is returned if none succeeds; -1 before one
-	keptR    tiedResult[T]
+	exec.Started(ctx)
 }
 
 // doTied runs a call under h.Tied: tied if its key speaks the start
@@ -292,17 +239,15 @@ func (h *Hedger[T]) doTied(ctx context.Context, key string, f *Features, fn func
 	if opts.noHedge || opts.chained || !tie.Tied() {
 		return plain.DoWith(ctx, key, f, plain.learnTie(tie, fn))
 	}
-	c := &tiedCall[T]{
-		h: h, p: p, ctx: ctx, fn: fn, key: key, tie: tie,
-		req:     p.beginOpts(key, f, opts.feat, start),
-		starts:  make(chan int, 2),
-		results: make(chan tiedResult[T], 2),
+	c := &tiedState[T]{env: env[T]{h: *h, p: p, req: p.beginOpts(key, f, opts.feat, start)}, tie: tie}
+	s := exec.Spec[T]{
+		Key: key, Start: start, MaxAttempts: 1 + min(1, c.req.MaxHedges()),
+		Discard: h.Discard, Keep: h.Keep, Observe: h.Observer != nil,
 	}
-	c.n = 1 + min(1, c.req.MaxHedges())
 	if h.maxAttempts > 0 {
-		c.n = min(c.n, h.maxAttempts)
+		s.MaxAttempts = min(s.MaxAttempts, h.maxAttempts)
 	}
-	return c.run(start)
+	return c.Run(ctx, c, &s, fn)
 }
 
 // learnTie returns fn reporting to tie, from each attempt's answer,
@@ -312,225 +257,44 @@ func (h *Hedger[T]) learnTie(tie Tie, fn func(context.Context, Attempt) (T, erro
 		return fn
 	}
 	return func(ctx context.Context, a Attempt) (T, error) {
-		s := &startSignal{i: a.Index}
-		v, err := fn(context.WithValue(ctx, startKey{}, s), a)
+		sctx, s := exec.Listen(ctx, a.Index)
+		v, err := fn(sctx, a)
 		if ctx.Err() == nil && h.classify(ctx, v, err) != Retryable {
-			tie.k.speaks.Store(s.seen.Load())
+			tie.k.speaks.Store(s.Seen())
 		}
 		return v, err
 	}
 }
 
-// launch starts attempt c.launched at now, sent for reason r.
-func (c *tiedCall[T]) launch(now time.Time, r SendReason) {
-	i := c.launched
-	ctx := c.ctx
-	if c.h.Observer != nil {
-		ctx = c.h.Observer.AttemptStarted(c.ctx, AttemptStart{Key: c.key, Index: i, Reason: r, Start: now})
-		c.obs[i], c.reason[i] = ctx, r
-	}
-	actx, cancel := context.WithCancel(ctx)
-	actx = context.WithValue(actx, startKey{}, &startSignal{i: i, c: c.starts})
-	c.live[i], c.begun[i], c.cancel[i] = true, now, cancel
-	c.launched++
-	a := Attempt{Index: i, Key: c.key, Delay: c.tie.TwinAt()}
-	go func() {
-		v, err := c.fn(actx, a)
-		c.mu.Lock()
-		if !c.done {
-			c.results <- tiedResult[T]{i: i, v: v, err: err, end: time.Now()}
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-		c.h.discard(v)
-	}()
+// tiedState is one tied request in flight: the executor's state machine
+// (internal/exec's Tied), the request it runs under the policy, and its
+// Tie, whose decisions the state machine asks for through the methods
+// below (exec.Tie).
+type tiedState[T any] struct {
+	exec.Tied[T, Attempt]
+	env[T]
+	tie Tie
 }
 
-// ended tells the Observer, if any, that attempt i ended at now.
-func (c *tiedCall[T]) ended(i int, o Outcome, now time.Time, won bool, err error) {
-	if c.h.Observer == nil {
-		return
-	}
-	c.h.Observer.AttemptEnded(c.obs[i], AttemptEnd{
-		AttemptStart: AttemptStart{Key: c.key, Index: i, Reason: c.reason[i], Start: c.begun[i]},
-		Outcome:      o, Latency: now.Sub(c.begun[i]), Won: won, Err: err,
-	})
+// TwinAt is Tie.TwinAt.
+func (c *tiedState[T]) TwinAt() time.Duration { return c.tie.TwinAt() }
+
+// Twin is Tie.Twin.
+func (c *tiedState[T]) Twin(now time.Time) bool { return c.tie.Twin(now) }
+
+// Start is Tie.Start.
+func (c *tiedState[T]) Start(i int, now time.Time) exec.StartDecision {
+	return exec.StartDecision(c.tie.Start(i, now))
 }
 
-// drop cancels live attempt i at now, learned as outcome o.
-func (c *tiedCall[T]) drop(i int, o Outcome, now time.Time) {
-	c.live[i] = false
-	c.cancel[i]()
-	c.p.Observe(&c.req, i, now.Sub(c.begun[i]), o, now)
-	c.ended(i, o, now, false, context.Canceled)
-}
+// HasStarted is Tie.HasStarted.
+func (c *tiedState[T]) HasStarted(i int) bool { return c.tie.HasStarted(i) }
 
-// running reports whether any attempt's result is still awaited.
-func (c *tiedCall[T]) running() bool { return c.live[0] || c.live[1] }
+// Cancel is Tie.Cancel.
+func (c *tiedState[T]) Cancel(i int) { c.tie.Cancel(i) }
 
-// close marks the call done and discards the results not read.
-func (c *tiedCall[T]) close() {
-	c.mu.Lock()
-	c.done = true
-	c.mu.Unlock()
-	for {
-		select {
-		case r := <-c.results:
-			c.h.discard(r.v)
-		default:
-			return
-		}
-	}
-}
+// Answered is Tie.Answered.
+func (c *tiedState[T]) Answered(i int) { c.tie.Answered(i) }
 
-// run sends the primary at start and its twin when due, and returns the
-// first answer.
-func (c *tiedCall[T]) run(start time.Time) (T, error) {
-	c.kept = -1
-	c.launch(start, SentPrimary)
-	if c.n > 1 {
-		if c.tie.TwinAt() == 0 {
-			if c.tie.Twin(start) {
-				c.launch(start, SentAfterDelay)
-			}
-		} else {
-			tm := time.NewTimer(c.tie.TwinAt())
-			defer tm.Stop()
-			c.twinC = tm.C
-		}
-	}
-	for {
-		select {
-		case <-c.ctx.Done():
-			return c.stop()
-		case i := <-c.starts:
-			c.started(i, time.Now())
-		case now := <-c.twinC:
-			c.twinC = nil
-			if c.ctx.Err() == nil && c.tie.Twin(now) {
-				c.launch(now, SentAfterDelay)
-			}
-		case r := <-c.results:
-			if v, err, done := c.answered(r); done {
-				return v, err
-			}
-		}
-	}
-}
-
-// started handles attempt i's start, reported at now: the first to start
-// cancels the siblings that have not, and a start after a sibling's is
-// cancelled. A start reported after the attempt was cancelled is
-// duplicated work all the same: the cancellation reached its server too
-// late.
-func (c *tiedCall[T]) started(i int, now time.Time) {
-	switch d := c.tie.Start(i, now); {
-	case !c.live[i]:
-	case d == StartFirst:
-		c.twinC = nil
-		for j := range c.launched {
-			if j != i && c.live[j] && !c.tie.HasStarted(j) {
-				c.tie.Cancel(j)
-				c.drop(j, Canceled, now)
-			}
-		}
-	case d == StartDuplicate:
-		c.drop(i, Canceled, now)
-	}
-}
-
-// answered handles an attempt's result, and reports whether the call is
-// over, with its answer.
-func (c *tiedCall[T]) answered(r tiedResult[T]) (T, error, bool) {
-	h, p, i := c.h, c.p, r.i
-	var zero T
-	if !c.live[i] {
-		h.discard(r.v) // cancelled, and learned so, already
-		return zero, nil, false
-	}
-	c.live[i] = false
-	if c.ctx.Err() != nil {
-		o := h.lateOutcome(c.ctx, r.v, r.err)
-		p.Observe(&c.req, i, r.end.Sub(c.begun[i]), o, r.end)
-		c.ended(i, o, r.end, false, h.unmark(r.err))
-		h.discard(r.v)
-		c.cancel[i]()
-		v, err := c.stop()
-		return v, err, true
-	}
-	class := h.classify(c.ctx, r.v, r.err)
-	r.err = h.unmark(r.err)
-	p.Observe(&c.req, i, r.end.Sub(c.begun[i]), outcomeOf(class), r.end)
-	c.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
-	if class != Retryable {
-		c.tie.Answered(i)
-		c.dropKept()
-		c.close()
-		for j := range c.launched {
-			if c.live[j] {
-				c.drop(j, Canceled, r.end)
-			}
-		}
-		p.End(&c.req, i, r.end)
-		return h.hand(r.v, c.cancel[i]), r.err, true
-	}
-	c.keep(r)
-	c.tie.Failed(i)
-	if c.launched < c.n {
-		// The twin retries a failure at once, as hedging would.
-		now := time.Now()
-		c.twinC = nil
-		if c.tie.Twin(now) {
-			c.launch(now, SentAfterError)
-		}
-	}
-	if !c.running() {
-		c.close()
-		p.End(&c.req, -1, time.Now())
-		return h.hand(c.keptR.v, c.cancel[c.kept]), c.keptR.err, true
-	}
-	return zero, nil, false
-}
-
-// keep holds failed result r as the call's answer if none succeeds: the
-// primary's over the twin's, else the first.
-func (c *tiedCall[T]) keep(r tiedResult[T]) {
-	if c.kept >= 0 && r.i != 0 {
-		c.h.discard(r.v)
-		c.cancel[r.i]()
-		return
-	}
-	c.dropKept()
-	c.kept, c.keptR = r.i, r
-}
-
-// dropKept discards the failed result held, if any.
-func (c *tiedCall[T]) dropKept() {
-	if c.kept >= 0 {
-		c.h.discard(c.keptR.v)
-		c.cancel[c.kept]()
-		c.kept = -1
-	}
-}
-
-// stop ends the call because its context is done: discards every result
-// not returned, cancels the attempts still running, and returns ctx.Err().
-func (c *tiedCall[T]) stop() (T, error) {
-	now := time.Now()
-	c.close()
-	c.dropKept()
-	gone := CallerGone(c.ctx)
-	o := Canceled
-	if gone {
-		o = Abandoned
-	}
-	for j := range c.launched {
-		if c.live[j] {
-			c.drop(j, o, now)
-		}
-	}
-	endLate(c.p, &c.req, gone, now)
-	var zero T
-	return zero, c.ctx.Err()
-}
+// Failed is Tie.Failed.
+func (c *tiedState[T]) Failed(i int) { c.tie.Failed(i) }
