@@ -2,8 +2,9 @@ package tailcut
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"github.com/tailcut/tailcut/internal/exec"
 )
 
 // GatherOptions turn [Hedger.Gather] into a "good-enough" fan-out (The Tail
@@ -62,113 +63,22 @@ func (h *Hedger[T]) Gather(ctx context.Context, keys []string, call func(ctx con
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f := &fanOut[T]{h: h, cancel: cancel, results: make(chan legResult[T], n)}
+	f := exec.NewFanOut(n, cancel, h.Discard)
 	for i, key := range keys {
-		go f.leg(ctx, i, key, call)
+		go h.leg(ctx, f, i, key, call)
 	}
-	err := f.collect(ctx, &g, opts)
+	var err error
+	g.N, err = f.Collect(ctx, g.Values, g.Done, opts.Need, opts.Wait)
 	return g, err
 }
 
-// fanOut is the state one Gather shares with its legs: once it is done,
-// a leg that finishes discards its own result instead of queueing it.
-type fanOut[T any] struct {
-	h       *Hedger[T]
-	cancel  context.CancelFunc // cancels the legs
-	mu      sync.Mutex
-	done    bool
-	results chan legResult[T] // never blocks a leg
-}
-
-// legResult is what a leg of a fan-out returned.
-type legResult[T any] struct {
-	leg int
-	v   T
-	err error
-}
-
-// leg runs leg i, a call through Hedger.Do on key, and hands its result to
-// the fan-out, or to Discard if the fan-out is over.
-func (f *fanOut[T]) leg(ctx context.Context, i int, key string, call func(ctx context.Context, leg int, a Attempt) (T, error)) {
-	h := f.h
+// leg runs leg i of f, a call through h.Do on key, and hands its result to
+// f.
+func (h *Hedger[T]) leg(ctx context.Context, f *exec.FanOut[T], i int, key string, call func(ctx context.Context, leg int, a Attempt) (T, error)) {
 	v, err := h.Do(ctx, key, func(ctx context.Context, a Attempt) (T, error) {
 		return call(ctx, i, a)
 	})
-	f.mu.Lock()
-	if !f.done {
-		f.results <- legResult[T]{i, v, err}
-		f.mu.Unlock()
-		return
-	}
-	f.mu.Unlock()
-	if err == nil && h.Discard != nil {
-		h.Discard(v)
-	}
-}
-
-// collect fills g with the legs' results as they come until the fan-out
-// is decided (see Hedger.Gather), then stops it and returns the fan-out's
-// error.
-func (f *fanOut[T]) collect(ctx context.Context, g *Gathered[T], opts GatherOptions) error {
-	n := len(g.Values)
-	enough := opts.Need > 0 || opts.Wait > 0
-	need := n
-	if opts.Need > 0 && opts.Need < n {
-		need = opts.Need
-	}
-	var deadline <-chan time.Time
-	if opts.Wait > 0 {
-		t := time.NewTimer(opts.Wait)
-		defer t.Stop()
-		deadline = t.C
-	}
-	failed := 0
-	for received := 0; received < n; received++ {
-		select {
-		case r := <-f.results:
-			if r.err != nil {
-				failed++
-				if !enough || n-failed < need {
-					f.stop()
-					return r.err
-				}
-				continue
-			}
-			g.Values[r.leg], g.Done[r.leg] = r.v, true
-			g.N++
-			if g.N >= need {
-				f.stop()
-				return nil
-			}
-		case <-deadline:
-			f.stop()
-			return nil
-		case <-ctx.Done():
-			f.stop()
-			return ctx.Err()
-		}
-	}
-	f.stop()
-	return nil
-}
-
-// stop ends the fan-out: later results are discarded by their legs, and
-// the ones already queued here.
-func (f *fanOut[T]) stop() {
-	f.mu.Lock()
-	f.done = true
-	f.mu.Unlock()
-	f.cancel()
-	for {
-		select {
-		case r := <-f.results:
-			if r.err == nil && f.h.Discard != nil {
-				f.h.Discard(r.v)
-			}
-		default:
-			return
-		}
-	}
+	f.Deliver(i, v, err)
 }
 
 // GatherOver runs one leg per request in reqs concurrently, each a hedged
