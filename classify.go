@@ -1,11 +1,6 @@
 package tailcut
 
-import (
-	"context"
-	"errors"
-	"io"
-	"net"
-)
+import "github.com/tailcut/tailcut/internal/exec"
 
 // Final marks err as an answer: the downstream answered, and the answer is
 // an error — a cache miss (go-redis's redis.Nil), sql.ErrNoRows, a "not
@@ -21,10 +16,7 @@ import (
 // explicit, and overrides it for an error that would look like a network
 // failure.
 func Final(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &marked{err: err, class: Fatal}
+	return exec.Mark(err, exec.Fatal)
 }
 
 // Transient marks err as a failure without an answer: the attempt did not
@@ -36,29 +28,12 @@ func Final(err error) error {
 // attempt fails. Network errors and io.EOF are transient without it (see
 // [ErrorClass]). Transient(nil) is nil.
 func Transient(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &marked{err: err, class: Retryable}
+	return exec.Mark(err, exec.Retryable)
 }
-
-// marked is an error marked by Final or Transient.
-type marked struct {
-	err   error
-	class Class
-}
-
-func (m *marked) Error() string { return m.err.Error() }
-func (m *marked) Unwrap() error { return m.err }
 
 // unmark returns err without the mark Final or Transient put on it (only a
 // mark at the top: one wrapped further stays as the caller wrapped it).
-func unmark(err error) error {
-	if m, ok := err.(*marked); ok { //nolint:errorlint // only a mark at the top counts
-		return m.err
-	}
-	return err
-}
+func unmark(err error) error { return exec.Unmark(err) }
 
 // ErrorClass is how [Do] classes an attempt's result by its error, and
 // what a [Hedger] without Classify uses; a Classify of one's own may fall
@@ -86,17 +61,5 @@ func ErrorClass(err error) Class {
 	if err == nil {
 		return Success
 	}
-	if m, ok := err.(*marked); ok { //nolint:errorlint // only a mark at the top counts
-		return m.class
-	}
-	var m *marked
-	if errors.As(err, &m) {
-		return m.class
-	}
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
-		return Retryable
-	}
-	return Fatal
+	return Class(exec.ErrorClass(err))
 }
