@@ -3,8 +3,6 @@ package tailcut
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tailcut/tailcut/internal/exec"
@@ -43,23 +41,7 @@ import (
 //
 // Make one with [NewTied]; one Tied may serve several Hedgers. It is safe
 // for concurrent use.
-type Tied struct {
-	delay time.Duration
-
-	mu   sync.Mutex
-	keys map[string]*tiedKey // at most maxTiedKeys
-
-	requests, twins, canceled, duplicated, started atomic.Int64
-}
-
-// maxTiedKeys bounds the keys a Tied remembers; a key beyond it is hedged
-// as without Tied.
-const maxTiedKeys = 4096
-
-// tiedKey is what a Tied knows of one key's servers.
-type tiedKey struct {
-	speaks atomic.Bool // the last answer came after its attempt's start signal
-}
+type Tied struct{ s *exec.Ties }
 
 // NewTied returns a Tied whose twins go delay after the primary (zero: at
 // once). A negative delay is an error naming it.
@@ -67,23 +49,11 @@ func NewTied(delay time.Duration) (*Tied, error) {
 	if delay < 0 {
 		return nil, fmt.Errorf("tailcut: NewTied: delay must not be negative, got %v", delay)
 	}
-	return &Tied{delay: delay, keys: make(map[string]*tiedKey)}, nil
+	return &Tied{s: exec.NewTies(delay)}, nil
 }
 
 // Delay returns the delay after which a twin goes.
-func (t *Tied) Delay() time.Duration { return t.delay }
-
-// key returns the state of key, made if there is room.
-func (t *Tied) key(key string) *tiedKey {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	k := t.keys[key]
-	if k == nil && len(t.keys) < maxTiedKeys {
-		k = new(tiedKey)
-		t.keys[key] = k
-	}
-	return k
-}
+func (t *Tied) Delay() time.Duration { return t.s.Delay() }
 
 // TiedStats are a [Tied]'s counters, from [Tied.Stats].
 type TiedStats struct {
@@ -103,25 +73,13 @@ type TiedStats struct {
 }
 
 // Stats returns a snapshot of the counters, each read atomically.
-func (t *Tied) Stats() TiedStats {
-	return TiedStats{
-		Requests: t.requests.Load(), Twins: t.twins.Load(), Started: t.started.Load(),
-		Canceled: t.canceled.Load(), Duplicated: t.duplicated.Load(),
-	}
-}
+func (t *Tied) Stats() TiedStats { return TiedStats(t.s.Counts()) }
 
 // Tie is the record of one tied request: the decisions of tied requests,
 // which take now and never read the clock. [Hedger] drives it in real
 // time and the lab in virtual time. Begin one with [Tied.Begin]; a Tie is
 // used by one goroutine at a time.
-type Tie struct {
-	t       *Tied
-	p       *Policy
-	k       *tiedKey
-	first   int   // the attempt that started first; -1: none
-	started uint8 // bit i: attempt i reported its start
-	twinned bool
-}
+type Tie struct{ s exec.TieState }
 
 // Begin records the start at now of a request to key under policy p (nil
 // means [Default]), and returns its Tie.
@@ -129,32 +87,21 @@ func (t *Tied) Begin(p *Policy, key string, now time.Time) Tie {
 	if p == nil {
 		p = Default()
 	}
-	tie := Tie{t: t, p: p, k: t.key(key), first: -1}
-	if tie.Tied() {
-		t.requests.Add(1)
-	}
-	return tie
+	return Tie{s: t.s.Begin(key, p.cfg.Budget)}
 }
 
 // Tied reports whether the request is sent tied: its key's last answer
 // came after its attempt's start signal. If not, hedge it as usual.
-func (c *Tie) Tied() bool { return c.k != nil && c.k.speaks.Load() }
+func (c *Tie) Tied() bool { return c.s.Tied() }
 
 // TwinAt returns when the twin is due, from the request's start.
-func (c *Tie) TwinAt() time.Duration { return c.t.delay }
+func (c *Tie) TwinAt() time.Duration { return c.s.TwinAt() }
 
 // Twin reports whether the twin may go at now — at its delay, or at once
 // after the primary failed without an answer ([Tie.Failed]): the request
 // is tied, no attempt holds the work and no twin has gone. A true answer
 // counts the twin as sent.
-func (c *Tie) Twin(now time.Time) bool {
-	if !c.Tied() || c.twinned || c.first >= 0 {
-		return false
-	}
-	c.twinned = true
-	c.t.twins.Add(1)
-	return true
-}
+func (c *Tie) Twin(now time.Time) bool { return c.s.Twin(now) }
 
 // StartDecision is what to do when an attempt reports its start.
 type StartDecision uint8
@@ -174,44 +121,24 @@ const (
 // Start records that attempt i (0 ≤ i < 8) reported at now that it started
 // executing, and says what to do.
 func (c *Tie) Start(i int, now time.Time) StartDecision {
-	bit := uint8(1) << uint(i&7)
-	if c.started&bit != 0 {
-		return StartAgain
-	}
-	c.started |= bit
-	c.t.started.Add(1)
-	if c.first < 0 {
-		c.first = i
-		return StartFirst
-	}
-	c.t.duplicated.Add(1)
-	c.p.cfg.Budget.Withdraw(now)
-	return StartDuplicate
+	return StartDecision(c.s.Start(i, now))
 }
 
 // HasStarted reports whether attempt i reported its start.
-func (c *Tie) HasStarted(i int) bool { return c.started&(uint8(1)<<uint(i&7)) != 0 }
+func (c *Tie) HasStarted(i int) bool { return c.s.HasStarted(i) }
 
 // Failed records that attempt i failed without an answer: if it held the
 // work, no attempt does any more.
-func (c *Tie) Failed(i int) {
-	if c.first == i {
-		c.first = -1
-	}
-}
+func (c *Tie) Failed(i int) { c.s.Failed(i) }
 
 // Cancel records that attempt i was cancelled before it started, because
 // a sibling started first.
-func (c *Tie) Cancel(i int) { c.t.canceled.Add(1) }
+func (c *Tie) Cancel(i int) { c.s.Cancel(i) }
 
 // Answered records that attempt i produced an answer (not a failure to
 // reach the server): the key is tied from then on if it had reported its
 // start, and hedged as usual if not.
-func (c *Tie) Answered(i int) {
-	if c.k != nil {
-		c.k.speaks.Store(c.HasStarted(i))
-	}
-}
+func (c *Tie) Answered(i int) { c.s.Answered(i) }
 
 // AttemptStarted reports, from inside an attempt's call, that the server
 // has begun executing the attempt: hedgehttp's Transport calls it when a
@@ -247,20 +174,20 @@ func (h *Hedger[T]) doTied(ctx context.Context, key string, f *Features, fn func
 	if h.maxAttempts > 0 {
 		s.MaxAttempts = min(s.MaxAttempts, h.maxAttempts)
 	}
-	return c.Run(ctx, c, &s, fn)
+	return c.Run(ctx, c, &c.tie.s, &s, fn)
 }
 
 // learnTie returns fn reporting to tie, from each attempt's answer,
 // whether its key's server speaks the start signal.
 func (h *Hedger[T]) learnTie(tie Tie, fn func(context.Context, Attempt) (T, error)) func(context.Context, Attempt) (T, error) {
-	if tie.k == nil {
+	if !tie.s.Known() {
 		return fn
 	}
 	return func(ctx context.Context, a Attempt) (T, error) {
 		sctx, s := exec.Listen(ctx, a.Index)
 		v, err := fn(sctx, a)
 		if ctx.Err() == nil && h.classify(ctx, v, err) != Retryable {
-			tie.k.speaks.Store(s.Seen())
+			tie.s.Learn(s.Seen())
 		}
 		return v, err
 	}
@@ -268,33 +195,9 @@ func (h *Hedger[T]) learnTie(tie Tie, fn func(context.Context, Attempt) (T, erro
 
 // tiedState is one tied request in flight: the executor's state machine
 // (internal/exec's Tied), the request it runs under the policy, and its
-// Tie, whose decisions the state machine asks for through the methods
-// below (exec.Tie).
+// Tie, whose decisions the state machine asks for.
 type tiedState[T any] struct {
 	exec.Tied[T, Attempt]
 	env[T]
 	tie Tie
 }
-
-// TwinAt is Tie.TwinAt.
-func (c *tiedState[T]) TwinAt() time.Duration { return c.tie.TwinAt() }
-
-// Twin is Tie.Twin.
-func (c *tiedState[T]) Twin(now time.Time) bool { return c.tie.Twin(now) }
-
-// Start is Tie.Start.
-func (c *tiedState[T]) Start(i int, now time.Time) exec.StartDecision {
-	return exec.StartDecision(c.tie.Start(i, now))
-}
-
-// HasStarted is Tie.HasStarted.
-func (c *tiedState[T]) HasStarted(i int) bool { return c.tie.HasStarted(i) }
-
-// Cancel is Tie.Cancel.
-func (c *tiedState[T]) Cancel(i int) { c.tie.Cancel(i) }
-
-// Answered is Tie.Answered.
-func (c *tiedState[T]) Answered(i int) { c.tie.Answered(i) }
-
-// Failed is Tie.Failed.
-func (c *tiedState[T]) Failed(i int) { c.tie.Failed(i) }

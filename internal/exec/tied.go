@@ -37,11 +37,11 @@ type Tie interface {
 	Failed(i int)
 }
 
-// TiedEnv is what a Tied call needs of its request beyond its own state.
+// TiedEnv is what a Tied call needs of its request beyond its own state
+// and its Tie.
 type TiedEnv[T any] interface {
 	Policy
 	Hooks[T]
-	Tie
 }
 
 // startKey is the context key of an attempt's Signal.
@@ -93,6 +93,7 @@ type tiedResult[T any] struct {
 // most two attempts, the primary and its twin.
 type Tied[T any, A Attempt] struct {
 	env     TiedEnv[T]
+	tie     Tie
 	late    func(T)
 	keep    func(T, func()) T
 	observe bool
@@ -120,19 +121,19 @@ type Tied[T any, A Attempt] struct {
 // Run sends the primary of fn at s.Start and its twin when due (with
 // s.MaxAttempts 2), and returns the first answer. Its request has begun;
 // Run ends it.
-func (c *Tied[T, A]) Run(ctx context.Context, env TiedEnv[T], s *Spec[T], fn func(context.Context, A) (T, error)) (T, error) {
-	c.env, c.late, c.keep, c.observe = env, s.Discard, s.Keep, s.Observe
+func (c *Tied[T, A]) Run(ctx context.Context, env TiedEnv[T], tie Tie, s *Spec[T], fn func(context.Context, A) (T, error)) (T, error) {
+	c.env, c.tie, c.late, c.keep, c.observe = env, tie, s.Discard, s.Keep, s.Observe
 	c.ctx, c.fn, c.key, c.n = ctx, fn, s.Key, s.MaxAttempts
 	c.starts, c.results = make(chan int, 2), make(chan tiedResult[T], 2)
 	c.kept = -1
 	c.launch(s.Start, SentPrimary)
 	if c.n > 1 {
-		if env.TwinAt() == 0 {
-			if env.Twin(s.Start) {
+		if tie.TwinAt() == 0 {
+			if tie.Twin(s.Start) {
 				c.launch(s.Start, SentAfterDelay)
 			}
 		} else {
-			tm := time.NewTimer(env.TwinAt())
+			tm := time.NewTimer(tie.TwinAt())
 			defer tm.Stop()
 			c.twinC = tm.C
 		}
@@ -145,7 +146,7 @@ func (c *Tied[T, A]) Run(ctx context.Context, env TiedEnv[T], s *Spec[T], fn fun
 			c.started(i, time.Now())
 		case now := <-c.twinC:
 			c.twinC = nil
-			if c.ctx.Err() == nil && env.Twin(now) {
+			if c.ctx.Err() == nil && tie.Twin(now) {
 				c.launch(now, SentAfterDelay)
 			}
 		case r := <-c.results:
@@ -168,7 +169,7 @@ func (c *Tied[T, A]) launch(now time.Time, r Reason) {
 	actx = context.WithValue(actx, startKey{}, &Signal{i: i, c: c.starts})
 	c.live[i], c.begun[i], c.cancel[i] = true, now, cancel
 	c.launched++
-	a := A{Index: i, Key: c.key, Delay: c.env.TwinAt()}
+	a := A{Index: i, Key: c.key, Delay: c.tie.TwinAt()}
 	go func() {
 		v, err := c.fn(actx, a)
 		c.mu.Lock()
@@ -225,13 +226,13 @@ func (c *Tied[T, A]) close() {
 // duplicated work all the same: the cancellation reached its server too
 // late.
 func (c *Tied[T, A]) started(i int, now time.Time) {
-	switch d := c.env.Start(i, now); {
+	switch d := c.tie.Start(i, now); {
 	case !c.live[i]:
 	case d == StartFirst:
 		c.twinC = nil
 		for j := range c.launched {
-			if j != i && c.live[j] && !c.env.HasStarted(j) {
-				c.env.Cancel(j)
+			if j != i && c.live[j] && !c.tie.HasStarted(j) {
+				c.tie.Cancel(j)
 				c.drop(j, Canceled, now)
 			}
 		}
@@ -264,7 +265,7 @@ func (c *Tied[T, A]) answered(r tiedResult[T]) (T, error, bool) {
 	env.Observe(i, r.end.Sub(c.begun[i]), outcomeOf(class), r.end)
 	c.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
 	if class != Retryable {
-		env.Answered(i)
+		c.tie.Answered(i)
 		c.dropKept()
 		c.close()
 		for j := range c.launched {
@@ -282,12 +283,12 @@ func (c *Tied[T, A]) answered(r tiedResult[T]) (T, error, bool) {
 // call's answer if none succeeds, and sends the twin at once as its retry.
 func (c *Tied[T, A]) failed(r tiedResult[T]) (T, error, bool) {
 	c.keep1(r)
-	c.env.Failed(r.i)
+	c.tie.Failed(r.i)
 	if c.launched < c.n {
 		// The twin retries a failure at once, as hedging would.
 		now := time.Now()
 		c.twinC = nil
-		if c.env.Twin(now) {
+		if c.tie.Twin(now) {
 			c.launch(now, SentAfterError)
 		}
 	}
