@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,8 +22,10 @@ var layerParts = map[string][]string{
 	// Per-request options carried in a context, which the executor and
 	// the adapters read.
 	"options": {"reqopts.go", "chain.go"},
-	// The executor: Do, Hedger, Gather, DoReplicas and what they run
-	// attempts with; tied requests (tied.go) are run by the Hedger.
+	// The executor's API: Do, Hedger, Gather, DoReplicas and what they
+	// run attempts with; tied requests (tied.go) are run by the Hedger.
+	// Their state machines are internal/exec's, which the root's per-call
+	// states (do.go's state, tied.go's tiedState) wrap.
 	"execute": {"do.go", "gather.go", "replicas.go", "classify.go", "observer.go", "tied.go"},
 	// The policy: the key map, the fuses, the decisions and what they
 	// learn. A key's own state and schedule are internal/key's.
@@ -42,6 +45,14 @@ var layerNever = [][2]string{
 	{"config", "report"},
 }
 
+// layerImportNever are the packages a part's files must not import: the
+// executor's machinery is the execute part's alone.
+var layerImportNever = map[string][]string{
+	"decide": {"github.com/tailcut/tailcut/internal/exec", "github.com/tailcut/tailcut/internal/attemptctx"},
+	"config": {"github.com/tailcut/tailcut/internal/exec", "github.com/tailcut/tailcut/internal/attemptctx"},
+	"report": {"github.com/tailcut/tailcut/internal/exec", "github.com/tailcut/tailcut/internal/attemptctx"},
+}
+
 // layerAllowed are the uses a layerNever rule lets through, each with its
 // reason: part, the name used, and the part that declares it.
 var layerAllowed = map[[3]string]string{}
@@ -53,8 +64,9 @@ var rootImporters = map[string]string{}
 // TestLayers holds the code to layerParts: every root file is on a part;
 // no file of a part uses a top-level name (a type, function, variable or
 // constant, or a method declared on another part's type) declared in a
-// part it must never reach (layerNever); and no internal package imports
-// the root package (but rootImporters). Names are matched by the parser's
+// part it must never reach (layerNever), nor imports a package it must
+// not (layerImportNever); and no internal package imports the root
+// package (but rootImporters). Names are matched by the parser's
 // resolution: an identifier a file does not declare itself is the
 // package's, and it is looked up among the other parts' declarations.
 func TestLayers(t *testing.T) {
@@ -141,6 +153,14 @@ func TestLayers(t *testing.T) {
 				if use.sel && methods[to][use.name] || !use.sel && declared[to][use.name] {
 					t.Errorf("%s (%s) uses %s, declared in %s: %s must not reach %s", fset.Position(use.pos), from, use.name, to, from, to)
 				}
+			}
+		}
+	}
+	for name, f := range files {
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			if slices.Contains(layerImportNever[partOf[name]], p) {
+				t.Errorf("%s (%s) imports %s: %s must not", name, partOf[name], p, partOf[name])
 			}
 		}
 	}

@@ -208,7 +208,7 @@ type Policy struct {
 	cycles key.Cycles // the keys' cycle trackers (Config.Period)
 
 	// states pools Do's per-call state (*state[T], any T) with its
-	// channels and timer (do.go). It is per policy, not global, because
+	// channels and timer (do.go, internal/exec). It is per policy, not global, because
 	// channels and timers must not cross testing/synctest bubbles; noPool
 	// turns it off for Default().
 	states sync.Pool
