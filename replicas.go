@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tailcut/tailcut/internal/exec"
 	"github.com/tailcut/tailcut/internal/p2c"
 )
 
@@ -81,34 +82,6 @@ func (rs *Replicas[T]) Stats() []ReplicaStats {
 // DoReplicas once per leg, each on a goroutine of its own.
 func DoReplicas[T, R any](ctx context.Context, p *Policy, key string, rs *Replicas[T], call func(ctx context.Context, backend T, a Attempt) (R, error)) (R, error) {
 	h := Hedger[R]{Policy: p, maxAttempts: len(rs.backends)}
-	c := &replicaCall[T, R]{rs: rs, call: call}
-	return h.Do(ctx, key, c.attempt)
-}
-
-// replicaCall is one request of DoReplicas: the backends its attempts
-// have used.
-type replicaCall[T, R any] struct {
-	rs   *Replicas[T]
-	call func(context.Context, T, Attempt) (R, error)
-	used p2c.Used // the backends its attempts have had
-}
-
-// attempt runs attempt a on the backend the set picks for it, and teaches
-// the set what it took.
-func (c *replicaCall[T, R]) attempt(ctx context.Context, a Attempt) (R, error) {
-	start := time.Now()
-	i := c.rs.set.Use(&c.used, start)
-	r := c.rs.set.Replicas[i]
-	defer r.Inflight.Add(-1) // a panicking call does not leave the backend busy
-	v, err := c.call(ctx, c.rs.backends[i], a)
-	end := time.Now()
-	switch d := end.Sub(start); {
-	case ctx.Err() != nil:
-		r.Censor(d, end)
-	case ErrorClass(err) == Retryable:
-		r.Penalize(d, end)
-	default:
-		r.Observe(d, end)
-	}
-	return v, err
+	c := &exec.Replicas[T, R, Attempt]{Set: &rs.set, Backends: rs.backends, Call: call}
+	return h.Do(ctx, key, c.Attempt)
 }
