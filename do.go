@@ -250,10 +250,18 @@ type state[T any] struct {
 	env[T]
 }
 
-// env is what a call's state machine reaches of the policy and the
-// Hedger's hooks: the methods of exec.Env.
+// env is what a call's state machine reaches of the Hedger's hooks (the
+// methods of exec.Env) and of the policy.
 type env[T any] struct {
-	h   Hedger[T] // a copy: the hooks do not change during a call
+	classify func(T, error) Class // Hedger.Classify
+	observer AttemptObserver      // Hedger.Observer
+	policyRequest
+}
+
+// policyRequest is a call's request under its policy: the methods of
+// exec.Request. It does not depend on T, so that the state machine's
+// calls to the policy need no generic dictionary.
+type policyRequest struct {
 	p   *Policy
 	req Request
 }
@@ -267,10 +275,10 @@ func (h *Hedger[T]) getState(p *Policy) *state[T] {
 	}
 	if st == nil {
 		st = new(state[T])
-		st.Init(st)
+		st.Init(&st.policyRequest, st)
 	}
 	// A pooled state was zeroed by recycle, apart from its waiter.
-	st.h, st.p = *h, p
+	st.classify, st.observer, st.p = h.Classify, h.Observer, p
 	return st
 }
 
@@ -278,7 +286,7 @@ func (h *Hedger[T]) getState(p *Policy) *state[T] {
 // pool; the state machine's part is zeroed already.
 func (st *state[T]) Recycle() {
 	p := st.p
-	st.h, st.p, st.req = Hedger[T]{}, nil, Request{}
+	st.classify, st.observer, st.p, st.req = nil, nil, nil, Request{}
 	if p.noPool {
 		// Not reused: spare its timer a firing for nothing.
 		st.Drop()
@@ -288,7 +296,7 @@ func (st *state[T]) Recycle() {
 }
 
 // Hedge asks the policy for a hedge at now.
-func (e *env[T]) Hedge(now time.Time) exec.Grant {
+func (e *policyRequest) Hedge(now time.Time) exec.Grant {
 	switch e.p.Hedge(&e.req, now) {
 	case Send:
 		return exec.Granted
@@ -299,38 +307,38 @@ func (e *env[T]) Hedge(now time.Time) exec.Grant {
 }
 
 // Observe records attempt i with the policy.
-func (e *env[T]) Observe(i int, lat time.Duration, o exec.Outcome, end time.Time) {
+func (e *policyRequest) Observe(i int, lat time.Duration, o exec.Outcome, end time.Time) {
 	e.p.Observe(&e.req, i, lat, Outcome(o), end)
 }
 
 // End ends the request with the policy.
-func (e *env[T]) End(win int, now time.Time) { e.p.End(&e.req, win, now) }
+func (e *policyRequest) End(win int, now time.Time) { e.p.End(&e.req, win, now) }
 
 // Abandon ends the request with the policy: its caller gave up.
-func (e *env[T]) Abandon(now time.Time) { e.p.Abandon(&e.req, now) }
+func (e *policyRequest) Abandon(now time.Time) { e.p.Abandon(&e.req, now) }
 
 // Delay is the request's hedge delay.
-func (e *env[T]) Delay() time.Duration { return e.req.Delay() }
+func (e *policyRequest) Delay() time.Duration { return e.req.Delay() }
 
 // HedgeAt is when hedge slot k is due, from the request's start.
-func (e *env[T]) HedgeAt(k int) time.Duration { return e.req.HedgeAt(k) }
+func (e *policyRequest) HedgeAt(k int) time.Duration { return e.req.HedgeAt(k) }
 
-// Classify sorts an attempt's result (h.classify).
+// Classify sorts an attempt's result (classifyWith).
 func (e *env[T]) Classify(ctx context.Context, v T, err error) exec.Class {
-	return exec.Class(e.h.classify(ctx, v, err))
+	return exec.Class(classifyWith(e.classify, ctx, v, err))
 }
 
-// Unmark is err as the caller gets it (h.unmark).
-func (e *env[T]) Unmark(err error) error { return e.h.unmark(err) }
+// Unmark is err as the caller gets it (unmarkWith).
+func (e *env[T]) Unmark(err error) error { return unmarkWith(e.classify, err) }
 
 // Started tells the Observer that an attempt starts.
 func (e *env[T]) Started(ctx context.Context, ev exec.Event) context.Context {
-	return e.h.Observer.AttemptStarted(ctx, attemptStart(ev))
+	return e.observer.AttemptStarted(ctx, attemptStart(ev))
 }
 
 // Ended tells the Observer that an attempt ended.
 func (e *env[T]) Ended(ctx context.Context, ev exec.Event) {
-	e.h.Observer.AttemptEnded(ctx, AttemptEnd{
+	e.observer.AttemptEnded(ctx, AttemptEnd{
 		AttemptStart: attemptStart(ev),
 		Outcome:      Outcome(ev.Outcome), Latency: ev.Latency, Won: ev.Won, Err: ev.Err,
 	})
@@ -341,22 +349,28 @@ func attemptStart(ev exec.Event) AttemptStart {
 	return AttemptStart{Key: ev.Key, Index: ev.Index, Reason: SendReason(ev.Reason), Start: ev.Start}
 }
 
-// classify applies h.Classify, with the rule that a cancellation the caller
-// did not ask for is never final.
+// classify applies h.Classify (classifyWith).
 func (h *Hedger[T]) classify(ctx context.Context, v T, err error) Class {
+	return classifyWith(h.Classify, ctx, v, err)
+}
+
+// classifyWith applies classify (nil: ErrorClass), with the rule that a
+// cancellation the caller did not ask for is never final.
+func classifyWith[T any](classify func(T, error) Class, ctx context.Context, v T, err error) Class {
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		return Retryable
 	}
-	if h.Classify != nil {
-		return h.Classify(v, err)
+	if classify != nil {
+		return classify(v, err)
 	}
 	return ErrorClass(err)
 }
 
-// unmark is err as the caller gets it: without the mark of Final or
-// Transient, unless Classify (which may read the marks) is the Hedger's own.
-func (h *Hedger[T]) unmark(err error) error {
-	if h.Classify != nil || err == nil {
+// unmarkWith is err as the caller gets it: without the mark of Final or
+// Transient, unless classify (which may read the marks) is the Hedger's
+// own.
+func unmarkWith[T any](classify func(T, error) Class, err error) error {
+	if classify != nil || err == nil {
 		return err
 	}
 	return unmark(err)

@@ -560,8 +560,8 @@ func TestDoAllFailKeepsPrimaryValue(t *testing.T) {
 
 // nonZero lists the fields of the state v (a state[T], or a struct it
 // embeds) that are not zero, apart from those kept when pooled: the
-// state machine's waiter and the state it is part of (exec.Call's w and
-// env), checked not nil instead.
+// state machine's waiter and the state it is part of (exec.Call's w, env
+// and req), checked not nil instead.
 func nonZero(v reflect.Value, path string) []string {
 	var left []string
 	for i := range v.NumField() {
@@ -569,7 +569,7 @@ func nonZero(v reflect.Value, path string) []string {
 		switch {
 		case v.Type().Field(i).Anonymous && f.Kind() == reflect.Struct:
 			left = append(left, nonZero(f, name+".")...)
-		case name == "Call.env" || name == "Call.shared.w":
+		case name == "Call.env" || name == "Call.req" || name == "Call.shared.w":
 			if f.IsNil() {
 				left = append(left, name+" (nil)")
 			}

@@ -166,7 +166,8 @@ func (h *Hedger[T]) doTied(ctx context.Context, key string, f *Features, fn func
 	if opts.noHedge || opts.chained || !tie.Tied() {
 		return plain.DoWith(ctx, key, f, plain.learnTie(tie, fn))
 	}
-	c := &tiedState[T]{env: env[T]{h: *h, p: p, req: p.beginOpts(key, f, opts.feat, start)}, tie: tie}
+	c := &tiedState[T]{tie: tie}
+	c.classify, c.observer, c.p, c.req = h.Classify, h.Observer, p, p.beginOpts(key, f, opts.feat, start)
 	s := exec.Spec[T]{
 		Key: key, Start: start, MaxAttempts: 1 + min(1, c.req.MaxHedges()),
 		Discard: h.Discard, Keep: h.Keep, Observe: h.Observer != nil,

@@ -72,7 +72,8 @@ type Spec[T any] struct {
 // the transport's work evict them between two requests, and each line is
 // a miss.
 type Call[T any, A Attempt] struct {
-	env         Env[T] // set once, by Init
+	req         Request // set once, by Init
+	env         Env[T]  // set once, by Init
 	keep        func(T, func()) T
 	observe     bool
 	ctx         context.Context
@@ -96,10 +97,10 @@ type Call[T any, A Attempt] struct {
 	finalErr error
 }
 
-// Init makes c ready for its first call, with env the state c is part
-// of. Call it once, on a new Call.
-func (c *Call[T, A]) Init(env Env[T]) {
-	c.env = env
+// Init makes c ready for its first call, with req its request and env
+// the state c is part of. Call it once, on a new Call.
+func (c *Call[T, A]) Init(req Request, env Env[T]) {
+	c.req, c.env = req, env
 	c.w = newWaiter(c.fire)
 }
 
@@ -143,7 +144,7 @@ func (c *Call[T, A]) hedgeDelay() time.Duration {
 	if c.delay > 0 {
 		return c.delay
 	}
-	return c.env.Delay()
+	return c.req.Delay()
 }
 
 // at returns when hedge slot k is due, from the start.
@@ -151,7 +152,7 @@ func (c *Call[T, A]) at(k int) time.Duration {
 	if c.delay > 0 {
 		return time.Duration(k) * c.delay
 	}
-	return c.env.HedgeAt(k)
+	return c.req.HedgeAt(k)
 }
 
 // Run runs the call of fn under ctx as s says, and returns its outcome.
@@ -192,7 +193,7 @@ func (c *Call[T, A]) Run(ctx context.Context, s *Spec[T], fn func(context.Contex
 	env := c.env
 	class := env.Classify(ctx, v, err)
 	err = env.Unmark(err)
-	env.Observe(0, end.Sub(start), outcomeOf(class), end)
+	c.req.Observe(0, end.Sub(start), outcomeOf(class), end)
 	if c.observe {
 		c.ended(0, outcomeOf(class), end, class != Retryable, err)
 	}
@@ -200,9 +201,9 @@ func (c *Call[T, A]) Run(ctx context.Context, s *Spec[T], fn func(context.Contex
 		return c.retry(v, err, end)
 	}
 	if class == Retryable {
-		env.End(-1, end)
+		c.req.End(-1, end)
 	} else {
-		env.End(0, end)
+		c.req.End(0, end)
 	}
 	// Nothing else ever saw c: no hedge went, and the timer, if it fires,
 	// will find no call. Reuse it.
@@ -214,12 +215,12 @@ func (c *Call[T, A]) Run(ctx context.Context, s *Spec[T], fn func(context.Contex
 // ctx was done, before any hedge was due: the result is discarded and the
 // call returns ctx.Err().
 func (c *Call[T, A]) gaveUp(v T, err error, end time.Time, cancel context.CancelFunc) (T, error) {
-	env, ctx, late := c.env, c.ctx, c.late // recycle clears them
-	env.Observe(0, end.Sub(c.start), lateOutcome(env, ctx, v, err), end)
+	env, req, ctx, late := c.env, c.req, c.ctx, c.late // recycle clears them
+	req.Observe(0, end.Sub(c.start), lateOutcome(env, ctx, v, err), end)
 	if c.observe {
 		c.ended(0, lateOutcome(env, ctx, v, err), end, false, env.Unmark(err))
 	}
-	endLate(env, CallerGone(ctx), end)
+	endLate(req, CallerGone(ctx), end)
 	c.recycle(true) // nothing else ever saw c
 	discard(late, v)
 	cancel()
@@ -245,7 +246,7 @@ func (c *Call[T, A]) retry(v T, err error, end time.Time) (T, error) {
 	c.kept, c.nextTick = 0, 1
 	c.hedge(time.Now(), SentAfterError)
 	if c.running == 0 { // the policy granted none: the primary's answer stands
-		c.env.End(-1, time.Now())
+		c.req.End(-1, time.Now())
 		keep, cancel := c.keep, c.attempts[0].cancel // recycle clears them
 		c.recycle(false)                             // no hedge went, and none will
 		return hand(keep, v, cancel), err
@@ -326,7 +327,7 @@ func (c *Call[T, A]) hedge(now time.Time, r Reason) Grant {
 	if c.launched >= c.maxAttempts {
 		return Denied
 	}
-	g := c.env.Hedge(now)
+	g := c.req.Hedge(now)
 	if g == Granted {
 		c.launch(now, r)
 	}

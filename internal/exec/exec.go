@@ -110,16 +110,20 @@ type Hooks[T any] interface {
 	Ended(ctx context.Context, e Event)
 }
 
-// Env is what a Call needs of its request beyond its own state.
-type Env[T any] interface {
+// Request is what a Call asks of the policy for its request.
+type Request interface {
 	Policy
-	Hooks[T]
 	// Hedge asks the policy for a hedge at now.
 	Hedge(now time.Time) Grant
 	// Delay is the request's hedge delay.
 	Delay() time.Duration
 	// HedgeAt is when hedge slot k is due, from the request's start.
 	HedgeAt(k int) time.Duration
+}
+
+// Env is what a Call needs of the caller's state beyond its request.
+type Env[T any] interface {
+	Hooks[T]
 	// Recycle clears the caller's part of the call and pools it; the
 	// Call's own part is cleared already.
 	Recycle()

@@ -38,7 +38,7 @@ func (c *Call[T, A]) received(i int) (T, error, bool) {
 	c.running--
 	if c.ctx.Err() != nil {
 		o := lateOutcome(env, c.ctx, r.v, r.err)
-		env.Observe(i, r.end.Sub(a.start), o, r.end)
+		c.req.Observe(i, r.end.Sub(a.start), o, r.end)
 		if c.observe {
 			c.ended(i, o, r.end, false, env.Unmark(r.err))
 		}
@@ -50,7 +50,7 @@ func (c *Call[T, A]) received(i int) (T, error, bool) {
 	class := env.Classify(c.ctx, r.v, r.err)
 	r.err = env.Unmark(r.err)
 	c.results[i].err = r.err
-	env.Observe(i, r.end.Sub(a.start), outcomeOf(class), r.end)
+	c.req.Observe(i, r.end.Sub(a.start), outcomeOf(class), r.end)
 	if c.observe {
 		c.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
 	}
@@ -87,7 +87,7 @@ func (c *Call[T, A]) failed(i int) (T, error, bool) {
 			v, err := c.stop(time.Now())
 			return v, err, true
 		}
-		c.env.End(-1, time.Now())
+		c.req.End(-1, time.Now())
 		c.close(c.late)
 		k := c.results[c.kept]
 		return hand(c.keep, k.v, c.attempts[c.kept].cancel), k.err, true
@@ -113,13 +113,13 @@ func (c *Call[T, A]) stop(now time.Time) (T, error) {
 	for i := range c.attempts[:c.launched] {
 		if a := &c.attempts[i]; a.running {
 			a.cancel()
-			c.env.Observe(i, now.Sub(a.start), o, now)
+			c.req.Observe(i, now.Sub(a.start), o, now)
 			if c.observe {
 				c.ended(i, o, now, false, context.Canceled)
 			}
 		}
 	}
-	endLate(c.env, gone, now)
+	endLate(c.req, gone, now)
 	var zero T
 	return zero, c.ctx.Err()
 }
@@ -136,12 +136,12 @@ func (c *Call[T, A]) settle(win int, v T, now time.Time) T {
 			continue
 		}
 		a.cancel()
-		c.env.Observe(i, now.Sub(a.start), Canceled, now)
+		c.req.Observe(i, now.Sub(a.start), Canceled, now)
 		if c.observe {
 			c.ended(i, Canceled, now, false, context.Canceled)
 		}
 	}
-	c.env.End(win, now)
+	c.req.End(win, now)
 	return hand(c.keep, v, c.attempts[win].cancel)
 }
 
