@@ -315,7 +315,7 @@ func (c *Call[T, A]) launch(now time.Time, r Reason) {
 	}
 	actx, cancel := attemptctx.New(ctx)
 	c.attempts[c.launched] = attempt{cancel: cancel, start: now, running: true}
-	go c.run(actx, c.launched, A{Index: c.launched, Key: c.key, Delay: c.hedgeDelay()}, c.fn)
+	go c.run(actx, c.launched, c.hedgeDelay())
 	c.launched++
 	c.running++
 }

@@ -145,15 +145,18 @@ func (c *Call[T, A]) settle(win int, v T, now time.Time) T {
 	return hand(c.keep, v, c.attempts[win].cancel)
 }
 
-// run executes attempt i, a, and hands its result back (deliver).
+// run executes attempt i, whose hedge delay is delay, and hands its
+// result back (deliver). The attempt's fields of c (fn, key) are set before
+// it is launched and cleared only once every attempt has delivered.
 //
 // It is the bottom frame of every attempt's goroutine but an inline
 // primary, under the frames of fn: what it holds while fn runs is part of
 // the stack each attempt in flight holds, which starts at 2 KiB and is
 // copied to twice that once the frames outgrow it. So the result is handed
-// back by a function of its own (BenchmarkInflightMemory in bench).
-func (c *Call[T, A]) run(ctx context.Context, i int, a A, fn func(context.Context, A) (T, error)) {
-	v, err := fn(ctx, a)
+// back by a function of its own, and the go statement copies few
+// arguments (BenchmarkInflightMemory in bench).
+func (c *Call[T, A]) run(ctx context.Context, i int, delay time.Duration) {
+	v, err := c.fn(ctx, A{Index: i, Key: c.key, Delay: delay})
 	c.deliver(i, v, err)
 }
 
