@@ -24,12 +24,12 @@ import (
 // Ratio × its primaries plus the burst and the floor), and a chain of
 // hops with equal budgets sends the last one at most (1 + Ratio) ×
 // requests plus those allowances, where a budget per hop would add one
-// Ratio per hop. The
-// debt is kept to the budget's burst (budget.DefaultBurst for a budget
-// that does not state one): a token owed past it is forgiven, so that
-// once the forwarded hedges stop, the hop's own hedges wait at most one
-// burst's worth of deposits. Counts.Chained counts these requests,
-// Counts.ChainOwed those that found no token.
+// Ratio per hop. The debt is kept to the budget's burst
+// (budget.DefaultBurst for a budget that does not state one): a token
+// owed past it is forgiven, so that once the forwarded hedges stop, the
+// hop's own hedges wait at most one burst's worth of deposits.
+// Counts.Chained counts these requests, Counts.ChainOwed those that found
+// no token.
 func (p *Policy) BeginChained(key string, now time.Time) Request {
 	return p.begin(key, now, true)
 }
