@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -69,8 +68,7 @@ func TestTiedOneQueue(t *testing.T) {
 
 // On the lock scenario the tail is one attempt's own work: the bar tied
 // requests are held to (0.8 × adaptive hedging's p99 cut within 1.02 ×
-// the work) is out of reach of every hedge, the oracle's included, and
-// the experiment says so.
+// the work) is out of reach of every hedge, the oracle's included.
 func TestTiedLockBarOutOfReach(t *testing.T) {
 	sc, err := Lookup("lock")
 	if err != nil {
@@ -95,12 +93,5 @@ func TestTiedLockBarOutOfReach(t *testing.T) {
 	}
 	if len(rows) != 1+len(tiedQuantiles) {
 		t.Errorf("%d rows, want the oracle's and one per quantile: %v", len(rows), rows)
-	}
-	o, err := expTied(Options{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Holds || len(o.Tables) != 2 || !strings.Contains(o.Verdict, "(lock)") {
-		t.Errorf("experiment: holds %v, %d tables, verdict %q; want lock named out of reach", o.Holds, len(o.Tables), o.Verdict)
 	}
 }
