@@ -226,7 +226,9 @@ func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
 				io.WriteString(w, "charged once")
 			})
 			idem := newIdem(t, next, ws, IdempotencyOptions{})
+			served := make(chan struct{}, 2) // a token per request whose handler returned
 			srv, tr := startServer(t, proto.h2, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer func() { served <- struct{}{} }()
 				seen.add(r)
 				idem.ServeHTTP(w, r)
 			}))
@@ -235,7 +237,17 @@ func TestIdempotentHedgedPostRunsOnce(t *testing.T) {
 			if a.Status != 201 || a.Body != "charged once" {
 				t.Errorf("client got %d %q", a.Status, a.Body)
 			}
-			srv.Close() // waits for the hedge's handler to return
+			// Both handlers return before the stats are read: over HTTP/2
+			// srv.Close closes the connections without waiting for the
+			// handlers still running on them.
+			for range 2 {
+				select {
+				case <-served:
+				case <-time.After(10 * time.Second):
+					t.Fatal("a handler never returned")
+				}
+			}
+			srv.Close()
 			if runs.Load() != 1 {
 				t.Errorf("handler ran %d times, want 1", runs.Load())
 			}
