@@ -229,8 +229,8 @@ func (h *Hedger[T]) DoWith(ctx context.Context, key string, f *Features, fn func
 		Inline: h.InlinePrimary, Discard: h.Discard, Keep: h.Keep, Observe: h.Observer != nil,
 	}
 	if opts.chained {
-		// One slot, for the policy to count the hedge it denies.
-		st.req.StopChain()
+		// Begun chain-stopped (beginCtx): one slot, for the policy to
+		// count the hedge it denies.
 		s.MaxAttempts = min(s.MaxAttempts, 2)
 	}
 	if h.maxAttempts > 0 {
