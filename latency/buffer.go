@@ -14,6 +14,10 @@ import (
 // before a writer moves them into the sketches.
 const bufLen = 16
 
+// maxBufLen is the capacity past which a shard's buffer, grown while the
+// sketches were busy (obsShards.put), is given back once drained.
+const maxBufLen = 4 * bufLen
+
 // obs is one buffered observation: its sketch bin, for the estimator dst,
 // at the time at (the latest time of its shard; see obsShard.top).
 type obs struct {
@@ -81,6 +85,14 @@ func (set *obsShards) shards() *[shard.N]obsShard {
 
 // put buffers an observation of bin i (flags fl) at now for x, and for y
 // when y is not nil. x and y share set and its lock; both have started.
+//
+// A writer never waits for the sketches' lock: a goroutine that holds it
+// (a reader, or a writer draining a shard) may be descheduled with it,
+// and writers that waited for it would queue up behind it, each then
+// holding it in turn. A full shard is drained when the lock is free;
+// when it is not, the writer tries the other shards, and the last one it
+// tries grows past bufLen until the next drain. The only wait is for a
+// shard, when a writer holds every one of them.
 func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 	need := 1
 	if y != nil {
@@ -94,28 +106,37 @@ func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 		if !s.mu.TryLock() {
 			continue
 		}
-		if s.buf != nil && len(s.buf)+need > cap(s.buf) {
-			// Full: move it into the sketches, unless a reader holds
-			// them; then another shard may have room.
-			if !x.mu.TryLock() {
-				s.mu.Unlock()
-				continue
-			}
-			set.drain(j)
-			x.mu.Unlock()
+		if !set.room(s, x, j, need) && k < shard.N-1 {
+			// Full while the sketches are read: another shard may
+			// have room.
+			s.mu.Unlock()
+			continue
 		}
 		set.append(s, x, y, i, fl, now)
 		s.mu.Unlock()
 		return
 	}
-	// Every shard busy, or full while the sketches are read: wait.
-	x.mu.Lock()
+	// Every shard held by a writer: wait for the hinted one.
 	s := &sh[h]
 	s.mu.Lock()
-	set.drain(h)
+	set.room(s, x, h, need)
 	set.append(s, x, y, i, fl, now)
 	s.mu.Unlock()
+}
+
+// room reports whether shard k (s, whose lock is held) has room for need
+// more observations, draining it into the sketches first if it is full
+// and the sketches' lock is free.
+func (set *obsShards) room(s *obsShard, x *Estimator, k, need int) bool {
+	if s.buf == nil || len(s.buf)+need <= cap(s.buf) {
+		return true
+	}
+	if !x.mu.TryLock() {
+		return false
+	}
+	set.drain(k)
 	x.mu.Unlock()
+	return true
 }
 
 // append adds the observation to s, which has room and whose lock is held.
@@ -158,6 +179,12 @@ func (set *obsShards) drain(k int) {
 	}
 	if set.calm.Note(k, len(s.buf)) && set.spread.Load() {
 		set.spread.Store(false)
+	}
+	if cap(s.buf) > maxBufLen {
+		// Grown while the sketches were read (put): back to bufLen at
+		// the next append.
+		s.buf = nil
+		return
 	}
 	s.buf = s.buf[:0]
 }

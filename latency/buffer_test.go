@@ -268,3 +268,44 @@ func TestContended(t *testing.T) {
 		t.Error("not contended after a writer found the lock taken")
 	}
 }
+
+// TestWritersDoNotWaitForReader: while a reader holds the sketches' lock
+// (as if descheduled with it), buffering writers still complete, however
+// many observations they make: none waits for the lock, and once it is
+// free every observation is counted.
+func TestWritersDoNotWaitForReader(t *testing.T) {
+	const writers, per = 4, 40 * bufLen
+	e, _ := New(Config{Window: time.Hour})
+	e.Add(time.Millisecond, t0)
+	e.buf.spread.Store(true)
+	e.mu.Lock() // the reader
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for range per {
+				e.Add(2*time.Millisecond, t0)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		e.mu.Unlock()
+		<-done
+		t.Fatal("writers waited for the reader's lock")
+	}
+	e.mu.Unlock()
+	const want = 1 + writers*per
+	if c, _ := e.Counts(t0); c != want || e.Added() != want {
+		t.Errorf("Counts %d, Added %d; want %d", c, e.Added(), want)
+	}
+	// A shard grown while the lock was held is given back once drained.
+	sh := e.buf.s.Load()
+	for k := range sh {
+		if c := cap(sh[k].buf); c > maxBufLen {
+			t.Errorf("shard %d keeps %d observations' room after the drain", k, c)
+		}
+	}
+}
