@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -433,4 +434,36 @@ func TestLateHedgeLeavesTheRequestAlone(t *testing.T) {
 		}
 		t.Logf("%d hedges in 200 requests", hedged)
 	})
+}
+
+// TestHedgeCopyAllocatesNothingUnderTheLock: what a hedge does while it
+// holds the request's lock — the shallow copy with its own context, the
+// URL, the header's entries and values — allocates nothing, so that it
+// never assists the garbage collector while the caller's answer waits
+// for that lock (roundTrip.settle).
+func TestHedgeCopyAllocatesNothingUnderTheLock(t *testing.T) {
+	req, err := http.NewRequest(http.MethodGet, "http://example.com/a?b=c", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/plain")
+	req.Header["X-Many"] = []string{"1", "2", "3"}
+	ctx := context.Background()
+	r, u := new(http.Request), new(url.URL)
+	h := attemptHeader(len(req.Header)+1, 1)
+	values := make([]string, valueCount(req.Header))
+	allocs := testing.AllocsPerRun(100, func() {
+		copyRequest(ctx, req, r, u)
+		fillHeader(h, req.Header, values)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations under the lock, want 0", allocs)
+	}
+	r.Header = h
+	if r.URL == req.URL || r.URL.String() != req.URL.String() || r.Context() != ctx {
+		t.Errorf("copy: URL %v (shared %v), context %v", r.URL, r.URL == req.URL, r.Context())
+	}
+	if got := r.Header["X-Many"]; len(got) != 3 || got[2] != "3" || r.Header.Get(AttemptHeader) != "1" {
+		t.Errorf("copied header %v", r.Header)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -842,12 +843,19 @@ var errReturned = errors.New("hedgehttp: the request was answered before this he
 // that lost may still run: the URL and the header's values. A hedge is the
 // rare path; the primary shares them, as a plain transport would.
 func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, error) {
+	// The copy's memory is allocated between two holds of rt.mu, not
+	// under it: an allocation may assist the garbage collector, and the
+	// caller's answer waits in settle for as long as a hedge holds rt.mu.
+	// The first hold reads the sizes; the caller's request does not
+	// change while RoundTrip has not returned.
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	if rt.done {
+		rt.mu.Unlock()
 		return nil, errReturned
 	}
-	r := copyRequest(ctx, rt.req)
+	h := rt.req.Header
+	n, nv := len(h)+1, valueCount(h)
+	rt.mu.Unlock()
 	// A deep copy of the caller's header, as http.Header.Clone makes it,
 	// with Hedge-Attempt set: one map, made with room for Hedge-Attempt,
 	// and one slice for all the values. The deepest call on the hedge's
@@ -855,9 +863,17 @@ func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, er
 	// which allocates its storage: it is made in a frame of its own
 	// (attemptHeader) before the frame that iterates over the caller's
 	// header (fillHeader) is on the stack.
-	h := rt.req.Header
-	r.Header = attemptHeader(len(h)+1, k)
-	fillHeader(r.Header, h, valueCount(h))
+	header := attemptHeader(n, k)
+	values := make([]string, nv)
+	r, u := new(http.Request), new(url.URL)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.done {
+		return nil, errReturned
+	}
+	copyRequest(ctx, rt.req, r, u)
+	r.Header = header
+	fillHeader(header, rt.req.Header, values)
 	switch {
 	case rt.buffered:
 		r.Body, r.GetBody = rt.newBody()
@@ -988,12 +1004,11 @@ func attemptHeader(n, k int) http.Header {
 	return h
 }
 
-// fillHeader copies into h2 the entries of h but Hedge-Attempt, their n
-// values copied too.
+// fillHeader copies into h2 the entries of h but Hedge-Attempt, and
+// their values into values, which has room for valueCount(h).
 //
 //go:noinline
-func fillHeader(h2, h http.Header, n int) {
-	values := make([]string, n)
+func fillHeader(h2, h http.Header, values []string) {
 	for name, vv := range h {
 		switch {
 		case name == AttemptHeader:
@@ -1001,6 +1016,9 @@ func fillHeader(h2, h http.Header, n int) {
 		case vv == nil:
 			h2[name] = nil // as Clone keeps it
 		default:
+			if len(values) < len(vv) {
+				values = make([]string, len(vv)) // h grew: not by contract
+			}
 			n := copy(values, vv)
 			h2[name] = values[:n:n]
 			values = values[n:]
@@ -1019,17 +1037,17 @@ func valueCount(h http.Header) int {
 	return n
 }
 
-// copyRequest returns a shallow copy of r with context ctx and a copy of
-// its URL. It is a function of its own, not inlined, so that the copy it
-// makes on its way is not a part of its caller's frame (see
+// copyRequest makes r2 a shallow copy of r with context ctx, and u a copy
+// of its URL for r2. It allocates nothing (WithContext is inlined and its
+// copy does not escape), and is a function of its own, not inlined, so
+// that that copy is not a part of its caller's frame (see
 // cloneWithAttempt).
 //
 //go:noinline
-func copyRequest(ctx context.Context, r *http.Request) *http.Request {
-	r2 := r.WithContext(ctx)
-	u := *r.URL
-	r2.URL = &u
-	return r2
+func copyRequest(ctx context.Context, r, r2 *http.Request, u *url.URL) {
+	*r2 = *r.WithContext(ctx)
+	*u = *r.URL
+	r2.URL = u
 }
 
 // classify sorts an attempt's outcome for the Hedger: answers are final (a
