@@ -35,27 +35,9 @@ func cpuTime(b *testing.B) time.Duration {
 // (getrusage, the whole process: the servers run in processes of their
 // own) and hedges/op. Subtract "none" for what a hedger costs the client.
 func BenchmarkClientCost(b *testing.B) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		b.Skip("redis-server not found on PATH")
-	}
-	ctx := context.Background()
-	c, err := redisrig.Start(ctx, 3, redisrig.Options{Keys: 1000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(c.Stop)
-	unlimited, err := budget.NewRatio(1, 1000, 1000)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, hedge := range []struct {
-		name  string
-		delay time.Duration
-	}{{"quiet", time.Second}, {"hedged", 100 * time.Microsecond}} {
-		p, err := tailcut.New(tailcut.Config{MaxHedges: 1, Budget: unlimited})
-		if err != nil {
-			b.Fatal(err)
-		}
+	c, unlimited := costRig(b)
+	for _, hedge := range costGroups {
+		p := onePolicy(b, unlimited)
 		get := map[string]func(ctx context.Context, r int, key string) error{
 			"none": func(ctx context.Context, r int, key string) error {
 				_, err := c.Get(ctx, r, key, 0)
@@ -116,9 +98,56 @@ func BenchmarkClientCost(b *testing.B) {
 	})
 }
 
+// costGroup is a group of the client-cost benchmarks: hedgers pinned to
+// one fixed delay.
+type costGroup struct {
+	name  string
+	delay time.Duration
+}
+
+// costGroups: "quiet", hedges that never fire; "hedged", hedges that fire
+// for most GETs.
+var costGroups = []costGroup{{"quiet", time.Second}, {"hedged", 100 * time.Microsecond}}
+
+// onePolicy returns a policy of one hedge a request under budget b, for
+// hedgers pinned to a delay with tailcut.WithDelay.
+func onePolicy(tb testing.TB, b budget.Budget) *tailcut.Policy {
+	p, err := tailcut.New(tailcut.Config{MaxHedges: 1, Budget: b})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// costRig starts the three replicas of the client-cost benchmarks,
+// stopped when b ends (b is skipped without redis-server), and returns
+// them with a budget that never binds within a benchmark.
+func costRig(b *testing.B) (*redisrig.Cluster, budget.Budget) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		b.Skip("redis-server not found on PATH")
+	}
+	c, err := redisrig.Start(context.Background(), 3, redisrig.Options{Keys: 1000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Stop)
+	unlimited, err := budget.NewRatio(1, 1000, 1000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, unlimited
+}
+
 // clientCost runs get from 16 goroutines (8 per CPU on 2 CPUs), reports
 // its CPU and hedges per GET, and returns the hedges per GET.
 func clientCost(b *testing.B, c *redisrig.Cluster, get func(ctx context.Context, r int, key string) error) float64 {
+	return opCost(b, c, 1, func(ctx context.Context, i int) error { return get(ctx, i, c.Key(i)) })
+}
+
+// opCost runs op, which sends width GETs, from 16 goroutines, the i of
+// each op width past the one before, reports its CPU and hedges per GET,
+// and returns the hedges per GET.
+func opCost(b *testing.B, c *redisrig.Cluster, width int, op func(ctx context.Context, i int) error) float64 {
 	ctx := context.Background()
 	b.SetParallelism(8)
 	_, h0 := c.Sent()
@@ -128,8 +157,8 @@ func clientCost(b *testing.B, c *redisrig.Cluster, get func(ctx context.Context,
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			i++
-			if err := get(ctx, i, c.Key(i)); err != nil {
+			i += width
+			if err := op(ctx, i); err != nil {
 				b.Error(err)
 				return
 			}
@@ -137,8 +166,9 @@ func clientCost(b *testing.B, c *redisrig.Cluster, get func(ctx context.Context,
 	})
 	b.StopTimer()
 	_, h1 := c.Sent()
-	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
-	rate := float64(h1-h0) / float64(b.N)
+	gets := float64(b.N * width)
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(time.Microsecond)/gets, "cpu-µs/op")
+	rate := float64(h1-h0) / gets
 	b.ReportMetric(rate, "hedges/op")
 	return rate
 }
