@@ -38,7 +38,7 @@ func bars(sts []strategy, figs []figures) []string {
 	}
 	var out []string
 	for i, st := range sts {
-		if st.kind != kindTailcut {
+		if st.kind != kindTailcut || st.diag {
 			continue
 		}
 		f := figs[i]

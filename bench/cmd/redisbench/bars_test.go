@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/tailcut/tailcut"
 )
 
 // TestBarsOf checks each bar on figures chosen to fall on either side of
@@ -50,5 +52,32 @@ func TestBarsOf(t *testing.T) {
 	}
 	if cpu, how, _ := cpuAt(0.001, fixed); cpu != 50 || !strings.Contains(how, "the rarest, p99's at 1.0 %") {
 		t.Errorf("cpuAt(0.1 %%) = %.1f, %q; want p99's 50.0", cpu, how)
+	}
+}
+
+// TestAddStatsWonPerHedgeSent checks that tailcut's hedges won are
+// counted over the hedges that reached the servers, as the fixed
+// hedger's are, not over the hedges the policy granted: of 10 granted,
+// 2 were not written (their request was answered first), and 4 of the 8
+// sent won.
+func TestAddStatsWonPerHedgeSent(t *testing.T) {
+	var st tailcut.Stats
+	st.Hedges, st.Wins[1] = 10, 4
+	st.Denied[tailcut.DenyBudget] = 3
+	var f figures
+	f.addStats(st, tailcut.Stats{}, 1000, 8)
+	if len(f.won) != 1 || f.won[0] != 0.5 {
+		t.Errorf("hedges won %v, want [0.5]: 4 wins of 8 hedges sent", f.won)
+	}
+	if f.budgetDenied[0] != 0.003 {
+		t.Errorf("budget denials per GET %v, want 0.003", f.budgetDenied[0])
+	}
+	// Less a base (the steady strategy's unmeasured run).
+	var base tailcut.Stats
+	base.Hedges, base.Wins[1] = 6, 3
+	f = figures{}
+	f.addStats(st, base, 1000, 2)
+	if f.won[0] != 0.5 {
+		t.Errorf("hedges won since base %v, want 0.5: 1 win of 2 hedges sent", f.won[0])
 	}
 }

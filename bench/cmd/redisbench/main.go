@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime"
@@ -34,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/failsafe-go/failsafe-go"
 	fsbudget "github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
@@ -41,6 +43,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/tailcut/tailcut"
+	"github.com/tailcut/tailcut/budget"
 
 	"github.com/tailcut/tailcut/bench/internal/redisrig"
 )
@@ -57,7 +60,13 @@ var (
 	flagNoiseAlpha = flag.Float64("noise-alpha", 1.5, "shape of the Pareto lengths")
 	flagNoiseCap   = flag.Duration("noise-cap", 20*time.Millisecond, "longest DEBUG SLEEP or Lua busy loop")
 	flagSeed       = flag.Uint64("seed", 1, "seed of the keys and the noise")
+	flagStrategies = flag.String("strategies", defaultStrategies, "comma-separated strategies to run: "+defaultStrategies+
+		", and the diagnostic ones: "+diagStrategyIDs)
+	flagPin = flag.String("pin", "p97", "the fixed delay of the sweep (p90, p95, p97, p99) that the diagnostic strategies pin tailcut's delay to")
 )
+
+// defaultStrategies is the table of bench/README.md.
+const defaultStrategies = "none,p90,p95,p97,p99,tailcut,gain,q95,failsafe"
 
 // Noise levels by name: the share of an unhedged run's GETs that reach a
 // replica while a slow command holds it, which the neighbours' rate is
@@ -82,10 +91,18 @@ const (
 
 // strategy is one way of sending the GETs.
 type strategy struct {
+	id          string // its name for -strategies
 	name, about string
 	kind        kind
-	delay       time.Duration // kindFixed
+	delay       time.Duration // kindFixed; kindTailcut: a per-request delay (tailcut.WithDelay) if > 0
 	cfg         tailcut.Config
+	// budget, if set, makes cfg.Budget for each run: a budget's state is
+	// its run's own.
+	budget func() budget.Budget
+	diag   bool // a diagnostic row (-strategies): no bars
+	// steady runs the policy through an unmeasured run of the same
+	// spec before each measured run.
+	steady bool
 }
 
 // runner is one strategy's client for one run.
@@ -93,6 +110,9 @@ type runner struct {
 	req   redisrig.Request
 	wins  *atomic.Int64        // hedges that won, where the strategy tells
 	stats func() tailcut.Stats // tailcut's
+	// delays are the hedge delays of tailcut's requests (Attempt.Delay of
+	// each primary, µs) when a diagnostic strategy runs; nil otherwise.
+	delays *delayLog
 }
 
 // legs runs get for every GET of a request: inline for one, each on its
@@ -135,7 +155,11 @@ func (s strategy) runner(c *redisrig.Cluster) runner {
 			})
 		}
 	case kindTailcut:
-		p, err := tailcut.New(s.cfg)
+		cfg := s.cfg
+		if s.budget != nil {
+			cfg.Budget = s.budget()
+		}
+		p, err := tailcut.New(cfg)
 		if err != nil {
 			// run checks every config before it starts the replicas; a
 			// panic still runs its deferred stops.
@@ -143,10 +167,17 @@ func (s strategy) runner(c *redisrig.Cluster) runner {
 		}
 		r.wins = nil
 		r.stats = p.Stats
+		if logDelays {
+			r.delays = newDelayLog()
+		}
 		policyKeys := slices.Repeat([]string{policyKey}, *flagWidth)
 		r.req = func(ctx context.Context, first int, keys []string) error {
+			if s.delay > 0 {
+				ctx = tailcut.WithDelay(ctx, s.delay)
+			}
 			if len(keys) == 1 {
 				_, err := tailcut.Do(ctx, p, policyKey, func(ctx context.Context, a tailcut.Attempt) (string, error) {
+					r.delays.add(a)
 					return c.Get(ctx, first+a.Index, keys[0], a.Index)
 				})
 				return err
@@ -154,6 +185,7 @@ func (s strategy) runner(c *redisrig.Cluster) runner {
 			// Gather's keys are the policy's: the same key for every leg;
 			// the Redis key is carried by the leg's index.
 			_, err := tailcut.Gather(ctx, p, policyKeys[:len(keys)], func(ctx context.Context, leg int, a tailcut.Attempt) (string, error) {
+				r.delays.add(a)
 				return c.Get(ctx, first+leg+a.Index, keys[leg], a.Index)
 			})
 			return err
@@ -179,24 +211,53 @@ func (s strategy) runner(c *redisrig.Cluster) runner {
 	return r
 }
 
-func strategies(sweep []time.Duration, names []string) []strategy {
+// allStrategies returns every strategy, the default table's and the
+// diagnostic ones (diag.go), in the table's order: the fixed delays at
+// sweep, named by names, and the diagnostics from cal.
+func allStrategies(sweep []time.Duration, names []string, cal calibration) []strategy {
 	out := []strategy{
-		{name: "none", kind: kindNone, about: "no hedging"},
+		{id: "none", name: "none", kind: kindNone, about: "no hedging"},
 	}
 	for i, d := range sweep {
-		out = append(out, strategy{name: fmt.Sprintf("fixed at the %s (%s)", names[i], fmtDur(d)), kind: kindFixed, delay: d,
+		out = append(out, strategy{id: names[i], name: fmt.Sprintf("fixed at the %s (%s)", names[i], fmtDur(d)), kind: kindFixed, delay: d,
 			about: "one hedge after a fixed delay, no budget: a plain goroutine-and-timer hedger (redisrig.FixedHedge)"})
 	}
-	return append(out,
-		strategy{name: "tailcut, `Config{}`", kind: kindTailcut, cfg: tailcut.Config{},
+	out = append(out,
+		strategy{id: "tailcut", name: "tailcut, `Config{}`", kind: kindTailcut, cfg: tailcut.Config{},
 			about: "tailcut.Do (fan-out: tailcut.Gather) over tailcut.New(tailcut.Config{}): the auto delay, up to 2 hedges, the windowed budget (10 %, 10 s)"},
-		strategy{name: "tailcut, gain fuse", kind: kindTailcut, cfg: tailcut.Config{Gain: tailcut.GainConfig{Enabled: true}},
+		strategy{id: "gain", name: "tailcut, gain fuse", kind: kindTailcut, cfg: tailcut.Config{Gain: tailcut.GainConfig{Enabled: true}},
 			about: "as tailcut, `Config{}`, with the gain fuse on (Config.Gain): rounds held out unhedged, hedges off where they do not pay"},
-		strategy{name: "tailcut, `Quantile: 0.95`", kind: kindTailcut, cfg: tailcut.Config{Quantile: 0.95},
+		strategy{id: "q95", name: "tailcut, `Quantile: 0.95`", kind: kindTailcut, cfg: tailcut.Config{Quantile: 0.95},
 			about: "as tailcut, the delay pinned to the key's measured p95"},
-		strategy{name: "failsafe-go at the p95", kind: kindFailsafe,
+		strategy{id: "failsafe", name: "failsafe-go at the p95", kind: kindFailsafe,
 			about: "failsafe-go v0.9.8 hedgepolicy: delay at its measured p95 (age 1000, after 20), 1 hedge, its budget at max rate 10 %"},
 	)
+	return append(out, diagStrategies(cal)...)
+}
+
+// strategies returns the strategies -strategies selects, in the table's
+// order.
+func strategies(sweep []time.Duration, names []string, cal calibration) ([]strategy, error) {
+	all := allStrategies(sweep, names, cal)
+	want := map[string]bool{}
+	for id := range strings.SplitSeq(*flagStrategies, ",") {
+		want[strings.TrimSpace(id)] = true
+	}
+	var out []strategy
+	for _, st := range all {
+		if want[st.id] {
+			out = append(out, st)
+			delete(want, st.id)
+		}
+	}
+	if len(want) > 0 {
+		ids := make([]string, len(all))
+		for i, st := range all {
+			ids[i] = st.id
+		}
+		return nil, fmt.Errorf("-strategies: unknown %v; known: %s", slices.Sorted(maps.Keys(want)), strings.Join(ids, ","))
+	}
+	return out, nil
 }
 
 func fmtDur(d time.Duration) string {
@@ -208,10 +269,41 @@ func fmtDur(d time.Duration) string {
 
 // figures are one strategy's results over the repetitions.
 type figures struct {
-	p99, p999, extra, hedgeRate, won, cpu []float64 // ms, ms, share, share, share of hedges, µs per GET
-	busy, waited                          []float64 // noise: share of the servers' time, share of GETs
-	shifts, budgetDenied, delay           []float64 // tailcut: per run, per GET, ms
-	errors, unaccounted                   int64     // failed requests; |server GETs − attempts sent| summed
+	p99, p999, extra, hedgeRate, won, cpu []float64               // ms, ms, share, share, share of hedges, µs per GET
+	busy, waited                          []float64               // noise: share of the servers' time, share of GETs
+	shifts, budgetDenied, delay           []float64               // tailcut: per run, per GET, ms
+	errors, unaccounted                   int64                   // failed requests; |server GETs − attempts sent| summed
+	pooled                                *hdrhistogram.Histogram // every repetition's request latencies, µs
+	early                                 []float64               // share of the run's slowest 1 % that began in its first tenth
+	delays                                *hdrhistogram.Histogram // tailcut's hedge delays over every repetition, µs (logDelays)
+}
+
+// addStats records tailcut's Stats st after a run of gets GETs in which
+// sent hedges reached the servers, less base, its Stats before the run.
+// The hedges won are counted over the hedges sent, as the fixed hedger's
+// are: a hedge the policy granted whose request was answered before it
+// was written (go-redis looks at the context first) is no hedge at the
+// servers, and Stats count it.
+func (f *figures) addStats(st, base tailcut.Stats, gets, sent int64) {
+	var wins int64
+	for k := 1; k < len(st.Wins); k++ {
+		wins += st.Wins[k] - base.Wins[k]
+	}
+	if sent > 0 {
+		f.won = append(f.won, float64(wins)/float64(sent))
+	}
+	var shifts int64
+	var delay time.Duration
+	for _, k := range st.Keys {
+		shifts += k.Shifts
+		delay = k.Delay
+	}
+	for _, k := range base.Keys {
+		shifts -= k.Shifts
+	}
+	f.shifts = append(f.shifts, float64(shifts))
+	f.budgetDenied = append(f.budgetDenied, float64(st.DeniedBy(tailcut.DenyBudget)-base.DeniedBy(tailcut.DenyBudget))/float64(gets))
+	f.delay = append(f.delay, ms(delay))
 }
 
 // stat is the median and the range of a figure over the repetitions.
@@ -252,7 +344,14 @@ func main() {
 // run starts the replicas, runs every noise level and variant, and stops
 // the replicas, whatever happens.
 func run(ctx context.Context) error {
-	for _, st := range strategies(nil, nil) {
+	sts, err := strategies(sweepOf(time.Millisecond), sweepNames, calibration{})
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(sweepNames, *flagPin) {
+		return fmt.Errorf("-pin: %q is not one of %v", *flagPin, sweepNames)
+	}
+	for _, st := range sts {
 		if st.kind == kindTailcut {
 			if _, err := tailcut.New(st.cfg); err != nil {
 				return fmt.Errorf("%s: %w", st.name, err)
@@ -388,7 +487,11 @@ func runVariant(ctx context.Context, c *redisrig.Cluster, noise redisrig.Waiter,
 	for i, q := range sweepQ {
 		sweep[i] = time.Duration(getHist.ValueAtQuantile(q)) * time.Microsecond
 	}
-	sts := strategies(sweep, sweepNames)
+	sts, err := strategies(sweep, sweepNames, calibrationOf(getHist, sweep))
+	if err != nil {
+		return err
+	}
+	logDelays = slices.ContainsFunc(sts, func(st strategy) bool { return st.diag })
 	figs := make([]figures, len(sts))
 	name := "single GET"
 	if width > 1 {
@@ -398,11 +501,31 @@ func runVariant(ctx context.Context, c *redisrig.Cluster, noise redisrig.Waiter,
 		for k := range sts {
 			i := (k + rep) % len(sts)
 			r := sts[i].runner(c)
+			var base tailcut.Stats
+			if sts[i].steady {
+				// An unmeasured run first: the policy is measured as
+				// a process that has served as many requests.
+				if _, err := redisrig.Run(ctx, c, noise, spec, r.req); err != nil {
+					return err
+				}
+				base = r.stats()
+			}
 			res, err := redisrig.Run(ctx, c, noise, spec, r.req)
 			if err != nil {
 				return err
 			}
 			f := &figs[i]
+			if f.pooled == nil {
+				f.pooled = hdrhistogram.New(1, res.Hist.HighestTrackableValue(), 3)
+			}
+			f.pooled.Merge(res.Hist)
+			f.early = append(f.early, earlyShare(res))
+			if r.delays != nil {
+				if f.delays == nil {
+					f.delays = newDelayLog().h
+				}
+				f.delays.Merge(r.delays.h)
+			}
 			f.p99 = append(f.p99, ms(res.Quantile(99)))
 			f.p999 = append(f.p999, ms(res.Quantile(99.9)))
 			f.extra = append(f.extra, res.ExtraLoad())
@@ -416,17 +539,7 @@ func runVariant(ctx context.Context, c *redisrig.Cluster, noise redisrig.Waiter,
 				f.won = append(f.won, float64(r.wins.Load())/float64(res.Hedges))
 			}
 			if r.stats != nil {
-				st := r.stats()
-				f.won = append(f.won, st.HedgeWinRate())
-				var shifts int64
-				var delay time.Duration
-				for _, k := range st.Keys {
-					shifts += k.Shifts
-					delay = k.Delay
-				}
-				f.shifts = append(f.shifts, float64(shifts))
-				f.budgetDenied = append(f.budgetDenied, float64(st.DeniedBy(tailcut.DenyBudget))/float64(res.GETs))
-				f.delay = append(f.delay, ms(delay))
+				f.addStats(r.stats(), base, res.GETs, res.Hedges)
 			}
 		}
 		fmt.Fprintf(os.Stderr, "noise %s, %s: repetition %d/%d done\n", level, name, rep+1, *flagReps)
@@ -472,6 +585,7 @@ func printTable(level, name string, spec redisrig.Spec, sweep []time.Duration, s
 		}
 	}
 	fmt.Println()
+	printPooled(sts, figs)
 	var errs, unacc int64
 	var busy, waited []float64
 	for i, f := range figs {

@@ -28,11 +28,14 @@ type Spec struct {
 
 // Result is one run's figures.
 type Result struct {
-	Hist     *hdrhistogram.Histogram // request latencies, µs
-	Requests int64
-	GETs     int64 // GETs requested: Requests × Width
-	Errors   int64
-	Took     time.Duration
+	Hist *hdrhistogram.Histogram // request latencies, µs
+	// Latencies are the requests' latencies in the order they began
+	// (zero for a failed request).
+	Latencies []time.Duration
+	Requests  int64
+	GETs      int64 // GETs requested: Requests × Width
+	Errors    int64
+	Took      time.Duration
 	// ServerGETs is the GET commands the replicas executed during the run
 	// (INFO commandstats, summed over the replicas).
 	ServerGETs int64
@@ -91,7 +94,7 @@ type Waiter interface {
 func Run(ctx context.Context, c *Cluster, noise Waiter, spec Spec, req Request) (*Result, error) {
 	width := max(spec.Width, 1)
 	res := &Result{Hist: hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3),
-		Requests: int64(spec.Requests), GETs: int64(spec.Requests * width)}
+		Requests: int64(spec.Requests), GETs: int64(spec.Requests * width), Latencies: make([]time.Duration, spec.Requests)}
 	sends := make([]Send, spec.Requests*width)
 	a0, h0 := c.Sent()
 	runtime.GC()
@@ -183,6 +186,7 @@ func (l *load) worker(ctx context.Context, w int) {
 			l.errs.Add(1)
 			continue
 		}
+		l.res.Latencies[i] = d
 		l.histMu.Lock()
 		_ = l.res.Hist.RecordValue(int64(d / time.Microsecond))
 		l.histMu.Unlock()
