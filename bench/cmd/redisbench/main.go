@@ -13,8 +13,13 @@
 // neighbour issuing real slow commands (DEBUG SLEEP, Lua busy loops, SORT,
 // KEYS, SUNIONSTORE) at Poisson times.
 //
+// -strategies selects the rows, among them diagnostic ones (diag.go):
+// tailcut with a part of what separates it from the fixed-delay hedger
+// taken away, and a second copy of `Config{}` as a control.
+//
 //	cd bench && go run ./cmd/redisbench                        # both noise levels, single GET and fan-out, 5 repetitions
 //	go run ./cmd/redisbench -gets 3000 -reps 1 -noise default  # a quick look
+//	go run ./cmd/redisbench -order shuffle -noise light -variants single -reps 13 -strategies none,p95,tailcut,pin,again
 package main
 
 import (
@@ -24,6 +29,7 @@ import (
 	"fmt"
 	"log"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime"
@@ -62,7 +68,8 @@ var (
 	flagSeed       = flag.Uint64("seed", 1, "seed of the keys and the noise")
 	flagStrategies = flag.String("strategies", defaultStrategies, "comma-separated strategies to run: "+defaultStrategies+
 		", and the diagnostic ones: "+diagStrategyIDs)
-	flagPin = flag.String("pin", "p97", "the fixed delay of the sweep (p90, p95, p97, p99) that the diagnostic strategies pin tailcut's delay to")
+	flagOrder = flag.String("order", "rotate", "the order of the strategies in each repetition: rotate (the first one place later each repetition: every strategy follows the same one) or shuffle (a new random order each repetition, from -seed)")
+	flagPin   = flag.String("pin", "p97", "the fixed delay of the sweep (p90, p95, p97, p99) that the diagnostic strategies pin tailcut's delay to")
 )
 
 // defaultStrategies is the table of bench/README.md.
@@ -348,6 +355,9 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if *flagOrder != "rotate" && *flagOrder != "shuffle" {
+		return fmt.Errorf("-order: %q is neither rotate nor shuffle", *flagOrder)
+	}
 	if !slices.Contains(sweepNames, *flagPin) {
 		return fmt.Errorf("-pin: %q is not one of %v", *flagPin, sweepNames)
 	}
@@ -498,8 +508,7 @@ func runVariant(ctx context.Context, c *redisrig.Cluster, noise redisrig.Waiter,
 		name = fmt.Sprintf("fan-out of %d GETs", width)
 	}
 	for rep := range *flagReps {
-		for k := range sts {
-			i := (k + rep) % len(sts)
+		for _, i := range runOrder(len(sts), rep) {
 			r := sts[i].runner(c)
 			var base tailcut.Stats
 			if sts[i].steady {
@@ -546,6 +555,20 @@ func runVariant(ctx context.Context, c *redisrig.Cluster, noise redisrig.Waiter,
 	}
 	printTable(level, name, spec, sweep, sts, figs)
 	return nil
+}
+
+// runOrder returns the order in which repetition rep runs n strategies
+// (-order): rotated, the first one place later each repetition, or
+// shuffled afresh from the seed and rep.
+func runOrder(n, rep int) []int {
+	if *flagOrder == "shuffle" {
+		return rand.New(rand.NewPCG(*flagSeed, uint64(rep))).Perm(n)
+	}
+	order := make([]int, n)
+	for k := range order {
+		order[k] = (k + rep) % n
+	}
+	return order
 }
 
 func abs(x int64) int64 {
