@@ -17,7 +17,7 @@ import (
 // diagStrategyIDs are the diagnostic strategies: tailcut with one of its
 // parts held to what the fixed-delay hedger does, to tell which part
 // separates them (bench/README.md, "Where the gap comes from").
-const diagStrategyIDs = "pin,delay,hedges1,nobudget,filled,steady,again,warm,warm1"
+const diagStrategyIDs = "pin,delay,learned,auto1,hedges1,nobudget,filled,steady,again,warm,warm1"
 
 // calibration is what the diagnostic strategies take from a variant's
 // unhedged calibration run.
@@ -48,6 +48,11 @@ func calibrationOf(h *hdrhistogram.Histogram, sweep []time.Duration) calibration
 	}
 	cal.warm = s
 	return cal
+}
+
+// pinQuantile is the quantile of the sweep named by -pin, as a share.
+func pinQuantile() float64 {
+	return sweepQ[max(slices.Index(sweepNames, *flagPin), 0)] / 100
 }
 
 // unbound is a budget that plans as `Config{}`'s ratio, 10 %, and never
@@ -93,6 +98,12 @@ func diagStrategies(cal calibration) []strategy {
 		{id: "delay", diag: true, name: "tailcut WithDelay at the " + *flagPin + " (" + fmtDur(pin) + ")", kind: kindTailcut, delay: pin,
 			cfg: tailcut.Config{MaxHedges: 1}, budget: unbound,
 			about: "tailcut.Do/Gather, each request's delay set with tailcut.WithDelay to the fixed delay at -pin, MaxHedges 1, a budget that never binds"},
+		{id: "learned", diag: true, name: "tailcut learned " + *flagPin + ", one hedge, no budget", kind: kindTailcut,
+			cfg: tailcut.Config{Quantile: pinQuantile(), MaxHedges: 1}, budget: unbound,
+			about: "tailcut.Do/Gather with Quantile at -pin's, MaxHedges 1, a budget that never binds: pin's decisions but the delay learned from the run's own latencies"},
+		{id: "auto1", diag: true, name: "tailcut auto, one hedge, no budget", kind: kindTailcut,
+			cfg: tailcut.Config{MaxHedges: 1}, budget: unbound,
+			about: "as tailcut, `Config{}`, with one hedge a request and a budget that plans at 10 % and never denies"},
 		{id: "hedges1", diag: true, name: "tailcut, `MaxHedges: 1`", kind: kindTailcut, cfg: tailcut.Config{MaxHedges: 1},
 			about: "as tailcut, `Config{}`, with one hedge a request"},
 		{id: "nobudget", diag: true, name: "tailcut, budget never binds", kind: kindTailcut, budget: unbound,
