@@ -468,7 +468,7 @@ func (p *Policy) begin(key string, now time.Time, chained bool) Request {
 	if !tracked {
 		r.name = key
 	}
-	if p.set.Guess && !ks.Warm() && ks.Est().Added() == 0 && !p.fromParent(&ks.State) {
+	if p.set.Guess && !ks.Warm() && ks.Est().Empty() && !p.fromParent(&ks.State) {
 		r.blind, r.start = true, n
 	}
 	if p.set.Auto && ks.Warm() {

@@ -101,6 +101,8 @@ type Estimator struct {
 	// it, so that the first observation starts the first window, as an
 	// unbuffered add would.
 	started atomic.Bool
+	// given is set at the first observation given to e (Empty).
+	given atomic.Bool
 	// added counts the observations added under mu, and Added adds those
 	// counted in the shards of e's own buffer; shared counts all those of
 	// an estimator that writes to another's buffer (ShareLock).
@@ -211,6 +213,8 @@ func (e *Estimator) Add(d time.Duration, now time.Time) {
 // observations.
 func (e *Estimator) AddBoth(o *Estimator, d time.Duration, censored bool, now time.Time) (added uint64) {
 	v := max(d.Seconds(), 0)
+	e.give()
+	o.give()
 	// The sketches' mappings are made from the relative accuracy alone.
 	if e.cfg.RelativeAccuracy != o.cfg.RelativeAccuracy {
 		e.add(v, censored, now)
@@ -277,6 +281,7 @@ func (e *Estimator) bin(v float64, censored bool) (int32, uint8) {
 
 // add is Add (AddCensored when censored) of v in seconds.
 func (e *Estimator) add(v float64, censored bool, now time.Time) {
+	e.give()
 	if !e.buf.spread.Load() && e.mu.TryLock() {
 		// Straight into the sketches, as is cheapest from one
 		// goroutine. Add only fails for values beyond the mapping's
@@ -363,6 +368,18 @@ func (e *Estimator) Added() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.addedLocked()
+}
+
+// Empty reports whether e was never given an observation (Added is 0),
+// without a lock: a request path may ask it every time.
+func (e *Estimator) Empty() bool { return !e.given.Load() }
+
+// give records that e is given an observation (Empty). The flag is
+// written once, so that it stays on a line writers only read.
+func (e *Estimator) give() {
+	if !e.given.Load() {
+		e.given.Store(true)
+	}
 }
 
 // addedLocked is Added with e.mu held.

@@ -353,3 +353,31 @@ func TestPartial(t *testing.T) {
 		t.Errorf("after both windows rotated out: %v, %d; want 0, 0", d, n)
 	}
 }
+
+// TestEmpty: an estimator is empty until its first observation, whatever
+// the path it comes by (Add, AddCensored, AddBoth's either side), and a
+// Seed is no observation: Empty is Added() == 0.
+func TestEmpty(t *testing.T) {
+	adds := map[string]func(e, o *Estimator){
+		"Add":         func(e, _ *Estimator) { e.Add(time.Millisecond, t0) },
+		"AddCensored": func(e, _ *Estimator) { e.AddCensored(time.Millisecond, t0) },
+		"AddBoth":     func(e, o *Estimator) { o.AddBoth(e, time.Millisecond, false, t0) },
+		"AddBoth's":   func(e, o *Estimator) { e.AddBoth(o, time.Millisecond, true, t0) },
+	}
+	for name, add := range adds {
+		e, _ := New(Config{})
+		o, _ := New(Config{})
+		src, _ := New(Config{})
+		src.Add(time.Millisecond, t0)
+		if err := e.Seed(src.Snapshot(t0)); err != nil {
+			t.Fatal(err)
+		}
+		if !e.Empty() || e.Added() != 0 {
+			t.Fatalf("%s: seeded: Empty %v, Added %d; want true, 0", name, e.Empty(), e.Added())
+		}
+		add(e, o)
+		if e.Empty() || e.Added() == 0 {
+			t.Errorf("%s: Empty %v, Added %d after an observation", name, e.Empty(), e.Added())
+		}
+	}
+}

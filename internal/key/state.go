@@ -447,7 +447,7 @@ func (s *State) Put(ch *schedule.Choice) {
 // and limit are the request's new schedule (gap 0: the delay; limit 0:
 // unchanged).
 func (s *State) Retime(age time.Duration, now time.Time, set *Settings) (delay, gap time.Duration, limit int, early bool) {
-	if s.est.Added() == 0 {
+	if s.est.Empty() {
 		// No answer yet: every request of the key has outlived age.
 		delay = time.Duration(WarmupFloor * float64(age))
 		if set.MaxDelay > 0 {
