@@ -91,6 +91,37 @@ func TestAutoFollowsAShift(t *testing.T) {
 	}
 }
 
+// TestAutoDeclaresALargeShiftSoon: when every attempt becomes ten times
+// slower (an outage), nearly every primary outlives the delay in force.
+// The stretch in force turns suspect once its count passes the bound set
+// for the whole stretch, and the shift, overwhelming against the key's
+// variance, is declared at the first confirming stretch shiftLastingMin
+// (10 ms) after the suspect rather than the 50 ms a barely significant
+// one must last: within 135 requests of the onset (1 per ms) on these
+// distributions and seeds, where waiting 50 ms takes 150–165 on six of
+// the nine. Until then the requests run on the schedule of before, hedged
+// at a delay nearly every primary now reaches.
+func TestAutoDeclaresALargeShiftSoon(t *testing.T) {
+	t.Parallel()
+	for name, gen := range autoDists {
+		for seed := uint64(1); seed <= 3; seed++ {
+			p, _ := New(Config{})
+			r := rand.New(rand.NewPCG(seed, 2))
+			now, _ := hedgedRun(p, r, gen, 1, 20_000, time.Unix(1_700_000_000, 0))
+			if s := p.Stats().Keys[0].Shifts; s != 0 {
+				t.Fatalf("%s, seed %d: %d shifts on steady traffic", name, seed, s)
+			}
+			n := 0
+			for ; n < 1000 && p.Stats().Keys[0].Shifts == 0; n++ {
+				now, _ = hedgedRun(p, r, gen, 10, 1, now)
+			}
+			if n > 135 {
+				t.Errorf("%s, seed %d: every attempt ten times slower, shift declared after %d requests, want at most 135", name, seed, n)
+			}
+		}
+	}
+}
+
 // TestAutoNoShiftOnSteadyTraffic: on steady distributions, heavy-tailed
 // ones included, the shift detector never fires (it would throw history
 // away for nothing).

@@ -36,9 +36,19 @@ import (
 // shiftMargin requests, for small counts) makes a stretch a suspect, and
 // recomputes at once; the shift is declared only when each of the
 // following stretches is in excess too (shiftConfirmSigmas), at least
-// shiftConfirm of them and shiftLasting after the suspect. A stall's
-// burst is over by the next stretch: the suspect is dropped, and its
-// stretch counts in the dispersion. A downward shift shows slowly —
+// shiftConfirm of them, and the last one long enough after the suspect
+// (lasting): shiftLasting when their summed excess is as significant as
+// one confirming stretch, shorter by the square of its significance when
+// it is more — against the key's dispersion, so that a key whose stalls
+// made its counts overdispersed waits longer — and never less than
+// shiftLastingMin. A large shift (an outage making every attempt several
+// times slower) is thus declared after two or three stretches, before the
+// requests begun on the schedule of before have spent the budget on hedges
+// that nearly every primary now reaches. A stall's burst, however
+// significant, is over by the next stretch: shiftLastingMin after the
+// suspect, the stretch that would have to confirm it holds the traffic
+// after the stall; the suspect is dropped, and its stretch counts in the
+// dispersion. A downward shift shows slowly —
 // stragglers keep outliving any delay — so its evidence accumulates over
 // stretches (a CUSUM test of the predicted share against a quarter of it, its
 // log-likelihood ratios divided by the dispersion: a quasi-likelihood)
@@ -79,9 +89,15 @@ const shiftConfirm = 1
 const shiftUndecided = 3
 
 // shiftLasting is how long the evidence for a shift must last before the
-// shift is declared: longer than a scheduler's pause, far shorter than a
-// window.
+// shift is declared, when it is barely significant: longer than a
+// scheduler's pause, far shorter than a window.
 const shiftLasting = 50 * time.Millisecond
+
+// shiftLastingMin is how long the evidence for an upward shift must last
+// however significant it is: longer than the burst of answers a stall
+// releases at once takes to be learned, so that the stretch confirming
+// the shift holds the traffic after it.
+const shiftLastingMin = 10 * time.Millisecond
 
 // shiftMinCount is the fewest primaries a stretch must hold to raise a
 // suspect or count in the dispersion (a window's rotation may end one
@@ -145,6 +161,8 @@ type shiftTest struct {
 	since       time.Time
 	confirmed   int
 	undecided   int       // stretches after the suspect in excess by less than confirms it
+	excess      float64   // summed excess of the stretches after the suspect over their predicted counts
+	excessVar   float64   // the variance the model gives that sum
 	lowEvidence float64   // evidence for a downward shift
 	lowSince    time.Time // when it began building
 }
@@ -231,6 +249,20 @@ func (t *shiftTest) confirmAbove(n, p, basis float64) float64 {
 	return e + shiftConfirmSigmas*math.Sqrt(t.dispersion()*v) + shiftConfirmMargin
 }
 
+// lasting returns how long the evidence for an upward shift must last
+// before the shift is declared, after stretches since the suspect whose
+// summed excess over their predicted counts is excess, of variance v
+// under the model, on a key of dispersion disp: shiftLasting at the
+// significance one confirming stretch needs (shiftConfirmSigmas) or less,
+// shiftLasting/k² at k times it, and at least shiftLastingMin.
+func lasting(excess, v, disp float64) time.Duration {
+	if excess <= 0 || v <= 0 {
+		return shiftLasting
+	}
+	r := shiftConfirmSigmas * shiftConfirmSigmas * disp * v / (excess * excess) // (shiftConfirmSigmas / z)²
+	return max(time.Duration(min(r, 1)*float64(shiftLasting)), shiftLastingMin)
+}
+
 // SmoothedShare returns the share p estimated from basis observations,
 // smoothed towards one half by one observation each way.
 func SmoothedShare(p, basis float64) float64 { return (p*basis + 1) / (basis + 2) }
@@ -261,10 +293,12 @@ func (s *State) Shifted(now time.Time) bool {
 	e, _ := c.expect(cal)
 	if t.suspect != nil {
 		_, v := c.expect(cal)
+		t.excess += over - e
+		t.excessVar += v
 		switch {
 		case over > t.confirmAbove(n, share, basis):
 			t.confirmed++
-			if t.confirmed >= shiftConfirm && now.Sub(t.since) >= shiftLasting {
+			if t.confirmed >= shiftConfirm && now.Sub(t.since) >= lasting(t.excess, t.excessVar, disp) {
 				t.suspect = nil
 				return true
 			}
@@ -283,6 +317,7 @@ func (s *State) Shifted(now time.Time) bool {
 	}
 	if over > shiftAbove(n, min(cal*share, 1), basis, disp) {
 		t.suspect, t.since, t.confirmed, t.undecided = &c, now, 0, 0
+		t.excess, t.excessVar = 0, 0
 		return false
 	}
 	p := e / n

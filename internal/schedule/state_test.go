@@ -57,30 +57,51 @@ const stretchEvery = shiftLasting / 4
 // steady, and one past shiftAbove's bound ends at once (Steady false, the
 // request path's check) as a suspect: the shift is declared (Shifted, the
 // recomputation's check) once the stretches after it confirm it, at least
-// shiftConfirm of them over shiftLasting.
+// shiftConfirm of them, for as long as their summed significance asks
+// (lasting): a shift that makes every primary outlive its delay (an
+// outage, every attempt ten times slower) at the first stretch
+// shiftLastingMin after the suspect, however many confirmed it before;
+// one whose stretches, a quarter of shiftLasting apart, each barely
+// confirm it, at the second, whose summed excess is √2 times as
+// significant as one's: shiftLasting/2 after the suspect.
 func TestShiftedUp(t *testing.T) {
 	const share, basis, n = 0.05, 20_000, 256
 	limit := shiftAbove(n, share, basis, 1)
-	now := time.Unix(1_700_000_000, 0)
-	var s State
-	s.basis.Store(basis)
-	s.planned.Store(math.Float64bits(share))
-	s.overLimit.Store(int32(limit))
-	if stretch(&s, share, n, 12) || s.Shifted(now) || !s.Steady() {
-		t.Fatalf("12 of %d over a delay predicted at %v: shifted, or not steady", n, share)
-	}
-	s.Reset(true)
-	if !stretch(&s, share, n, int(limit)+1) || s.Steady() {
-		t.Errorf("%d of %d over a delay predicted at %v: steady, or no Sample reported it", int(limit)+1, n, share)
-	}
-	stretches := 0
-	for ; stretches < 10 && !s.Shifted(now); stretches++ {
+	// after returns how long after the suspect the shift is declared when
+	// the stretches after it, every apart, each hold over primaries over
+	// their delay (0: none in 2 × shiftLasting).
+	after := func(every time.Duration, over func(*shiftTest) int) time.Duration {
+		now := time.Unix(1_700_000_000, 0)
+		var s State
+		s.basis.Store(basis)
+		s.planned.Store(math.Float64bits(share))
+		s.overLimit.Store(int32(limit))
+		if stretch(&s, share, n, 12) || s.Shifted(now) || !s.Steady() {
+			t.Fatalf("12 of %d over a delay predicted at %v: shifted, or not steady", n, share)
+		}
 		s.Reset(true)
-		stretch(&s, share, n, int(limit)+1)
-		now = now.Add(stretchEvery)
+		if !stretch(&s, share, n, int(limit)+1) || s.Steady() {
+			t.Errorf("%d of %d over a delay predicted at %v: steady, or no Sample reported it", int(limit)+1, n, share)
+		}
+		if s.Shifted(now) || s.shift.suspect == nil {
+			t.Fatalf("%d of %d over a delay predicted at %v: shifted at once, or no suspect", int(limit)+1, n, share)
+		}
+		for el := every; el <= 2*shiftLasting; el += every {
+			s.Reset(true)
+			stretch(&s, share, n, over(s.shift))
+			if s.Shifted(now.Add(el)) {
+				return el
+			}
+		}
+		return 0
 	}
-	if want := max(shiftConfirm, int(shiftLasting/stretchEvery)); stretches != want {
-		t.Errorf("stretches of %d of %d over a delay predicted at %v: shifted after %d more, want %d", int(limit)+1, n, share, stretches, want)
+	all := after(shiftLastingMin/4, func(*shiftTest) int { return n })
+	if all != shiftLastingMin {
+		t.Errorf("every primary over its delay: shift declared %v after the suspect, want %v", all, shiftLastingMin)
+	}
+	barely := after(shiftLasting/4, func(st *shiftTest) int { return int(st.confirmAbove(n, share, basis)) + 1 })
+	if barely != shiftLasting/2 {
+		t.Errorf("stretches barely confirming the suspect: shift declared %v after it, want %v", barely, shiftLasting/2)
 	}
 }
 
