@@ -66,6 +66,19 @@ type AutoChoice struct {
 	// denials are not modelled (one that does not state its ratio and
 	// burst).
 	Cap float64
+	// WinShare is the share of first hedges sent at Delay that the model
+	// predicts will win (answer before the primary), for independent
+	// attempts. HedgesWon and HedgesPredicted are the key's first hedges
+	// checked against outcomes: the share of the requests whose first
+	// hedge went that a hedge won, and the share the schedules in force
+	// when they went predicted, both over the last recomputations with
+	// older ones decaying (0 before any hedge). Correction is the factor ρ
+	// the key's predictions take from them, in [0, 1]: where the hedges
+	// won significantly less than predicted (attempts that are not
+	// independent: a hedge sent to a replica no freer than the primary's),
+	// a hedge is predicted to be of use with probability grant × ρ, which
+	// moves the schedule later and cheaper; otherwise exactly 1.
+	WinShare, HedgesWon, HedgesPredicted, Correction float64
 
 	// noRetry: on this one-hedge schedule a request whose first hedge the
 	// budget denied does not ask again at the caller's next slot (at
@@ -87,7 +100,8 @@ func autoChoice(ch *schedule.Choice) *AutoChoice {
 	return &AutoChoice{
 		Delay: ch.Delay, Gap: ch.Gap, Hedges: ch.Hedges, Target: ch.Target,
 		Unhedged: ch.Unhedged, Hedged: ch.Hedged, HedgeRate: ch.HedgeRate, Grant: ch.Grant,
-		LaterGrant: ch.LaterGrant, Reserve: ch.Reserve, Cap: ch.Cap, noRetry: ch.NoRetry,
+		LaterGrant: ch.LaterGrant, Reserve: ch.Reserve, Cap: ch.Cap, WinShare: ch.WinShare,
+		HedgesWon: ch.HedgesWon, HedgesPredicted: ch.HedgesPredicted, Correction: ch.Correction, noRetry: ch.NoRetry,
 	}
 }
 

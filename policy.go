@@ -369,6 +369,7 @@ type Request struct {
 	chained  bool        // made while serving a hedge: its hedges are denied (chain.go)
 	asks     uint8       // hedges asked for, granted or not (up to 255)
 	sampled  uint8       // 0 undecided, sampledIn, sampledOut
+	own      bool        // hedged at a delay of the caller's (UseDelay): not a sample of the hedges' wins
 	share    float32     // the predicted P(X > delay) at Begin; < 0: not a sample of it (internal/schedule, State.Sample)
 	b        *key.Bucket // the feature bucket that learns the primary (model.go); nil without features
 	pred     bool        // the schedule is the bucket's own
@@ -393,6 +394,7 @@ func (r *Request) Delay() time.Duration { return r.delay }
 // stay the policy's). It costs one atomic store.
 func (r *Request) UseDelay(d time.Duration) {
 	r.blind = false // the caller's delay: never re-timed
+	r.own = d != r.delay
 	if r.ks != nil {
 		r.ks.used.Store(1 + int64(max(d, 0)))
 	}
@@ -675,6 +677,11 @@ func (p *Policy) End(r *Request, winner int, now time.Time) {
 		return
 	}
 	r.ks.count(unsafe.Offsetof(Counts{}.Wins) + 8*uintptr(winner)).Add(1)
+	if r.hedges > 0 && r.share >= 0 && !r.pred && !r.own {
+		// A first hedge went on the key's auto schedule: checked
+		// against the win share predicted (internal/schedule, outcome.go).
+		r.ks.Sched().HedgeEnded(winner > 0)
+	}
 	if p.gainOn {
 		r.ks.gain.record(r.phase, now.UnixNano()-r.began, winner > 0)
 	}

@@ -108,22 +108,29 @@ type autoJSON struct {
 	LaterGrant  float64 `json:"later_grant"`
 	Reserve     float64 `json:"reserve"`
 	TriggerCap  float64 `json:"trigger_cap"`
+	WinShare    float64 `json:"win_share"`
+	HedgesWon   float64 `json:"hedges_won"`
+	Predicted   float64 `json:"hedges_predicted"`
+	Correction  float64 `json:"correction"`
 	Description string  `json:"description"`
 }
 
 // MarshalJSON encodes the choice with names in snake_case and durations
 // in milliseconds ("delay_ms", "gap_ms", "unhedged_ms", "hedged_ms"); Cap
-// is "trigger_cap", and "description" is [AutoChoice.String].
+// is "trigger_cap", HedgesPredicted "hedges_predicted", and "description"
+// is [AutoChoice.String].
 func (a AutoChoice) MarshalJSON() ([]byte, error) {
 	return json.Marshal(autoJSON{
 		DelayMS: millis(a.Delay), GapMS: millis(a.Gap), Hedges: a.Hedges, Target: a.Target,
 		UnhedgedMS: millis(a.Unhedged), HedgedMS: millis(a.Hedged), HedgeRate: a.HedgeRate, Grant: a.Grant,
-		LaterGrant: a.LaterGrant, Reserve: a.Reserve, TriggerCap: a.Cap, Description: a.String(),
+		LaterGrant: a.LaterGrant, Reserve: a.Reserve, TriggerCap: a.Cap, WinShare: a.WinShare,
+		HedgesWon: a.HedgesWon, Predicted: a.HedgesPredicted, Correction: a.Correction, Description: a.String(),
 	})
 }
 
 // String describes the schedule in one line: when the hedges go and the
-// percentile predicted without and with them, e.g. "hedge at 12ms, then
+// percentile predicted without and with them, and the correction of the
+// predictions where the hedges won less than predicted, e.g. "hedge at 12ms, then
 // every 8ms (2 at most); p99 45ms unhedged, 14ms hedged; 4.1 % of
 // requests hedged".
 func (a AutoChoice) String() string {
@@ -134,6 +141,10 @@ func (a AutoChoice) String() string {
 	}
 	fmt.Fprintf(&b, "; %s %v unhedged, %v hedged; %s of requests hedged",
 		percentile(a.Target), short(a.Unhedged), short(a.Hedged), percent(a.HedgeRate))
+	if a.Correction < 1 && a.HedgesPredicted > 0 {
+		fmt.Fprintf(&b, "; hedges won %s where %s was predicted: predictions × %.2f",
+			percent(a.HedgesWon), percent(a.HedgesPredicted), a.Correction)
+	}
 	return b.String()
 }
 

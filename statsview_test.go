@@ -171,8 +171,10 @@ func TestHandler(t *testing.T) {
 
 func TestAutoChoiceText(t *testing.T) {
 	a := tailcut.AutoChoice{Delay: 12 * time.Millisecond, Gap: 8 * time.Millisecond, Hedges: 2, Target: 0.99,
-		Unhedged: 45 * time.Millisecond, Hedged: 14 * time.Millisecond, HedgeRate: 0.041, Grant: 1, LaterGrant: 0.9, Reserve: 0.5, Cap: 0.15}
-	const want = "hedge at 12ms, then every 8ms (2 at most); p99 45ms unhedged, 14ms hedged; 4.1 % of requests hedged"
+		Unhedged: 45 * time.Millisecond, Hedged: 14 * time.Millisecond, HedgeRate: 0.041, Grant: 1, LaterGrant: 0.9, Reserve: 0.5, Cap: 0.15,
+		WinShare: 0.6, HedgesWon: 0.3, HedgesPredicted: 0.6, Correction: 0.5}
+	const want = "hedge at 12ms, then every 8ms (2 at most); p99 45ms unhedged, 14ms hedged; 4.1 % of requests hedged; " +
+		"hedges won 30.0 % where 60.0 % was predicted: predictions × 0.50"
 	if got := a.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
@@ -180,7 +182,7 @@ func TestAutoChoiceText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const wantJSON = `{"delay_ms":12,"gap_ms":8,"hedges":2,"target":0.99,"unhedged_ms":45,"hedged_ms":14,"hedge_rate":0.041,"grant":1,"later_grant":0.9,"reserve":0.5,"trigger_cap":0.15,"description":"` + want + `"}`
+	const wantJSON = `{"delay_ms":12,"gap_ms":8,"hedges":2,"target":0.99,"unhedged_ms":45,"hedged_ms":14,"hedge_rate":0.041,"grant":1,"later_grant":0.9,"reserve":0.5,"trigger_cap":0.15,"win_share":0.6,"hedges_won":0.3,"hedges_predicted":0.6,"correction":0.5,"description":"` + want + `"}`
 	if string(b) != wantJSON {
 		t.Errorf("JSON %s\nwant %s", b, wantJSON)
 	}

@@ -27,6 +27,17 @@ type Choice struct {
 	// less than three quarters as often as one sent at the delay
 	// (Distribution.HedgeWins). Set by State.Recompute.
 	NoRetry bool
+	// WinShare is the share of first hedges sent at Delay predicted to
+	// win (Distribution.HedgeWins); HedgesWon and HedgesPredicted are the
+	// key's first hedges' realised and predicted win shares, decayed
+	// sums over the last recomputations (outcome.go), 0 before any; and
+	// Correction is the factor ρ its predictions took, 1 when none. Set
+	// by State.Recompute.
+	WinShare, HedgesWon, HedgesPredicted, Correction float64
+
+	// shortfall is 1 − ρ of the choice's predictions (Params.corrected):
+	// its hedges are predicted effective with probability grant × ρ.
+	shortfall float64
 
 	// level is the Target percentile of the traffic served so far, as the
 	// schedules in force predicted it (keepRegime), and epoch the number
@@ -82,7 +93,7 @@ func (p *Params) chooseUpTo(dist latency.Distribution, target, maxRate float64) 
 		cap, steps, scale = ModelledCap*p.Ratio, autoModelledSteps[:], p.Ratio
 	}
 	cap = min(cap, maxRate)
-	c := chooser{p: p, dist: dist, target: target, cap: cap, unhedged: dist.Hedged(target), grid: newSavingGrid(dist)}
+	c := chooser{p: p, dist: dist, target: target, cap: cap, unhedged: dist.Hedged(target), grid: newSavingGrid(dist, p.effect())}
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
 	deep := deepOf(target)
@@ -144,7 +155,7 @@ func (c *chooser) candidate(d time.Duration) cand {
 // band returns the mean of the predictions at the band's edges and at the
 // Target (hedged) of the one-hedge schedule at d granted g.
 func (c *chooser) band(d time.Duration, g float64, hedged time.Duration) time.Duration {
-	at, gs := []time.Duration{d}, []float64{g}
+	at, gs := []time.Duration{d}, []float64{g * c.p.effect()}
 	w := autoBand * (1 - c.target)
 	return (c.dist.HedgedGranted(c.target-w, at, gs) + hedged + c.dist.HedgedGranted(c.target+w, at, gs)) / 3
 }
@@ -233,9 +244,9 @@ func (p *Params) oneHedge(dist latency.Distribution, d time.Duration, target flo
 	if p.Modelled {
 		g, room = p.grants(rate, 0, DefaultReserve)
 	}
-	at, gs := []time.Duration{d}, []float64{g}
+	at, gs := []time.Duration{d}, []float64{g * p.effect()}
 	return Choice{Delay: d, Hedges: 1, Target: target, Unhedged: unhedged, HedgeRate: rate * g, Grant: g, LaterGrant: room, Cap: cap,
-		Hedged: dist.HedgedGranted(target, at, gs)}, rate
+		Hedged: dist.HedgedGranted(target, at, gs), shortfall: p.shortfall}, rate
 }
 
 // deepOf is the deeper percentile that tells schedules of one Target
@@ -250,13 +261,15 @@ func deepOf(target float64) float64 { return 1 - (1-target)/10 }
 const autoBand = 0.2
 
 // schedule returns the offsets of ch's hedges in at and the share of each
-// predicted to go in gs.
+// predicted to go and be effective in gs: granted, times the correction ρ
+// of its predictions.
 func (ch *Choice) schedule(at *[MaxHedges]time.Duration, gs *[MaxHedges]float64) ([]time.Duration, []float64) {
 	o := evenSchedule(at[:0], ch.Delay, ch.Gap, min(max(ch.Hedges, 1), MaxHedges))
+	e := 1 - ch.shortfall
 	for k := range o {
-		gs[k] = ch.LaterGrant
+		gs[k] = ch.LaterGrant * e
 	}
-	gs[0] = ch.Grant
+	gs[0] = ch.Grant * e
 	return o, gs[:len(o)]
 }
 

@@ -19,7 +19,8 @@ import (
 // without raising the Target's (by more than a sketch bin when they carry
 // the deep tail).
 func (p *Params) withLater(dist latency.Distribution, ch Choice, rate, deep float64) (Choice, time.Duration) {
-	one := dist.HedgedGranted(deep, []time.Duration{ch.Delay}, []float64{ch.Grant})
+	e := p.effect() // a hedge is effective with probability grant × ρ (outcome.go)
+	one := dist.HedgedGranted(deep, []time.Duration{ch.Delay}, []float64{ch.Grant * e})
 	if p.MaxHedges < 2 || p.Modelled && rate > p.Ratio {
 		// Above the ratio the budget is short of tokens for the first
 		// hedges: a later hedge takes one that another request's first
@@ -44,9 +45,9 @@ func (p *Params) withLater(dist latency.Distribution, ch Choice, rate, deep floa
 		}
 		var grants [MaxHedges]float64
 		for k := range at {
-			grants[k] = room
+			grants[k] = room * e
 		}
-		grants[0] = g1
+		grants[0] = g1 * e
 		d2 := dist.HedgedGranted(deep, at, grants[:len(at)])
 		// The later hedges carry the deep tail when they cut its
 		// prediction by a quarter or more (a slow mode that the first

@@ -35,14 +35,20 @@ type savingGrid struct {
 	sorted bool
 	// mass and moment are Σ m and Σ m·x, for surelyPays.
 	mass, moment float64
+	// effect is the share of hedges predicted to be of use, ρ
+	// (outcome.go): a hedge's expected saving is effect × the saving
+	// read for independent attempts.
+	effect float64
 }
 
 // savingPoints is the size of a savingGrid: half below the p90, half
 // above it down to a survival of 1e-4.
 const savingPoints = 48
 
-func newSavingGrid(dist latency.Distribution) *savingGrid {
-	g := new(savingGrid)
+// newSavingGrid returns the grid of dist, whose hedges are of use with
+// probability effect (1 for the model's independent attempts).
+func newSavingGrid(dist latency.Distribution, effect float64) *savingGrid {
+	g := &savingGrid{effect: effect}
 	const half = savingPoints / 2
 	for i := range half {
 		g.x[i] = dist.Quantile(0.9 * (float64(i) + 0.5) / half).Seconds()
@@ -103,9 +109,10 @@ func (g *savingGrid) saving(d time.Duration) time.Duration {
 }
 
 // pays reports whether a hedge sent at d is expected to save at least
-// HedgeCost, or is never sent (no request of the grid outlives d).
+// HedgeCost, its saving taken effect times, or is never sent (no request
+// of the grid outlives d).
 func (g *savingGrid) pays(d time.Duration) bool {
-	return g.x[savingPoints-1] <= d.Seconds() || g.surelyPays(d) || g.saving(d) >= HedgeCost
+	return g.x[savingPoints-1] <= d.Seconds() || g.surelyPays(d) || float64(g.saving(d))*g.effect >= float64(HedgeCost)
 }
 
 // surelyPaysMargin is how far above HedgeCost surelyPays wants its bound:
@@ -133,7 +140,7 @@ func (g *savingGrid) surelyPays(d time.Duration) bool {
 		}
 		out += g.m[i]
 	}
-	return out > 0 && low/out >= HedgeCost.Seconds()*(1+surelyPaysMargin)
+	return out > 0 && low/out*g.effect >= HedgeCost.Seconds()*(1+surelyPaysMargin)
 }
 
 // noHedge is the delay of a schedule none of whose candidates pays: twice

@@ -32,7 +32,7 @@ func TestNoHedgeThatCannotPay(t *testing.T) {
 	if ch.HedgeRate != 0 || ch.Delay < dist.Quantile(1) {
 		t.Errorf("U(50, 100) µs, 10 %% U(100, 250) µs: delay %v, hedge rate %.4f; want past the slowest latency (%v), none", ch.Delay, ch.HedgeRate, dist.Quantile(1))
 	}
-	if s := newSavingGrid(dist).saving(dist.Quantile(0.9)); s <= 0 || s >= HedgeCost {
+	if s := newSavingGrid(dist, 1).saving(dist.Quantile(0.9)); s <= 0 || s >= HedgeCost {
 		t.Errorf("U(50, 100) µs, 10 %% U(100, 250) µs: a hedge at the p90 saves %v, want some, less than %v", s, HedgeCost)
 	}
 	stragglers := func(r *rand.Rand) time.Duration {
@@ -102,7 +102,7 @@ func TestSurelyPaysOnlyWhereSavingPays(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	sure := 0
 	for range 2000 {
-		var g savingGrid
+		g := savingGrid{effect: 1}
 		scale := math.Pow(10, -5+3*rng.Float64()) // 10 µs to 10 ms
 		for i := range g.x {
 			g.x[i] = rng.ExpFloat64() * scale

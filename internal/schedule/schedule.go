@@ -155,7 +155,23 @@ type Params struct {
 	Ratio    float64
 	Modelled bool
 	Model    budget.GrantModel
+
+	// shortfall is 1 − ρ, the correction of a key's predictions by what
+	// its hedges won (outcome.go); 0 in the policy's Params, set on a
+	// key's copy by corrected.
+	shortfall float64
 }
+
+// corrected returns p for a key whose hedges are predicted effective with
+// probability grant × rho (outcome.go).
+func (p *Params) corrected(rho float64) Params {
+	q := *p
+	q.shortfall = 1 - rho
+	return q
+}
+
+// effect is the factor ρ of p's predictions: 1 unless corrected.
+func (p *Params) effect() float64 { return 1 - p.shortfall }
 
 // ParamsFor returns the Params of a budget b, its ratio and model read
 // from it (budgetRatio), with the other settings left to the caller.

@@ -144,7 +144,7 @@ const shiftEvidence = 16
 const shiftBelowBasis = 1000
 
 // shiftTest is the state of a key's shift test across stretches. A
-// State holds it by pointer, allocated at the key's first test, to stay
+// State holds it by pointer, allocated at the key's first recomputation, to stay
 // within the cache lines the policy gives it (TestStateLayout); a nil one
 // has learned nothing: dispersion and calibration 1.
 type shiftTest struct {
@@ -165,6 +165,9 @@ type shiftTest struct {
 	excessVar   float64   // the variance the model gives that sum
 	lowEvidence float64   // evidence for a downward shift
 	lowSince    time.Time // when it began building
+	// wins are the key's first hedges checked against what they were
+	// predicted to win (outcome.go).
+	wins winCheck
 }
 
 // stretchCount is one stretch: its primaries, those that outlived their
@@ -284,10 +287,7 @@ func (s *State) Shifted(now time.Time) bool {
 	// predicted share.
 	share := float64(expect) / 1e6 / n
 	basis := float64(s.basis.Load())
-	if s.shift == nil {
-		s.shift = new(shiftTest)
-	}
-	t := s.shift
+	t := s.test()
 	c := stretchCount{n: n, over: over, share: share, basis: basis}
 	disp, cal := t.dispersion(), t.calibration()
 	e, _ := c.expect(cal)

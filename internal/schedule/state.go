@@ -33,7 +33,7 @@ type State struct {
 	_       int32
 	planned atomic.Uint64 // math.Float64bits of P(X > delay) predicted at the last recomputation
 	samples shard.Lazy[sampleShard]
-	shift   *shiftTest   // the shift test's state across stretches (shift.go), allocated at the key's first test
+	shift   *shiftTest   // the shift test's state across stretches (shift.go) and its hedges checked against outcomes (outcome.go), allocated at the first recomputation
 	shifts  atomic.Int64 // windows restarted after a shift
 
 	over      atomic.Int32 // learned primaries since the last recomputation longer than their delay
@@ -50,10 +50,13 @@ type sampleCounts struct {
 	n, expect atomic.Int64
 }
 
-// sampleShard is one shard's sampleCounts, alone on its cache line.
+// sampleShard is one shard's sampleCounts, alone on its cache line,
+// with its count of the first hedges that ended and the requests a hedge
+// won, packed (HedgeEnded).
 type sampleShard struct {
 	sampleCounts
-	_ [shard.Line - 16]byte
+	hedges atomic.Int64
+	_      [shard.Line - 24]byte
 }
 
 // sampled returns the primaries sampled since the last recomputation and
@@ -152,7 +155,9 @@ func (s *State) Shift(p *Params, est *latency.Estimator, now time.Time) {
 // shiftConfirmEvery primaries, so that a real shift is declared after a
 // few dozen primaries more.
 func (s *State) Recompute(p *Params, dist latency.Distribution, resolved float64, now time.Time) Choice {
-	if s.shift != nil && s.shift.suspect != nil && s.last != nil {
+	w := &s.test().wins
+	w.add(s.takeHedges())
+	if s.shift.suspect != nil && s.last != nil {
 		next := float64(min(s.Every(p.MinEvery), shiftConfirmEvery))
 		s.overLimit.Store(int32(s.shift.confirmAbove(next, s.Planned(), float64(s.basis.Load()))))
 		return *s.last
@@ -161,10 +166,15 @@ func (s *State) Recompute(p *Params, dist latency.Distribution, resolved float64
 	if c := s.last; c != nil && c.epoch == s.shifts.Load() {
 		inc = c
 	}
-	target := p.resolved(s.ServedTarget(p, dist, now), resolved)
-	ch := p.keepRegime(dist, p.chooseServed(dist, target), inc)
+	q := p.corrected(w.correction())
+	target := q.resolved(s.ServedTarget(&q, dist, now), resolved)
+	ch := q.keepRegime(dist, q.chooseServed(dist, target), inc)
 	ch.epoch = s.shifts.Load()
-	ch.NoRetry = ch.Hedges == 1 && dist.HedgeWins(2*ch.Delay) < 0.75*dist.HedgeWins(ch.Delay)
+	w.share = dist.HedgeWins(ch.Delay)
+	ch.NoRetry = ch.Hedges == 1 && dist.HedgeWins(2*ch.Delay) < 0.75*w.share
+	ch.WinShare = w.share
+	ch.HedgesWon, ch.HedgesPredicted = w.shares()
+	ch.Correction = w.correction()
 	basis := min(dist.Count(), math.MaxInt32)
 	share := SmoothedShare(dist.Survival(ch.Delay), basis)
 	next := float64(Every(int32(basis), p.MinEvery)) // observations to the next recomputation
@@ -173,4 +183,12 @@ func (s *State) Recompute(p *Params, dist latency.Distribution, resolved float64
 	s.basis.Store(int32(basis))
 	s.last = &ch
 	return ch
+}
+
+// test returns the key's shift test, allocating it at the first call.
+func (s *State) test() *shiftTest {
+	if s.shift == nil {
+		s.shift = new(shiftTest)
+	}
+	return s.shift
 }
