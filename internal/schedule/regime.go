@@ -69,7 +69,7 @@ func (p *Params) keepRegime(dist latency.Distribution, ch Choice, inc *Choice) C
 	}
 	level := inc.level
 	a, b := float64(ch.Delay), float64(inc.Delay)
-	if max(a, b) >= autoRegimeApart*min(a, b) {
+	if max(a, b) >= autoRegimeApart*min(a, b) && p.mayKeep(dist, inc.Delay) {
 		if kept, rate := p.oneHedge(dist, inc.Delay, ch.Target, ch.Unhedged, ch.Cap); rate <= ch.Cap {
 			deep := deepOf(ch.Target)
 			kept, keptDeep := p.withLater(dist, kept, rate, deep)
@@ -82,4 +82,13 @@ func (p *Params) keepRegime(dist latency.Distribution, ch Choice, inc *Choice) C
 	s := slowerThan(dist, ch, level) / (1 - ch.Target)
 	ch.level = time.Duration(float64(level) * math.Exp(min(max(autoLevelStep*(s-1), -0.1), 0.1)))
 	return ch
+}
+
+// mayKeep reports whether an incumbent's delay d may be kept: always,
+// unless the key's predictions are corrected by what its hedges won
+// (outcome.go) and a hedge at d no longer pays for itself (pay.go). A
+// correction lowers every schedule's gain alike, down to none, and the
+// tie would keep the incumbent's hedges.
+func (p *Params) mayKeep(dist latency.Distribution, d time.Duration) bool {
+	return p.shortfall == 0 || newSavingGrid(dist, p.effect()).pays(d)
 }
