@@ -1,6 +1,7 @@
 package tailcut
 
 import (
+	"slices"
 	"time"
 
 	"github.com/tailcut/tailcut/internal/schedule"
@@ -139,3 +140,38 @@ func (p *Policy) periodOf(ks *keyState) time.Duration {
 	}
 	return p.set.Cycles.Period(&ks.State)
 }
+
+// AutoGauge is a figure of [AutoChoice] that the metrics packages
+// (hedgeprom, hedgeotel) export per key while the auto delay has chosen a
+// schedule for it: [AutoGauges] lists them.
+type AutoGauge struct {
+	// Metric is the Prometheus metric's name after the namespace, e.g.
+	// "hedges_won_ratio"; Instrument the OpenTelemetry instrument's after
+	// the prefix, e.g. "hedges.won_share".
+	Metric, Instrument string
+	// Help describes the figure in a metric's help text.
+	Help string
+	// Value reads it from a choice.
+	Value func(*AutoChoice) float64
+}
+
+var autoGauges = []AutoGauge{
+	{"hedge_win_predicted_ratio", "hedge.win_share",
+		"Share of first hedges sent at the delay in force that the auto delay's model predicts will win (independent attempts).",
+		func(a *AutoChoice) float64 { return a.WinShare }},
+	{"hedges_won_ratio", "hedges.won_share",
+		"Share of the requests whose first hedge went that a hedge won, over the auto delay's last recomputations (decaying).",
+		func(a *AutoChoice) float64 { return a.HedgesWon }},
+	{"hedges_won_predicted_ratio", "hedges.won_predicted",
+		"Share of the same requests the schedules in force predicted a hedge would win.",
+		func(a *AutoChoice) float64 { return a.HedgesPredicted }},
+	{"hedge_win_correction_ratio", "hedge.win_correction",
+		"Correction of the auto delay's predictions by what the key's hedges won: 1, or won/predicted where they won significantly less.",
+		func(a *AutoChoice) float64 { return a.Correction }},
+}
+
+// AutoGauges returns the figures of [AutoChoice] the metrics packages
+// export, in a fixed order: the predicted win share at the delay, the
+// realised and predicted win shares of the key's hedges, and the
+// correction in force (AutoChoice.Correction).
+func AutoGauges() []AutoGauge { return slices.Clone(autoGauges) }

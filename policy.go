@@ -670,7 +670,10 @@ func (p *Policy) Observe(r *Request, attempt int, latency time.Duration, o Outco
 }
 
 // End records that r finished at now. winner is the index of the attempt
-// whose answer was used, or -1 if every attempt failed.
+// whose answer was used, or -1 if every attempt failed. A request whose
+// first hedge went on its key's auto schedule is counted, with whether a
+// hedge won it, against the win share the schedule predicted
+// ([AutoChoice].Correction): one atomic add.
 func (p *Policy) End(r *Request, winner int, now time.Time) {
 	if winner < 0 || winner > MaxHedgesLimit {
 		r.ks.count(unsafe.Offsetof(Counts{}.Failed)).Add(1)

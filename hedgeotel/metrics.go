@@ -46,7 +46,10 @@ type MetricsOptions struct {
 //	tailcut.key); tailcut.hedge.delay (s), tailcut.extra_load,
 //	tailcut.hedge.trigger_window, tailcut.diagnosis (by tailcut.status),
 //	tailcut.breaker.state (by tailcut.state), tailcut.attempt.p99 and
-//	tailcut.predicted.p99 (s, once the key has MinSamples latencies)
+//	tailcut.predicted.p99 (s, once the key has MinSamples latencies),
+//	tailcut.hedge.win_share, tailcut.hedges.won_share,
+//	tailcut.hedges.won_predicted and tailcut.hedge.win_correction
+//	(while the auto delay has chosen a schedule: tailcut.AutoGauges)
 //	(gauges, per key);
 //	tailcut.hedges.inflight (up-down counter) and tailcut.keys.
 //
@@ -84,6 +87,9 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 	m.breaker = gauge("breaker.state", "1 for the current state of the key's breaker on hedges (tailcut.state).", "1")
 	m.p99 = gauge("attempt.p99", "Measured p99 of one attempt's latency: the p99 without hedging (once the key has MinSamples latencies).", "s")
 	m.predicted = gauge("predicted.p99", "p99 that hedging on the key's schedule is predicted to reach (once the key has MinSamples latencies).", "s")
+	for _, g := range autoGauges {
+		m.auto = append(m.auto, gauge(g.Instrument, g.Help, "1"))
+	}
 	inflight, err := meter.Int64ObservableUpDownCounter(pre+"hedges.inflight", metric.WithDescription("Hedges in flight now."), metric.WithUnit("{hedge}"))
 	errs = append(errs, err)
 	m.inflight = inflight
@@ -94,6 +100,9 @@ func RegisterMetrics(meter metric.Meter, p *tailcut.Policy, o MetricsOptions) (m
 		return nil, err
 	}
 	all = append(all, m.delay, m.extraLoad, m.window, m.diagnosis, m.breaker, m.p99, m.predicted, m.inflight, m.keys)
+	for _, g := range m.auto {
+		all = append(all, g)
+	}
 	return meter.RegisterCallback(m.observe, all...)
 }
 
@@ -105,9 +114,12 @@ type meters struct {
 
 	counts                                                       []metric.Int64ObservableCounter // by index in tailcut.Counters
 	delay, extraLoad, window, diagnosis, breaker, p99, predicted metric.Float64ObservableGauge
+	auto                                                         []metric.Float64ObservableGauge // by index in tailcut.AutoGauges
 	inflight                                                     metric.Int64ObservableUpDownCounter
 	keys                                                         metric.Int64ObservableGauge
 }
+
+var autoGauges = tailcut.AutoGauges()
 
 var (
 	diagnoses     = []tailcut.Diagnosis{tailcut.DiagnosisUnknown, tailcut.DiagnosisHealthy, tailcut.DiagnosisGreyZone, tailcut.DiagnosisMasking}
@@ -138,6 +150,11 @@ func (m *meters) observe(_ context.Context, o metric.Observer) error {
 		if k.P99 > 0 {
 			o.ObserveFloat64(m.p99, k.P99.Seconds(), with(key))
 			o.ObserveFloat64(m.predicted, k.PredictedP99.Seconds(), with(key))
+		}
+		if k.Auto != nil {
+			for i, g := range autoGauges {
+				o.ObserveFloat64(m.auto[i], g.Value(k.Auto), with(key))
+			}
 		}
 	}
 	if other.Requests > 0 {

@@ -52,6 +52,7 @@ type Collector struct {
 	lat *attemptLatency // nil with Options.NoAttemptLatency
 
 	counts                                                              []*prometheus.Desc // by index in tailcut.Counters
+	auto                                                                []*prometheus.Desc // by index in tailcut.AutoGauges
 	delay, extraLoad, windowTrigger, diagnosis, breaker, p99, predicted *prometheus.Desc
 	inflight, keys                                                      *prometheus.Desc
 }
@@ -92,6 +93,9 @@ func NewCollector(p *tailcut.Policy, o Options) *Collector {
 			c.counts = append(c.counts, d(n.Metric, n.Help, k))
 		}
 	}
+	for _, g := range tailcut.AutoGauges() {
+		c.auto = append(c.auto, d(g.Metric, g.Help+" Only while the auto delay has chosen a schedule for the key.", k))
+	}
 	if !o.NoAttemptLatency {
 		c.lat = newAttemptLatency(ns, o, c.cap)
 		p.OnAttempt(c.lat.observe)
@@ -104,6 +108,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counts {
 		ch <- d
 	}
+	for _, d := range c.auto {
+		ch <- d
+	}
 	for _, d := range []*prometheus.Desc{c.delay, c.extraLoad, c.windowTrigger, c.diagnosis, c.breaker,
 		c.p99, c.predicted, c.inflight, c.keys} {
 		ch <- d
@@ -112,6 +119,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.lat.vec.Describe(ch)
 	}
 }
+
+var autoGauges = tailcut.AutoGauges()
 
 var diagnoses = []tailcut.Diagnosis{tailcut.DiagnosisUnknown, tailcut.DiagnosisHealthy, tailcut.DiagnosisGreyZone, tailcut.DiagnosisMasking}
 
@@ -140,6 +149,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if k.P99 > 0 {
 			gauge(c.p99, k.P99.Seconds())
 			gauge(c.predicted, k.PredictedP99.Seconds())
+		}
+		if k.Auto != nil {
+			for i, g := range autoGauges {
+				gauge(c.auto[i], g.Value(k.Auto))
+			}
 		}
 	}
 	if other.Requests > 0 { // once there, it stays: the counter only grows
