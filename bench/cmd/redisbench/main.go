@@ -279,6 +279,7 @@ type figures struct {
 	p99, p999, extra, hedgeRate, won, cpu []float64               // ms, ms, share, share, share of hedges, µs per GET
 	busy, waited                          []float64               // noise: share of the servers' time, share of GETs
 	shifts, budgetDenied, delay           []float64               // tailcut: per run, per GET, ms
+	correction, checkWon, checkPredicted  []float64               // tailcut: AutoChoice's at the run's end
 	errors, unaccounted                   int64                   // failed requests; |server GETs − attempts sent| summed
 	pooled                                *hdrhistogram.Histogram // every repetition's request latencies, µs
 	early                                 []float64               // share of the run's slowest 1 % that began in its first tenth
@@ -304,6 +305,11 @@ func (f *figures) addStats(st, base tailcut.Stats, gets, sent int64) {
 	for _, k := range st.Keys {
 		shifts += k.Shifts
 		delay = k.Delay
+		if a := k.Auto; a != nil {
+			f.correction = append(f.correction, a.Correction)
+			f.checkWon = append(f.checkWon, a.HedgesWon)
+			f.checkPredicted = append(f.checkPredicted, a.HedgesPredicted)
+		}
 	}
 	for _, k := range base.Keys {
 		shifts -= k.Shifts
@@ -599,12 +605,13 @@ func printTable(level, name string, spec redisrig.Spec, sweep []time.Duration, s
 			statOf(f.extra).format(100, 1, " %"), statOf(f.hedgeRate).format(100, 1, " %"), won, statOf(f.cpu).format(1, 1, ""))
 	}
 	fmt.Println()
-	fmt.Println("| tailcut | delay at the run's end, ms | budget denials per 1,000 GETs | shifts relearned per run |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Println("| tailcut | delay at the run's end, ms | budget denials per 1,000 GETs | shifts relearned per run | hedges won, checked / predicted | correction of the predictions |")
+	fmt.Println("|---|---|---|---|---|---|")
 	for i, st := range sts {
 		if st.kind == kindTailcut {
 			f := figs[i]
-			fmt.Printf("| %s | %s | %s | %s |\n", st.name, statOf(f.delay).format(1, 2, ""), statOf(f.budgetDenied).format(1000, 1, ""), statOf(f.shifts).format(1, 0, ""))
+			fmt.Printf("| %s | %s | %s | %s | %s / %s | %s |\n", st.name, statOf(f.delay).format(1, 2, ""), statOf(f.budgetDenied).format(1000, 1, ""), statOf(f.shifts).format(1, 0, ""),
+				statOf(f.checkWon).format(100, 0, " %"), statOf(f.checkPredicted).format(100, 0, " %"), statOf(f.correction).format(1, 2, ""))
 		}
 	}
 	fmt.Println()
