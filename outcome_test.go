@@ -8,39 +8,20 @@ import (
 	"github.com/tailcut/tailcut/budget"
 )
 
-// correlatedRun is hedgedRun whose hedges are of use half the time: with
-// probability useless a hedge sent while its primary is out takes as long
-// as the primary has left and some (it went to a replica no freer than
-// the primary's), and loses; otherwise it is drawn from gen, independent.
-// It returns the time after the last request, the requests that sent a
-// hedge and those a hedge won.
-func correlatedRun(p *Policy, r *rand.Rand, gen func(*rand.Rand) time.Duration, useless float64, n int, now time.Time) (time.Time, int, int) {
-	var hedged, won int
-	for range n {
-		req := p.Begin("k", now)
-		d := req.Delay()
-		x := gen(r)
-		if x > d && p.Hedge(&req, now.Add(d)) == Send {
-			hedged++
-			h := d + gen(r)
-			if r.Float64() < useless {
-				h = x + gen(r)
-			}
-			if h < x {
-				won++
-				p.Observe(&req, 0, h, Canceled, now.Add(h))
-				p.Observe(&req, 1, h-d, Completed, now.Add(h))
-				p.End(&req, 1, now.Add(h))
-				now = now.Add(time.Millisecond)
-				continue
-			}
-			p.Observe(&req, 1, x-d, Canceled, now.Add(x))
+// correlatedRun is hedgedRun whose hedges are of no use with
+// probability useless: such a hedge, sent while its primary is out, takes
+// as long as the primary has left and some (it went to a replica no freer
+// than the primary's), and loses; the others are drawn from gen,
+// independent. It returns the time after the last request.
+func correlatedRun(p *Policy, r *rand.Rand, gen func(*rand.Rand) time.Duration, useless float64, n int, now time.Time) time.Time {
+	now, _, _, _ = hedgedRunWith(p, n, now, func() time.Duration { return gen(r) }, func(x, d time.Duration) time.Duration {
+		h := d + gen(r)
+		if r.Float64() < useless {
+			h = x + gen(r)
 		}
-		p.Observe(&req, 0, x, Completed, now.Add(x))
-		p.End(&req, 0, now.Add(x))
-		now = now.Add(time.Millisecond)
-	}
-	return now, hedged, won
+		return h
+	})
+	return now
 }
 
 // TestAutoCorrectsForHedgesThatWinLess: where half the hedges are of no

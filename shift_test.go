@@ -15,15 +15,27 @@ import (
 // returns the time after the last request and the delays in force, one per
 // request.
 func hedgedRun(p *Policy, r *rand.Rand, gen func(*rand.Rand) time.Duration, scale float64, n int, now time.Time) (time.Time, []time.Duration) {
-	delays := make([]time.Duration, n)
 	draw := func() time.Duration { return time.Duration(float64(gen(r)) * scale) }
+	now, delays, _, _ := hedgedRunWith(p, n, now, draw, func(_, d time.Duration) time.Duration { return d + draw() })
+	return now, delays
+}
+
+// hedgedRunWith is hedgedRun with a primary drawn by primary and the
+// time, from the request's start, at which a hedge sent at d answers for a
+// primary of x drawn by hedge. It also returns the requests that sent a
+// hedge and those a hedge won.
+func hedgedRunWith(p *Policy, n int, now time.Time, primary func() time.Duration, hedge func(x, d time.Duration) time.Duration) (time.Time, []time.Duration, int, int) {
+	delays := make([]time.Duration, n)
+	var hedged, won int
 	for i := range n {
 		req := p.Begin("k", now)
 		d := req.Delay()
 		delays[i] = d
-		x := draw()
+		x := primary()
 		if x > d && p.Hedge(&req, now.Add(d)) == Send {
-			if h := d + draw(); h < x {
+			hedged++
+			if h := hedge(x, d); h < x {
+				won++
 				p.Observe(&req, 0, h, Canceled, now.Add(h))
 				p.Observe(&req, 1, h-d, Completed, now.Add(h))
 				p.End(&req, 1, now.Add(h))
@@ -36,7 +48,7 @@ func hedgedRun(p *Policy, r *rand.Rand, gen func(*rand.Rand) time.Duration, scal
 		p.End(&req, 0, now.Add(x))
 		now = now.Add(time.Millisecond)
 	}
-	return now, delays
+	return now, delays, hedged, won
 }
 
 // TestAutoFollowsAShift: when the latency triples (a deploy, a cold

@@ -254,30 +254,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	// name/key[/extra] → value
-	got := map[string]float64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					got[name(m.Name, dp.Attributes.ToSlice())] = float64(dp.Value)
-				}
-			case metricdata.Gauge[float64]:
-				for _, dp := range d.DataPoints {
-					got[name(m.Name, dp.Attributes.ToSlice())] = dp.Value
-				}
-			case metricdata.Gauge[int64]:
-				for _, dp := range d.DataPoints {
-					got[name(m.Name, dp.Attributes.ToSlice())] = float64(dp.Value)
-				}
-			}
-		}
-	}
+	got, rm := collected(t, reader)
 	for k, want := range map[string]float64{
 		"tailcut.requests.started/a":             40,
 		"tailcut.hedges.sent/a":                  10,
@@ -319,6 +296,36 @@ func TestMetrics(t *testing.T) {
 	if err := reg.Unregister(); err != nil {
 		t.Error(err)
 	}
+}
+
+// collected collects reader's metrics and returns their values by
+// "name/key[/other attribute values]" (name), with what was collected.
+func collected(t *testing.T, reader sdkmetric.Reader) (map[string]float64, metricdata.ResourceMetrics) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					got[name(m.Name, dp.Attributes.ToSlice())] = float64(dp.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range d.DataPoints {
+					got[name(m.Name, dp.Attributes.ToSlice())] = dp.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					got[name(m.Name, dp.Attributes.ToSlice())] = float64(dp.Value)
+				}
+			}
+		}
+	}
+	return got, rm
 }
 
 // name builds "metric/key[/other attribute values]" ignoring downstream.

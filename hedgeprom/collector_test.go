@@ -93,23 +93,7 @@ tailcut_hedges_inflight 0
 	if s.Hedges == 0 || s.Hedges == 25 || wins != s.Hedges {
 		t.Fatalf("traffic did not exercise both grants and denials: %+v", s.Counts)
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				if l.GetName() != "key" {
-					name += "/" + l.GetValue()
-				}
-			}
-			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			got[name] = v
-		}
-	}
+	got := gathered(t, reg)
 	for name, want := range map[string]float64{
 		"tailcut_hedges_denied_total/budget":   float64(s.Denied[tailcut.DenyBudget]),
 		"tailcut_hedges_denied_total/breaker":  0,
@@ -359,4 +343,27 @@ func TestCollectorExportsEveryCounter(t *testing.T) {
 	if n < len(list)+tailcut.NumDecisions-3 {
 		t.Errorf("%d series for %d counters", n, len(list))
 	}
+}
+
+// gathered returns the values reg gathers by name, and the values of their
+// labels other than the key ("name/value"): counters and gauges.
+func gathered(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "key" {
+					name += "/" + l.GetValue()
+				}
+			}
+			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return got
 }

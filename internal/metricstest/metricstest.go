@@ -5,10 +5,44 @@
 package metricstest
 
 import (
+	"testing"
 	"time"
 
 	"github.com/tailcut/tailcut"
 )
+
+// AutoPolicy returns a policy of the default Config whose key "k" has an
+// auto schedule and hedges checked against their predicted wins
+// (AutoTraffic, 5000 requests).
+func AutoPolicy(t *testing.T) *tailcut.Policy {
+	t.Helper()
+	p, err := tailcut.New(tailcut.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	AutoTraffic(p, "k", 5000)
+	if a := p.Stats().Keys[0].Auto; a == nil || a.HedgesPredicted <= 0 {
+		t.Fatalf("auto choice %+v: no hedge checked against its prediction", a)
+	}
+	return p
+}
+
+// CheckAutoGauges checks that got, the values a metrics package exported
+// for p's key "k", holds each of tailcut.AutoGauges under name(g) as the
+// key's AutoChoice holds it, and a correction of 1 (the hedges of
+// AutoTraffic win as often as predicted, or more).
+func CheckAutoGauges(t *testing.T, p *tailcut.Policy, got map[string]float64, name func(tailcut.AutoGauge) string) {
+	t.Helper()
+	a := p.Stats().Keys[0].Auto
+	for _, g := range tailcut.AutoGauges() {
+		if v, ok := got[name(g)]; !ok || v != g.Value(a) {
+			t.Errorf("%s = %v (present %v), want %v", name(g), v, ok, g.Value(a))
+		}
+	}
+	if a.Correction != 1 {
+		t.Errorf("correction %v where the hedges won %.3f against %.3f predicted, want 1", a.Correction, a.HedgesWon, a.HedgesPredicted)
+	}
+}
 
 // AutoTraffic sends n requests to key through p's decision API, one a
 // millisecond: a primary of 1 to 10 ms, and one of 50 ms in twenty,
