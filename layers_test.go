@@ -59,7 +59,9 @@ var layerAllowed = map[[3]string]string{}
 
 // rootImporters are the internal packages allowed to import the root
 // package, each with its reason; no other may.
-var rootImporters = map[string]string{}
+var rootImporters = map[string]string{
+	"internal/metricstest": "the metrics packages' test helpers drive a Policy and read its AutoChoice; only tests import it",
+}
 
 // TestLayers holds the code to layerParts: every root file is on a part;
 // no file of a part uses a top-level name (a type, function, variable or
