@@ -46,7 +46,10 @@ import (
 // delay then overstates the shortfall at a later one. The sums follow the
 // delay in force as it moves (each hedge counts with the prediction of the
 // delay it was sent at), so the factor is measured where the key hedges
-// now, and a later delay that wins as predicted wears it off.
+// now, and a later delay that wins as predicted wears it off. A latency
+// shift (shift.go) leaves the sums as they are: how much a hedge's
+// attempt shares its primary's slowness is the service's, not its
+// latency level's, and the sums decay anyway.
 
 // winMemory is the number of stretches over which the sums of hedges
 // sent, won and predicted to win decay (by 1/winMemory a stretch).
