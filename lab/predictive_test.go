@@ -49,8 +49,7 @@ func TestPredictiveReplicaSkew(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, p := rs[0], rs[1]
-	const uncorrected = 0.0945 // adaptive's extra load without the correction
-	if !(p.P99 < a.P99) || p.ExtraLoad > max(a.ExtraLoad, uncorrected) {
+	if !(p.P99 < a.P99) || p.ExtraLoad > a.ExtraLoad {
 		t.Errorf("replica-skew: adaptive p99 %v at %.3f, predictive %v at %.3f", a.P99, a.ExtraLoad, p.P99, p.ExtraLoad)
 	}
 }
