@@ -561,7 +561,8 @@ func TestDoAllFailKeepsPrimaryValue(t *testing.T) {
 // nonZero lists the fields of the state v (a state[T], or a struct it
 // embeds) that are not zero, apart from those kept when pooled: the
 // state machine's waiter and the state it is part of (exec.Call's w, env
-// and req), checked not nil instead.
+// and req), checked not nil instead, and the slots of the attempts past
+// the Call's inline ones (more), checked zero if made.
 func nonZero(v reflect.Value, path string) []string {
 	var left []string
 	for i := range v.NumField() {
@@ -572,6 +573,11 @@ func nonZero(v reflect.Value, path string) []string {
 		case name == "Call.env" || name == "Call.req" || name == "Call.shared.w":
 			if f.IsNil() {
 				left = append(left, name+" (nil)")
+			}
+		case name == "Call.shared.more":
+			// The slots past the inline ones, kept once made: zeroed.
+			if !f.IsNil() && !f.Elem().IsZero() {
+				left = append(left, fmt.Sprintf("%s = %+v", name, f.Elem()))
 			}
 		case !f.IsZero():
 			left = append(left, fmt.Sprintf("%s = %+v", name, f))
@@ -607,6 +613,12 @@ func TestRecycle(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 			return 2, nil
+		}},
+		{"two fail, the second hedge wins", true, false, func(ctx context.Context, a Attempt) (int, error) {
+			if a.Index < 2 {
+				return 0, Transient(errFail)
+			}
+			return 4, nil
 		}},
 		{"primary fails, hedge wins", true, false, func(ctx context.Context, a Attempt) (int, error) {
 			if a.Index == 0 {

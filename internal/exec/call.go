@@ -12,7 +12,7 @@ import (
 type result[T any] struct {
 	v   T
 	err error
-	end time.Time
+	end time.Duration // when it came, since the call's start
 }
 
 // shared is the state attempts share with the call: where they leave their
@@ -23,15 +23,58 @@ type shared[T any] struct {
 	done bool    // set when the outcome is decided; later results are discarded by their sender
 	late func(T) // Spec.Discard, for results that arrive after done
 
-	results [MaxAttempts]result[T] // written by attempt i before it sends i
+	// start is when the call started: the attempts' times are kept as
+	// durations since start, a word each where a time.Time takes three.
+	start time.Time
+
+	results [inlineSlots]result[T] // written by attempt i before it sends i (slot)
+	more    *moreSlots[T]          // the slots past inlineSlots (slot)
 }
 
-// attempt is one attempt, as a Call tracks it.
-type attempt struct {
-	cancel  context.CancelFunc
-	start   time.Time
-	running bool
+// inlineSlots is how many attempts a Call tracks in its own memory: the
+// primary and one hedge. The slots of later attempts are made for the
+// first call that launches one (moreSlots), and kept while the Call is
+// pooled. A call in flight holds its Call (BenchmarkInflightMemory in
+// bench), and one hedge is the common case.
+const inlineSlots = 2
+
+// moreSlots are the slots of the attempts from inlineSlots on.
+type moreSlots[T any] struct {
+	attempts [MaxAttempts - inlineSlots]attempt
+	results  [MaxAttempts - inlineSlots]result[T]
 }
+
+// attempt is one attempt, as a Call tracks it; whether it runs is a bit
+// of Call.live.
+type attempt struct {
+	cancel context.CancelFunc
+	start  time.Duration // when it was sent, since the call's start
+}
+
+// result returns the slot of attempt i's result.
+func (s *shared[T]) result(i int) *result[T] {
+	if i < inlineSlots {
+		return &s.results[i]
+	}
+	return &s.more.results[i-inlineSlots]
+}
+
+// timeAt returns the time d after the call's start.
+func (s *shared[T]) timeAt(d time.Duration) time.Time { return s.start.Add(d) }
+
+// slot returns attempt i's slot.
+func (c *Call[T, A]) slot(i int) *attempt {
+	if i < inlineSlots {
+		return &c.attempts[i]
+	}
+	return &c.more.attempts[i-inlineSlots]
+}
+
+// runs reports whether attempt i runs.
+func (c *Call[T, A]) runs(i int) bool { return c.live&(1<<i) != 0 }
+
+// begun returns when attempt i was sent.
+func (c *Call[T, A]) begun(i int) time.Time { return c.timeAt(c.slot(i).start) }
 
 // observed is what an observer's calls need of the attempts beyond what
 // a Call tracks: it lives apart so that a call without an observer carries
@@ -76,16 +119,16 @@ type Call[T any, A Attempt] struct {
 	env         Env[T]  // set once, by Init
 	keep        func(T, func()) T
 	observe     bool
+	live        uint8 // bit i: attempt i runs
 	ctx         context.Context
 	fn          func(context.Context, A) (T, error)
 	key         string
-	start       time.Time
 	delay       time.Duration // > 0: a per-request delay
 	maxAttempts int
 
 	launched, running int
-	kept              int // the failed attempt whose result is returned if all fail; -1: none
-	attempts          [MaxAttempts]attempt
+	kept              int                  // the failed attempt whose result is returned if all fail; -1: none
+	attempts          [inlineSlots]attempt // see slot; the later ones are in more
 
 	shared[T]
 
@@ -120,9 +163,12 @@ func (c *Call[T, A]) Drop() { c.w.timer.Stop() }
 // checks that nothing is left behind.
 func (c *Call[T, A]) recycle(quick bool) {
 	n := c.launched
-	c.keep, c.observe, c.ctx, c.fn, c.key = nil, false, nil, nil, ""
+	c.keep, c.observe, c.live, c.ctx, c.fn, c.key = nil, false, 0, nil, nil, ""
 	c.start, c.delay, c.maxAttempts = time.Time{}, 0, 0
-	clear(c.attempts[:n])
+	clear(c.attempts[:min(n, inlineSlots)])
+	if n > inlineSlots {
+		clear(c.more.attempts[:n-inlineSlots])
+	}
 	if c.obs != nil {
 		clear(c.obs.ctx[:n])
 		clear(c.obs.reason[:n])
@@ -131,7 +177,10 @@ func (c *Call[T, A]) recycle(quick bool) {
 	c.done, c.late = false, nil
 	if !quick {
 		var zero T
-		clear(c.results[:n])
+		clear(c.results[:min(n, inlineSlots)])
+		if n > inlineSlots {
+			clear(c.more.results[:n-inlineSlots])
+		}
 		c.nextTick, c.tickC = 0, nil
 		c.finalV, c.finalErr = zero, nil
 	}
@@ -173,8 +222,8 @@ func (c *Call[T, A]) Run(ctx context.Context, s *Spec[T], fn func(context.Contex
 		pctx = c.started(0, SentPrimary, start)
 	}
 	actx, cancel := attemptctx.New(pctx)
-	c.attempts[0] = attempt{cancel: cancel, start: start, running: true}
-	c.launched, c.running = 1, 1
+	c.attempts[0] = attempt{cancel: cancel}
+	c.live, c.launched, c.running = 1, 1, 1
 	a := A{Index: 0, Key: c.key, Delay: c.hedgeDelay()} // before the timer may re-time the request
 	if c.maxAttempts > 1 {
 		w.arm(start, c.at(1)) // every field of c that fire reads is set by now
@@ -185,8 +234,7 @@ func (c *Call[T, A]) Run(ctx context.Context, s *Spec[T], fn func(context.Contex
 		return c.handOver(v, err, end)
 	}
 	// No hedge is due yet, and none will be: this goroutine decides.
-	c.attempts[0].running = false
-	c.running = 0
+	c.live, c.running = 0, 0
 	if ctx.Err() != nil {
 		return c.gaveUp(v, err, end, cancel)
 	}
@@ -242,7 +290,7 @@ func (c *Call[T, A]) spawned() (T, error) {
 // (v, err at end) before its first hedge was due: the next attempt goes at
 // once, and the hedges are timed from here.
 func (c *Call[T, A]) retry(v T, err error, end time.Time) (T, error) {
-	c.results[0] = result[T]{v: v, err: err, end: end}
+	c.results[0] = result[T]{v: v, err: err, end: end.Sub(c.start)}
 	c.kept, c.nextTick = 0, 1
 	c.hedge(time.Now(), SentAfterError)
 	if c.running == 0 { // the policy granted none: the primary's answer stands
@@ -267,7 +315,7 @@ func (c *Call[T, A]) handOver(v T, err error, end time.Time) (T, error) {
 		c.mu.Unlock()
 		discard(c.late, v)
 	} else {
-		c.results[0] = result[T]{v: v, err: err, end: end}
+		c.results[0] = result[T]{v: v, err: err, end: end.Sub(c.start)}
 		w.ready <- 0
 		c.mu.Unlock()
 	}
@@ -314,8 +362,13 @@ func (c *Call[T, A]) launch(now time.Time, r Reason) {
 		ctx = c.started(c.launched, r, now)
 	}
 	actx, cancel := attemptctx.New(ctx)
-	c.attempts[c.launched] = attempt{cancel: cancel, start: now, running: true}
-	go c.run(actx, c.launched, c.hedgeDelay())
+	i := c.launched
+	if i >= inlineSlots && c.more == nil {
+		c.more = new(moreSlots[T])
+	}
+	*c.slot(i) = attempt{cancel: cancel, start: now.Sub(c.start)}
+	c.live |= 1 << i
+	go c.run(actx, i, c.hedgeDelay())
 	c.launched++
 	c.running++
 }
@@ -359,10 +412,10 @@ func (c *Call[T, A]) started(i int, r Reason, now time.Time) context.Context {
 // ended tells the observer that attempt i ended at now with outcome o and
 // error err. Call it only with an observer.
 func (c *Call[T, A]) ended(i int, o Outcome, now time.Time, won bool, err error) {
-	a := &c.attempts[i]
+	start := c.begun(i)
 	c.env.Ended(c.obs.ctx[i], Event{
-		Key: c.key, Index: i, Reason: c.obs.reason[i], Start: a.start,
-		Outcome: o, Latency: now.Sub(a.start), Won: won, Err: err,
+		Key: c.key, Index: i, Reason: c.obs.reason[i], Start: start,
+		Outcome: o, Latency: now.Sub(start), Won: won, Err: err,
 	})
 }
 
@@ -377,6 +430,6 @@ func (c *Call[T, A]) arm() {
 
 // drop discards failed result i and ends its context.
 func (c *Call[T, A]) drop(i int) {
-	discard(c.late, c.results[i].v)
-	c.attempts[i].cancel()
+	discard(c.late, c.result(i).v)
+	c.slot(i).cancel()
 }

@@ -32,15 +32,16 @@ func (c *Call[T, A]) loop() (T, error) {
 // over, with its outcome.
 func (c *Call[T, A]) received(i int) (T, error, bool) {
 	env := c.env
-	r := c.results[i]
-	a := &c.attempts[i]
-	a.running = false
+	r := *c.result(i)
+	a := c.slot(i)
+	c.live &^= 1 << i
 	c.running--
+	lat, end := r.end-a.start, c.timeAt(r.end)
 	if c.ctx.Err() != nil {
 		o := lateOutcome(env, c.ctx, r.v, r.err)
-		c.req.Observe(i, r.end.Sub(a.start), o, r.end)
+		c.req.Observe(i, lat, o, end)
 		if c.observe {
-			c.ended(i, o, r.end, false, env.Unmark(r.err))
+			c.ended(i, o, end, false, env.Unmark(r.err))
 		}
 		discard(c.late, r.v)
 		a.cancel()
@@ -49,16 +50,16 @@ func (c *Call[T, A]) received(i int) (T, error, bool) {
 	}
 	class := env.Classify(c.ctx, r.v, r.err)
 	r.err = env.Unmark(r.err)
-	c.results[i].err = r.err
-	c.req.Observe(i, r.end.Sub(a.start), outcomeOf(class), r.end)
+	c.result(i).err = r.err
+	c.req.Observe(i, lat, outcomeOf(class), end)
 	if c.observe {
-		c.ended(i, outcomeOf(class), r.end, class != Retryable, r.err)
+		c.ended(i, outcomeOf(class), end, class != Retryable, r.err)
 	}
 	if class != Retryable {
 		if c.kept >= 0 {
 			c.drop(c.kept)
 		}
-		return c.settle(i, r.v, r.end), r.err, true
+		return c.settle(i, r.v, end), r.err, true
 	}
 	return c.failed(i)
 }
@@ -89,8 +90,8 @@ func (c *Call[T, A]) failed(i int) (T, error, bool) {
 		}
 		c.req.End(-1, time.Now())
 		c.close(c.late)
-		k := c.results[c.kept]
-		return hand(c.keep, k.v, c.attempts[c.kept].cancel), k.err, true
+		k := c.result(c.kept)
+		return hand(c.keep, k.v, c.slot(c.kept).cancel), k.err, true
 	}
 	var zero T
 	return zero, nil, false
@@ -110,10 +111,10 @@ func (c *Call[T, A]) stop(now time.Time) (T, error) {
 	if gone {
 		o = Abandoned
 	}
-	for i := range c.attempts[:c.launched] {
-		if a := &c.attempts[i]; a.running {
-			a.cancel()
-			c.req.Observe(i, now.Sub(a.start), o, now)
+	for i := range c.launched {
+		if c.runs(i) {
+			c.slot(i).cancel()
+			c.req.Observe(i, now.Sub(c.begun(i)), o, now)
 			if c.observe {
 				c.ended(i, o, now, false, context.Canceled)
 			}
@@ -130,19 +131,18 @@ func (c *Call[T, A]) stop(now time.Time) (T, error) {
 // losers, and hands the winner's context to keep or cancels it.
 func (c *Call[T, A]) settle(win int, v T, now time.Time) T {
 	c.close(c.late)
-	for i := range c.attempts[:c.launched] {
-		a := &c.attempts[i]
-		if !a.running || i == win {
+	for i := range c.launched {
+		if !c.runs(i) || i == win {
 			continue
 		}
-		a.cancel()
-		c.req.Observe(i, now.Sub(a.start), Canceled, now)
+		c.slot(i).cancel()
+		c.req.Observe(i, now.Sub(c.begun(i)), Canceled, now)
 		if c.observe {
 			c.ended(i, Canceled, now, false, context.Canceled)
 		}
 	}
 	c.req.End(win, now)
-	return hand(c.keep, v, c.attempts[win].cancel)
+	return hand(c.keep, v, c.slot(win).cancel)
 }
 
 // run executes attempt i, whose hedge delay is delay, and hands its
@@ -167,7 +167,7 @@ func (c *Call[T, A]) run(ctx context.Context, i int, delay time.Duration) {
 func (s *shared[T]) deliver(i int, v T, err error) {
 	s.mu.Lock()
 	if !s.done {
-		s.results[i] = result[T]{v: v, err: err, end: time.Now()}
+		*s.result(i) = result[T]{v: v, err: err, end: time.Since(s.start)}
 		s.w.ready <- i
 		s.mu.Unlock()
 		return
@@ -189,7 +189,7 @@ func (s *shared[T]) close(discard func(T)) {
 		select {
 		case i := <-s.w.ready:
 			if discard != nil {
-				discard(s.results[i].v)
+				discard(s.result(i).v)
 			}
 		default:
 			return
