@@ -13,7 +13,7 @@ func (c *Call[T, A]) loop() (T, error) {
 	for {
 		select {
 		case i := <-c.w.ready:
-			if v, err, done := c.received(i); done {
+			if v, err, done := c.received(int(i)); done {
 				return v, err
 			}
 		case now := <-c.tickC:
@@ -168,7 +168,7 @@ func (s *shared[T]) deliver(i int, v T, err error) {
 	s.mu.Lock()
 	if !s.done {
 		*s.result(i) = result[T]{v: v, err: err, end: time.Since(s.start)}
-		s.w.ready <- i
+		s.w.ready <- uint8(i)
 		s.mu.Unlock()
 		return
 	}
@@ -189,7 +189,7 @@ func (s *shared[T]) close(discard func(T)) {
 		select {
 		case i := <-s.w.ready:
 			if discard != nil {
-				discard(s.result(i).v)
+				discard(s.result(int(i)).v)
 			}
 		default:
 			return

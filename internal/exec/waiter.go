@@ -11,7 +11,7 @@ import (
 // hedges. Each waiter belongs to one Call for life, and is pooled with it:
 // its timers fire for that Call only.
 type waiter struct {
-	ready chan int      // attempt indexes; buffered for every attempt: sends never block
+	ready chan uint8    // attempt indexes; buffered for every attempt: sends never block (uint8: a smaller buffer)
 	final chan struct{} // the coordinator's outcome is ready (buffered)
 	tick  *time.Timer   // the next hedge slot, for the loop; nil until first set (setTick)
 
@@ -45,7 +45,7 @@ const (
 // newWaiter returns a waiter whose first-hedge timer runs fire when a call
 // is due. Its timers are stopped and its channels empty.
 func newWaiter(fire func()) *waiter {
-	w := &waiter{ready: make(chan int, MaxAttempts), final: make(chan struct{}, 1), fire: fire}
+	w := &waiter{ready: make(chan uint8, MaxAttempts), final: make(chan struct{}, 1), fire: fire}
 	w.timer = time.AfterFunc(time.Hour, w.onTimer)
 	w.timer.Stop()
 	return w
