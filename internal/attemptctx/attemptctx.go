@@ -35,21 +35,25 @@ func New(parent context.Context) (context.Context, context.CancelFunc) {
 // and Value are the parent's. Contexts derived from it (context.WithCancel,
 // context.AfterFunc) register through its AfterFunc method, which the
 // context package looks for on a parent of its own making.
+//
+// Every attempt in flight holds one (BenchmarkInflightMemory in bench):
+// its fields fit in 64 bytes, the registrations past the first in a slice
+// of their own.
 type attemptCtx struct {
 	context.Context // the parent
 
-	canceled atomic.Bool
 	mu       sync.Mutex
+	canceled atomic.Bool
+	nextID   uint32        // the last id given; a context sees a few registrations
 	done     chan struct{} // made by the first Done; closed by cancel
 	first    afterFunc     // the first registration (usually the only one)
-	more     []afterFunc   // the others
-	nextID   uint64
+	more     *[]afterFunc  // the others; nil while there are none
 }
 
 // afterFunc is one function registered with AfterFunc; id 0 is an empty slot.
 type afterFunc struct {
 	f  func()
-	id uint64
+	id uint32
 }
 
 // closedchan is the Done channel of an attemptCtx cancelled before anyone
@@ -98,10 +102,13 @@ func (c *attemptCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 	c.nextID++
 	id := c.nextID
-	if c.first.id == 0 {
+	switch {
+	case c.first.id == 0:
 		c.first = afterFunc{f: f, id: id}
-	} else {
-		c.more = append(c.more, afterFunc{f: f, id: id})
+	case c.more == nil:
+		c.more = &[]afterFunc{{f: f, id: id}}
+	default:
+		*c.more = append(*c.more, afterFunc{f: f, id: id})
 	}
 	c.mu.Unlock()
 	return func() bool { return c.unregister(id) }
@@ -109,16 +116,19 @@ func (c *attemptCtx) AfterFunc(f func()) (stop func() bool) {
 
 // unregister removes the function registered as id, and reports whether it
 // was still there.
-func (c *attemptCtx) unregister(id uint64) bool {
+func (c *attemptCtx) unregister(id uint32) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.first.id == id {
 		c.first = afterFunc{}
 		return true
 	}
-	for i, a := range c.more {
+	if c.more == nil {
+		return false
+	}
+	for i, a := range *c.more {
 		if a.id == id {
-			c.more = append(c.more[:i], c.more[i+1:]...)
+			*c.more = append((*c.more)[:i], (*c.more)[i+1:]...)
 			return true
 		}
 	}
@@ -144,8 +154,10 @@ func (c *attemptCtx) cancel() {
 	if first.f != nil {
 		first.f()
 	}
-	for _, a := range more {
-		a.f()
+	if more != nil {
+		for _, a := range *more {
+			a.f()
+		}
 	}
 }
 

@@ -73,7 +73,7 @@ func TestAttemptContextChildren(t *testing.T) {
 	// per-request context does once the response is read.
 	child, ccancel := context.WithCancelCause(ctx)
 	ccancel(nil)
-	if ac.first.id != 0 || len(ac.more) != 0 {
+	if ac.first.id != 0 || ac.more != nil && len(*ac.more) != 0 {
 		t.Errorf("a cancelled child is still registered: %+v %v", ac.first, ac.more)
 	}
 
