@@ -12,18 +12,21 @@ import (
 // by WithFirstByte, and releases the attempt's context (and the hard
 // timeout's) once the body is read to the end or closed — the same point at
 // which http.Client stops its own timeout timer.
+//
+// Its small fields share a word: a hedge in flight allocates one, and the
+// primary's is a part of roundTrip (BenchmarkInflightMemory in bench).
 type body struct {
 	rc            io.ReadCloser
-	peek          [1]byte
-	npeek         int
 	release       func()
 	cancelTimeout context.CancelFunc
 	cancelReq     context.CancelFunc // a hedge's own request context (roundTrip.graceful)
+	ahead         *aheadRead         // a failed attempt's small body, read ahead (readAhead)
 	released      atomic.Bool
+	peek          [1]byte
+	npeek         uint8 // 0 or 1: whether peek holds the body's first byte
 	// failed marks the body of a failed attempt's response (judge), which
 	// discard closes without waiting for it.
 	failed bool
-	ahead  *aheadRead // a failed attempt's small body, read ahead (readAhead)
 }
 
 // aheadRead is the read of a body's readAhead.
@@ -146,7 +149,7 @@ func peekFirstByte(resp *http.Response) error {
 	for n == 0 && err == nil {
 		n, err = b.rc.Read(b.peek[:])
 	}
-	b.npeek = n
+	b.npeek = uint8(n)
 	if err != nil && err != io.EOF {
 		resp.Body.Close()
 		return err

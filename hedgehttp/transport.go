@@ -343,7 +343,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// The primary's header is built here rather than in its goroutine: a
 	// new goroutine starts on a small stack, and building a map there can
 	// cost a stack copy.
-	rt.header0 = withAttempt(req.Header, 0)
+	rt.req0.Header = withAttempt(req.Header, 0)
 	rt.ctx, rt.key = ctx, key
 	resp, err := rt.hedge(ctx, key)
 	resp, err = rt.settle(resp, err)
@@ -519,13 +519,11 @@ type roundTrip struct {
 	req      *http.Request
 	buf      []byte // the buffered body, if buffered
 	buffered bool
-	once     bool            // WithoutHedging: the primary only, sent once
-	header0  http.Header     // the primary's header
+	once     bool // WithoutHedging: the primary only, sent once
+	done     bool // RoundTrip has its answer: hedges not yet started give up; under mu
+	mu       sync.Mutex
 	ctx      context.Context // the call's context (with the hard timeout)
 	key      string
-
-	mu   sync.Mutex
-	done bool // RoundTrip has its answer: hedges not yet started give up
 
 	used p2c.Used // endpoints used by the attempts so far
 
@@ -533,6 +531,9 @@ type roundTrip struct {
 	// body live here, so that the no-hedge path allocates neither on its
 	// own (a hedge allocates its own). Both may outlive RoundTrip: the
 	// response points to its request, and the caller reads the body.
+	// req0's Header is the primary's from the start (RoundTrip), and the
+	// small fields above share words: a request in flight holds its
+	// roundTrip (BenchmarkInflightMemory in bench).
 	req0  http.Request
 	body0 body
 }
@@ -656,9 +657,10 @@ func (rt *roundTrip) request(ctx context.Context, k int) (*http.Request, error) 
 func (rt *roundTrip) primaryRequest(ctx context.Context) *http.Request {
 	// WithContext is inlined and its copy does not escape: the copy
 	// costs no allocation.
+	h := rt.req0.Header // the primary's, set by RoundTrip
 	rt.req0 = *rt.req.WithContext(ctx)
 	r := &rt.req0
-	r.Header = rt.header0
+	r.Header = h
 	if rt.buffered {
 		// ContentLength stays the caller's: the length of buf when it
 		// was declared (readBody checked it), unknown when it was not.
@@ -865,7 +867,8 @@ func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, er
 	// header (fillHeader) is on the stack.
 	header := attemptHeader(n, k)
 	values := make([]string, nv)
-	r, u := new(http.Request), new(url.URL)
+	c := new(requestCopy)
+	r, u := &c.r, &c.u
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.done {
@@ -886,6 +889,14 @@ func (rt *roundTrip) hedgeRequest(ctx context.Context, k int) (*http.Request, er
 		r.Body = b
 	}
 	return r, nil
+}
+
+// requestCopy is a hedge's request and its URL, allocated together: one
+// object of the size of both, where two would each round up to a size
+// class of their own (BenchmarkInflightMemory in bench).
+type requestCopy struct {
+	r http.Request
+	u url.URL
 }
 
 // newBody returns a reader of the buffered body and its GetBody.
