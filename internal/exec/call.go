@@ -115,29 +115,28 @@ type Spec[T any] struct {
 // the transport's work evict them between two requests, and each line is
 // a miss.
 type Call[T any, A Attempt] struct {
-	req         Request // set once, by Init
-	env         Env[T]  // set once, by Init
-	keep        func(T, func()) T
-	observe     bool
-	live        uint8 // bit i: attempt i runs
-	ctx         context.Context
-	fn          func(context.Context, A) (T, error)
-	key         string
-	delay       time.Duration // > 0: a per-request delay
-	maxAttempts int
+	req      Request // set once, by Init
+	env      Env[T]  // set once, by Init
+	keep     func(T, func()) T
+	ctx      context.Context
+	fn       func(context.Context, A) (T, error)
+	key      string
+	delay    time.Duration        // > 0: a per-request delay
+	attempts [inlineSlots]attempt // see slot; the later ones are in more
 
-	launched, running int
-	kept              int                  // the failed attempt whose result is returned if all fail; -1: none
-	attempts          [inlineSlots]attempt // see slot; the later ones are in more
+	// The counts of attempts and slots (at most MaxAttempts) and the
+	// flags share a word.
+	observe           bool
+	live              uint8 // bit i: attempt i runs
+	maxAttempts       int8
+	launched, running int8
+	kept              int8 // the failed attempt whose result is returned if all fail; -1: none
+	nextTick          int8 // the next hedge slot to time
 
 	shared[T]
 
-	obs *observed // made for the first call with an observer; kept when pooled
-
-	nextTick int              // the next hedge slot to time
-	tickC    <-chan time.Time // w.tick's channel while a slot is armed
-	finalV   T                // the coordinator's outcome
-	finalErr error
+	obs   *observed        // made for the first call with an observer; kept when pooled
+	tickC <-chan time.Time // w.tick's channel while a slot is armed
 }
 
 // Init makes c ready for its first call, with req its request and env
@@ -162,7 +161,7 @@ func (c *Call[T, A]) Drop() { c.w.timer.Stop() }
 // are zero already and are not touched. The root package's TestRecycle
 // checks that nothing is left behind.
 func (c *Call[T, A]) recycle(quick bool) {
-	n := c.launched
+	n := int(c.launched)
 	c.keep, c.observe, c.live, c.ctx, c.fn, c.key = nil, false, 0, nil, nil, ""
 	c.start, c.delay, c.maxAttempts = time.Time{}, 0, 0
 	clear(c.attempts[:min(n, inlineSlots)])
@@ -176,13 +175,11 @@ func (c *Call[T, A]) recycle(quick bool) {
 	c.launched, c.running, c.kept = 0, 0, 0
 	c.done, c.late = false, nil
 	if !quick {
-		var zero T
 		clear(c.results[:min(n, inlineSlots)])
 		if n > inlineSlots {
 			clear(c.more.results[:n-inlineSlots])
 		}
 		c.nextTick, c.tickC = 0, nil
-		c.finalV, c.finalErr = zero, nil
 	}
 	c.env.Recycle()
 }
@@ -209,7 +206,7 @@ func (c *Call[T, A]) at(k int) time.Duration {
 func (c *Call[T, A]) Run(ctx context.Context, s *Spec[T], fn func(context.Context, A) (T, error)) (T, error) {
 	c.ctx, c.fn, c.late, c.keep, c.observe = ctx, fn, s.Discard, s.Keep, s.Observe
 	c.kept = -1
-	c.key, c.start, c.delay, c.maxAttempts = s.Key, s.Start, s.Delay, s.MaxAttempts
+	c.key, c.start, c.delay, c.maxAttempts = s.Key, s.Start, s.Delay, int8(s.MaxAttempts)
 	w := c.w
 	if c.maxAttempts > 1 && !s.Inline {
 		return c.spawned()
@@ -325,7 +322,8 @@ func (c *Call[T, A]) handOver(v T, err error, end time.Time) (T, error) {
 		// running: it has returned, here.
 		c.running--
 	}
-	return c.finish(c.finalV, c.finalErr)
+	r := c.results[0] // the coordinator's outcome (fire)
+	return c.finish(r.v, r.err)
 }
 
 // fire is the coordinator: the first hedge is due.
@@ -336,7 +334,11 @@ func (c *Call[T, A]) fire() {
 	}
 	c.after(1, g)
 	c.arm()
-	c.finalV, c.finalErr = c.loop()
+	// The outcome goes to the caller in the primary's result slot: no
+	// attempt writes a result once loop has returned (close), and the
+	// caller read the primary's before.
+	v, err := c.loop()
+	c.results[0] = result[T]{v: v, err: err}
 	c.w.final <- struct{}{}
 }
 
@@ -359,10 +361,10 @@ func (c *Call[T, A]) finish(v T, err error) (T, error) {
 func (c *Call[T, A]) launch(now time.Time, r Reason) {
 	ctx := c.ctx
 	if c.observe {
-		ctx = c.started(c.launched, r, now)
+		ctx = c.started(int(c.launched), r, now)
 	}
 	actx, cancel := attemptctx.New(ctx)
-	i := c.launched
+	i := int(c.launched)
 	if i >= inlineSlots && c.more == nil {
 		c.more = new(moreSlots[T])
 	}
@@ -391,7 +393,7 @@ func (c *Call[T, A]) hedge(now time.Time, r Reason) Grant {
 // k: the one after it, or the first again when the request was re-timed
 // (its first hedge at its new slot).
 func (c *Call[T, A]) after(k int, g Grant) {
-	c.nextTick = k + 1
+	c.nextTick = int8(k + 1)
 	if g == Retimed {
 		c.nextTick = 1
 	}
@@ -425,7 +427,7 @@ func (c *Call[T, A]) arm() {
 		c.tickC = nil
 		return
 	}
-	c.tickC = c.w.setTick(time.Until(c.start.Add(c.at(c.nextTick))))
+	c.tickC = c.w.setTick(time.Until(c.start.Add(c.at(int(c.nextTick)))))
 }
 
 // drop discards failed result i and ends its context.

@@ -20,7 +20,7 @@ func (c *Call[T, A]) loop() (T, error) {
 			if c.ctx.Err() != nil {
 				return c.stop(now)
 			}
-			c.after(c.nextTick, c.hedge(now, SentAfterDelay))
+			c.after(int(c.nextTick), c.hedge(now, SentAfterDelay))
 			c.arm()
 		case <-c.ctx.Done():
 			return c.stop(time.Now())
@@ -57,7 +57,7 @@ func (c *Call[T, A]) received(i int) (T, error, bool) {
 	}
 	if class != Retryable {
 		if c.kept >= 0 {
-			c.drop(c.kept)
+			c.drop(int(c.kept))
 		}
 		return c.settle(i, r.v, end), r.err, true
 	}
@@ -70,9 +70,9 @@ func (c *Call[T, A]) received(i int) (T, error, bool) {
 func (c *Call[T, A]) failed(i int) (T, error, bool) {
 	switch {
 	case c.kept < 0:
-		c.kept = i
+		c.kept = int8(i)
 	case i == 0:
-		c.drop(c.kept)
+		c.drop(int(c.kept))
 		c.kept = 0
 	default:
 		c.drop(i)
@@ -90,8 +90,8 @@ func (c *Call[T, A]) failed(i int) (T, error, bool) {
 		}
 		c.req.End(-1, time.Now())
 		c.close(c.late)
-		k := c.result(c.kept)
-		return hand(c.keep, k.v, c.slot(c.kept).cancel), k.err, true
+		k := c.result(int(c.kept))
+		return hand(c.keep, k.v, c.slot(int(c.kept)).cancel), k.err, true
 	}
 	var zero T
 	return zero, nil, false
@@ -104,14 +104,14 @@ func (c *Call[T, A]) failed(i int) (T, error, bool) {
 func (c *Call[T, A]) stop(now time.Time) (T, error) {
 	c.close(c.late)
 	if c.kept >= 0 {
-		c.drop(c.kept)
+		c.drop(int(c.kept))
 	}
 	gone := CallerGone(c.ctx)
 	o := Canceled
 	if gone {
 		o = Abandoned
 	}
-	for i := range c.launched {
+	for i := range int(c.launched) {
 		if c.runs(i) {
 			c.slot(i).cancel()
 			c.req.Observe(i, now.Sub(c.begun(i)), o, now)
@@ -131,7 +131,7 @@ func (c *Call[T, A]) stop(now time.Time) (T, error) {
 // losers, and hands the winner's context to keep or cancels it.
 func (c *Call[T, A]) settle(win int, v T, now time.Time) T {
 	c.close(c.late)
-	for i := range c.launched {
+	for i := range int(c.launched) {
 		if !c.runs(i) || i == win {
 			continue
 		}
