@@ -610,8 +610,13 @@ func printTable(level, name string, spec redisrig.Spec, sweep []time.Duration, s
 	for i, st := range sts {
 		if st.kind == kindTailcut {
 			f := figs[i]
-			fmt.Printf("| %s | %s | %s | %s | %s / %s | %s |\n", st.name, statOf(f.delay).format(1, 2, ""), statOf(f.budgetDenied).format(1000, 1, ""), statOf(f.shifts).format(1, 0, ""),
-				statOf(f.checkWon).format(100, 0, " %"), statOf(f.checkPredicted).format(100, 0, " %"), statOf(f.correction).format(1, 2, ""))
+			check, correction := "–", "–" // no auto schedule (a pinned Quantile): nothing checked
+			if len(f.correction) > 0 {
+				check = statOf(f.checkWon).format(100, 0, " %") + " / " + statOf(f.checkPredicted).format(100, 0, " %")
+				correction = statOf(f.correction).format(1, 2, "")
+			}
+			fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", st.name, statOf(f.delay).format(1, 2, ""), statOf(f.budgetDenied).format(1000, 1, ""), statOf(f.shifts).format(1, 0, ""),
+				check, correction)
 		}
 	}
 	fmt.Println()
