@@ -15,16 +15,20 @@ import (
 // keys is replaced by a new one, which readers pick up at their next
 // lookup (the old one stays valid for those still reading it).
 type keyIndex struct {
-	t atomic.Pointer[indexTable]
+	// seed is every table's: a name hashes alike in each, and the
+	// policy's doorkeeper reads the same hash (Policy.keyOf), so that a
+	// request to a key not tracked hashes its name once.
+	seed maphash.Seed
+	t    atomic.Pointer[indexTable]
 }
 
-// indexTable is one generation of a keyIndex. A slot's hash is 0 while
-// it is empty and removedHash once its key was removed; a key's own hash
-// is never either. Writers store a slot's state before its hash, so
+// indexTable is one generation of a keyIndex. A slot's tag is 0 while
+// it is empty and removedHash once its key was removed; a key's own tag,
+// its hash with bit 1 set, is never either. A key's probe starts at its
+// hash's low bits. Writers store a slot's state before its hash, so
 // that a reader who finds a hash finds its state; a reader checks the
 // state's name, which a slot reused by another key fails.
 type indexTable struct {
-	seed   maphash.Seed
 	mask   uint64
 	hashes []atomic.Uint64
 	states []atomic.Pointer[keyState]
@@ -34,23 +38,32 @@ type indexTable struct {
 // removedHash marks a slot whose key was removed: lookups probe past it.
 const removedHash = 1
 
-// hash returns name's hash in t, never 0 or removedHash.
-func (t *indexTable) hash(name string) uint64 {
-	return maphash.String(t.seed, name) | 2
-}
+// init gives x its seed, before any other use.
+func (x *keyIndex) init() { x.seed = maphash.MakeSeed() }
+
+// hash returns name's hash, which find takes.
+func (x *keyIndex) hash(name string) uint64 { return maphash.String(x.seed, name) }
+
+// tag returns what a slot holding the key of hash h stores: never 0 or
+// removedHash.
+func tag(h uint64) uint64 { return h | 2 }
 
 // get returns the state of name, nil if it is not in the index.
-func (x *keyIndex) get(name string) *keyState {
+func (x *keyIndex) get(name string) *keyState { return x.find(x.hash(name), name) }
+
+// find returns the state of name, whose hash is h, nil if it is not in
+// the index.
+func (x *keyIndex) find(h uint64, name string) *keyState {
 	t := x.t.Load()
 	if t == nil {
 		return nil
 	}
-	h := t.hash(name)
+	g := tag(h)
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		switch s := t.hashes[i].Load(); s {
 		case 0:
 			return nil
-		case h:
+		case g:
 			if ks := t.states[i].Load(); ks != nil && ks.Name() == name {
 				return ks
 			}
@@ -70,11 +83,11 @@ func (x *keyIndex) put(ks *keyState, live func(yield func(*keyState) bool)) {
 		}
 		t = newIndexTable(4 * (n + 1))
 		for k := range live {
-			t.insert(k)
+			t.insert(k, x.hash(k.Name()))
 		}
 		x.t.Store(t)
 	}
-	t.insert(ks)
+	t.insert(ks, x.hash(ks.Name()))
 }
 
 // remove removes ks from the index. The policy's lock must be held.
@@ -83,9 +96,10 @@ func (x *keyIndex) remove(ks *keyState) {
 	if t == nil {
 		return
 	}
-	h := t.hash(ks.Name())
+	h := x.hash(ks.Name())
+	g := tag(h)
 	for i := h & t.mask; t.hashes[i].Load() != 0; i = (i + 1) & t.mask {
-		if t.hashes[i].Load() == h && t.states[i].Load() == ks {
+		if t.hashes[i].Load() == g && t.states[i].Load() == ks {
 			t.hashes[i].Store(removedHash)
 			t.states[i].Store(nil)
 			return
@@ -96,21 +110,20 @@ func (x *keyIndex) remove(ks *keyState) {
 // newIndexTable returns an empty table of at least n slots.
 func newIndexTable(n int) *indexTable {
 	size := 1 << bits.Len(uint(max(n, 8)-1))
-	return &indexTable{seed: maphash.MakeSeed(), mask: uint64(size - 1),
+	return &indexTable{mask: uint64(size - 1),
 		hashes: make([]atomic.Uint64, size), states: make([]atomic.Pointer[keyState], size)}
 }
 
-// insert puts ks in the first empty slot of its probe sequence: a
-// removed key's slots are left to the next table, so that a reader who
-// matched a removed hash never finds another key's state there but by
-// its name.
-func (t *indexTable) insert(ks *keyState) {
-	h := t.hash(ks.Name())
+// insert puts ks, whose name's hash is h, in the first empty slot of its
+// probe sequence: a removed key's slots are left to the next table, so
+// that a reader who matched a removed hash never finds another key's
+// state there but by its name.
+func (t *indexTable) insert(ks *keyState, h uint64) {
 	i := h & t.mask
 	for t.hashes[i].Load() != 0 {
 		i = (i + 1) & t.mask
 	}
 	t.states[i].Store(ks)
-	t.hashes[i].Store(h)
+	t.hashes[i].Store(tag(h))
 	t.used++
 }

@@ -15,6 +15,7 @@ import (
 // -race).
 func TestKeyIndex(t *testing.T) {
 	var x keyIndex
+	x.init()
 	keys := map[string]*keyState{}
 	var set key.Settings
 	state := func(name string) *keyState {

@@ -285,6 +285,7 @@ func New(cfg Config) (*Policy, error) {
 		return nil, err
 	}
 	p := &Policy{cfg: cfg, keys: make(map[string]*keyState)}
+	p.index.init()
 	p.sampleBelow = sampleThreshold(cfg.SampleRate)
 	p.gainOn = cfg.Gain.Enabled && !cfg.DryRun // a dry run sends no hedge to measure
 	p.set = key.Settings{
@@ -751,10 +752,11 @@ func (p *Policy) keyOf(name string, now time.Time, seen bool) (*keyState, bool) 
 	if ks := p.last.Load(); ks != nil && ks.Name() == name {
 		return ks, true
 	}
-	if ks := p.index.get(name); ks != nil {
+	h := p.index.hash(name) // the doorkeeper's too: one hash per lookup
+	if ks := p.index.find(h, name); ks != nil {
 		return ks, true
 	}
-	if d := p.seen.Load(); d != nil && (!seen || !d.Admit(name, now.UnixNano())) {
+	if d := p.seen.Load(); d != nil && (!seen || !d.Admit(h, now.UnixNano())) {
 		return p.untrackedState(now), false
 	}
 	p.mu.Lock()

@@ -1,7 +1,6 @@
 package key
 
 import (
-	"hash/maphash"
 	"math/bits"
 	"sync/atomic"
 )
@@ -17,8 +16,9 @@ import (
 // the key's two slots, picked from the time of the request, so that two
 // keys sharing a slot and asked for in turn do not keep erasing each
 // other. A slot holds a 64-bit hash: a false match is a 2⁻⁶⁴ chance.
+// The caller hashes the keys (the policy hashes a key's name once for its
+// own table of keys and the doorkeeper), with one seed for all.
 type Doorkeeper struct {
-	seed  maphash.Seed
 	mask  uint64
 	slots []atomic.Uint64
 }
@@ -27,14 +27,15 @@ type Doorkeeper struct {
 // keys.
 func NewDoorkeeper(maxKeys int) *Doorkeeper {
 	n := uint64(1) << bits.Len64(uint64(max(maxKeys, 1))-1) // maxKeys rounded up to a power of two
-	return &Doorkeeper{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint64, n)}
+	return &Doorkeeper{mask: n - 1, slots: make([]atomic.Uint64, n)}
 }
 
-// Admit records key, asked for at now (ns), and reports whether it was
-// recorded before in one of its slots.
-func (d *Doorkeeper) Admit(key string, now int64) bool {
-	h := maphash.String(d.seed, key) | 1 // 0 marks an empty slot
+// Admit records the key of hash h (a maphash of its name, say), asked
+// for at now (ns), and reports whether it was recorded before in one of
+// its slots.
+func (d *Doorkeeper) Admit(h uint64, now int64) bool {
 	a, b := &d.slots[h&d.mask], &d.slots[(h>>32)&d.mask]
+	h |= 1 // 0 marks an empty slot
 	for _, s := range [2]*atomic.Uint64{a, b} {
 		if s.Load() == h {
 			s.Store(0) // admitted: its next miss, after an eviction of it, starts again
