@@ -70,7 +70,7 @@ type chooser struct {
 	target   float64
 	cap      float64
 	unhedged time.Duration // the unhedged prediction of the target
-	grid     *savingGrid   // what a hedge saves, by delay (pay.go)
+	grid     savingGrid    // what a hedge saves, by delay (pay.go)
 }
 
 // cand is a candidate: the one-hedge schedule at a delay, its trigger
@@ -93,7 +93,8 @@ func (p *Params) chooseUpTo(dist latency.Distribution, target, maxRate float64) 
 		cap, steps, scale = ModelledCap*p.Ratio, autoModelledSteps[:], p.Ratio
 	}
 	cap = min(cap, maxRate)
-	c := chooser{p: p, dist: dist, target: target, cap: cap, unhedged: dist.Hedged(target), grid: newSavingGrid(dist, p.effect())}
+	c := chooser{p: p, dist: dist, target: target, cap: cap, unhedged: dist.Hedged(target)}
+	c.grid.init(dist, p.effect())
 	// deep is a tenth of the way from Target to 1 (p99.9 for a p99 target):
 	// second hedges rarely move the Target itself, but they cut deeper.
 	deep := deepOf(target)

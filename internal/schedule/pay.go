@@ -45,10 +45,13 @@ type savingGrid struct {
 // above it down to a survival of 1e-4.
 const savingPoints = 48
 
-// newSavingGrid returns the grid of dist, whose hedges are of use with
-// probability effect (1 for the model's independent attempts).
-func newSavingGrid(dist latency.Distribution, effect float64) *savingGrid {
-	g := &savingGrid{effect: effect}
+// init makes g the grid of dist, whose hedges are of use with
+// probability effect (1 for the model's independent attempts). A grid
+// lives in its caller's frame (the chooser's): allocated at each
+// recomputation, it would be most of what a recomputation allocates (the
+// root package's BenchmarkPolicyManyKeys, 1024quiet).
+func (g *savingGrid) init(dist latency.Distribution, effect float64) {
+	*g = savingGrid{effect: effect}
 	const half = savingPoints / 2
 	for i := range half {
 		g.x[i] = dist.Quantile(0.9 * (float64(i) + 0.5) / half).Seconds()
@@ -71,7 +74,6 @@ func newSavingGrid(dist latency.Distribution, effect float64) *savingGrid {
 		g.mass += g.m[i]
 		g.moment += g.m[i] * x
 	}
-	return g
 }
 
 // saving is the expected time a hedge sent at d saves a request still out

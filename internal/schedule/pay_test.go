@@ -32,7 +32,9 @@ func TestNoHedgeThatCannotPay(t *testing.T) {
 	if ch.HedgeRate != 0 || ch.Delay < dist.Quantile(1) {
 		t.Errorf("U(50, 100) µs, 10 %% U(100, 250) µs: delay %v, hedge rate %.4f; want past the slowest latency (%v), none", ch.Delay, ch.HedgeRate, dist.Quantile(1))
 	}
-	if s := newSavingGrid(dist, 1).saving(dist.Quantile(0.9)); s <= 0 || s >= HedgeCost {
+	var g savingGrid
+	g.init(dist, 1)
+	if s := g.saving(dist.Quantile(0.9)); s <= 0 || s >= HedgeCost {
 		t.Errorf("U(50, 100) µs, 10 %% U(100, 250) µs: a hedge at the p90 saves %v, want some, less than %v", s, HedgeCost)
 	}
 	stragglers := func(r *rand.Rand) time.Duration {

@@ -90,5 +90,10 @@ func (p *Params) keepRegime(dist latency.Distribution, ch Choice, inc *Choice) C
 // correction lowers every schedule's gain alike, down to none, and the
 // tie would keep the incumbent's hedges.
 func (p *Params) mayKeep(dist latency.Distribution, d time.Duration) bool {
-	return p.shortfall == 0 || newSavingGrid(dist, p.effect()).pays(d)
+	if p.shortfall == 0 {
+		return true
+	}
+	var g savingGrid
+	g.init(dist, p.effect())
+	return g.pays(d)
 }
