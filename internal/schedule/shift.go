@@ -316,7 +316,8 @@ func (s *State) Shifted(now time.Time) bool {
 		return false
 	}
 	if over > shiftAbove(n, min(cal*share, 1), basis, disp) {
-		t.suspect, t.since, t.confirmed, t.undecided = &c, now, 0, 0
+		suspect := c // on the heap only when raised: c is every recomputation's
+		t.suspect, t.since, t.confirmed, t.undecided = &suspect, now, 0, 0
 		t.excess, t.excessVar = 0, 0
 		return false
 	}
