@@ -225,3 +225,16 @@ func TestToleranceTakesTheCheaper(t *testing.T) {
 		t.Errorf("bhope's distribution: tolerance 0.1 hedges %.4f, want at least 5 %% below the %.4f of none", c.HedgeRate, a.HedgeRate)
 	}
 }
+
+// TestChooseAllocs: choosing a schedule allocates nothing — its scratch
+// (the saving grid) lives in the chooser's frame — so that a key that
+// re-plans once per window, however few its requests, leaves the
+// collector nothing to do.
+func TestChooseAllocs(t *testing.T) {
+	dist := learn(t, trimodal(0.05), 2_000)
+	w, _ := budget.NewWindowed(0, 0, 0)
+	p := params(w, 2)
+	if a := testing.AllocsPerRun(100, func() { p.Choose(dist, p.Target) }); a != 0 {
+		t.Errorf("%v allocations per choice, want 0", a)
+	}
+}
