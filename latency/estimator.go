@@ -122,13 +122,27 @@ type Estimator struct {
 	gen   uint64    // incremented on every rotation
 }
 
+// defaultMapping is the mapping of every estimator of the default
+// accuracy, read-only: one for all, so that the estimators of many keys
+// find it in the processor's caches (the root package's
+// BenchmarkPolicyManyKeys) and do not each hold a copy.
+var defaultMapping, _ = mapping.NewLogarithmicMapping(DefaultRelativeAccuracy)
+
+// mappingOf returns the sketches' mapping of relative accuracy acc.
+func mappingOf(acc float64) (mapping.IndexMapping, error) {
+	if acc == DefaultRelativeAccuracy {
+		return defaultMapping, nil
+	}
+	return mapping.NewLogarithmicMapping(acc)
+}
+
 // New returns an empty Estimator, or an error naming the invalid field of cfg.
 func New(cfg Config) (*Estimator, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	m, err := mapping.NewLogarithmicMapping(cfg.RelativeAccuracy)
+	m, err := mappingOf(cfg.RelativeAccuracy)
 	if err != nil {
 		return nil, fmt.Errorf("latency: RelativeAccuracy: %w", err)
 	}

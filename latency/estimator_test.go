@@ -381,3 +381,18 @@ func TestEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestMappingShared: estimators of the default accuracy share one
+// mapping, which a request to any of many keys finds in the caches; one
+// of another accuracy has its own.
+func TestMappingShared(t *testing.T) {
+	a, _ := New(Config{})
+	b, _ := New(Config{})
+	c, _ := New(Config{RelativeAccuracy: 0.02})
+	if a.mapping != b.mapping {
+		t.Error("two estimators of the default accuracy hold a mapping each")
+	}
+	if c.mapping == a.mapping || math.Abs(c.mapping.RelativeAccuracy()-0.02) > 1e-9 {
+		t.Errorf("an estimator of accuracy 0.02 has the default mapping, or one of accuracy %v", c.mapping.RelativeAccuracy())
+	}
+}
