@@ -228,6 +228,28 @@ func BenchmarkAddParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkAddOwn is BenchmarkAddParallel with an Estimator per
+// goroutine: the same work sharing nothing, so that how it scales from
+// -cpu 1 to -cpu 2 is what the machine lets Add gain from a core, the
+// bar for BenchmarkAddParallel's.
+func BenchmarkAddOwn(b *testing.B) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		e, _ := New(Config{})
+		var sc Scratch
+		i := 0
+		for pb.Next() {
+			now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+			e.Add(time.Duration(1+i%10)*time.Millisecond, now)
+			if i%256 == 0 {
+				_, _ = e.DistributionWith(&sc, now)
+				sc.Release()
+			}
+			i++
+		}
+	})
+}
+
 // TestBackToLock: once writers buffer, a single goroutine's observations
 // through one shard send writers back to the lock (shard.Quiet of them),
 // and every observation is counted.

@@ -37,7 +37,8 @@
 // from one goroutine, and from several while their times increase. The buffers
 // cost an Estimator 48 bytes while one goroutine at a time writes; once
 // writers have met, 512 bytes of shards and 640 bytes per shard used,
-// 5.6 KiB at most. BenchmarkAddParallel measures Add from every core; the tailcut
+// 5.6 KiB at most. BenchmarkAddParallel measures Add from every core, beside
+// BenchmarkAddOwn, the same work on an Estimator per goroutine; the tailcut
 // package's BenchmarkPolicyParallel the whole request path and
 // BenchmarkKeyMemory a key's heap.
 //
