@@ -203,7 +203,7 @@ func TestUntrackedAllocs(t *testing.T) {
 // hundredth request, Observe of the primary, End) from every core at once,
 // on one key and on 64. Each goroutine's clock advances 100 µs a request,
 // so that the work a key does per unit of time (window rotations, the
-// budget's slots, the time a key was last used) is a thousand times
+// budget's slots, the time a key was last used) is hundreds of times
 // what it is at this rate in real time; 1keys-now takes the time from the
 // clock, as a transport does.
 func BenchmarkPolicyParallel(b *testing.B) {
