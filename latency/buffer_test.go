@@ -213,19 +213,7 @@ func TestBufferedRestart(t *testing.T) {
 func BenchmarkAddParallel(b *testing.B) {
 	e, _ := New(Config{})
 	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		var sc Scratch
-		i := 0
-		for pb.Next() {
-			now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
-			e.Add(time.Duration(1+i%10)*time.Millisecond, now)
-			if i%256 == 0 {
-				_, _ = e.DistributionWith(&sc, now)
-				sc.Release()
-			}
-			i++
-		}
-	})
+	b.RunParallel(func(pb *testing.PB) { addRequests(pb, e) })
 }
 
 // BenchmarkAddOwn is BenchmarkAddParallel with an Estimator per
@@ -236,18 +224,25 @@ func BenchmarkAddOwn(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		e, _ := New(Config{})
-		var sc Scratch
-		i := 0
-		for pb.Next() {
-			now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
-			e.Add(time.Duration(1+i%10)*time.Millisecond, now)
-			if i%256 == 0 {
-				_, _ = e.DistributionWith(&sc, now)
-				sc.Release()
-			}
-			i++
-		}
+		addRequests(pb, e)
 	})
+}
+
+// addRequests is a goroutine's loop of BenchmarkAddParallel and
+// BenchmarkAddOwn: an Add per request into e, 100 µs apart, and a
+// Distribution read every 256.
+func addRequests(pb *testing.PB, e *Estimator) {
+	var sc Scratch
+	i := 0
+	for pb.Next() {
+		now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
+		e.Add(time.Duration(1+i%10)*time.Millisecond, now)
+		if i%256 == 0 {
+			_, _ = e.DistributionWith(&sc, now)
+			sc.Release()
+		}
+		i++
+	}
 }
 
 // TestBackToLock: once writers buffer, a single goroutine's observations
