@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/DataDog/sketches-go/ddsketch/store"
 
 	"github.com/tailcut/tailcut/internal/shard"
 )
@@ -37,7 +38,10 @@ const (
 // appends to the shard of its shard.Hint under the shard's own lock, so
 // that goroutines on different cores take different locks, and the
 // sketches' lock is taken once per bufLen observations, or by a reader.
-// It fills one cache line.
+// An observation of the owner's current window, neither censored nor
+// zero, is counted in the shard's tally instead, which only a reader
+// moves into the sketches: a writer then writes nothing another core
+// reads. It fills two cache lines.
 type obsShard struct {
 	mu sync.Mutex
 	// n counts the owner's observations buffered through this shard since
@@ -50,6 +54,76 @@ type obsShard struct {
 	// unbuffered add would put it, even when its time is earlier.
 	top time.Time
 	buf []obs // allocated at the shard's first use
+	// tally counts observations by bin, allocated at the shard's
+	// first counted observation.
+	tally *tally
+	// held is set while the shard holds observations, buffered or
+	// counted: a drain of another shard reads it, to tell one writer
+	// from several (obsShards.alone).
+	held atomic.Bool
+	_    [shard.Line - 12]byte
+}
+
+// tallyBins is how many adjacent sketch bins a shard's tally counts: at
+// the default relative accuracy (1 %) a range of about 1 to 160, centred
+// on the first observation it counts.
+const tallyBins = 256
+
+// tally counts a shard's observations of one window of the owner
+// estimator by sketch bin: bin lo+j in c[j], those in min..max (bins)
+// non-zero, n in all. end is the window's end (UnixNano) as the owner
+// published it (Estimator.win) when the first was counted.
+type tally struct {
+	end      int64
+	lo       int32
+	min, max int32
+	n        uint32
+	c        [tallyBins]uint32
+}
+
+// count counts an observation of bin i at a time before end, the end of
+// the owner's current window, and reports whether it could: the tally
+// is empty or of the same window, and i is in its range.
+func (t *tally) count(i int32, end int64) bool {
+	if t.n == 0 {
+		t.end, t.lo, t.min, t.max = end, i-tallyBins/2, i, i
+	} else if t.end != end {
+		return false
+	}
+	j := i - t.lo
+	if j < 0 || j >= tallyBins {
+		return false
+	}
+	t.c[j]++
+	t.n++
+	t.min, t.max = min(t.min, i), max(t.max, i)
+	return true
+}
+
+// moveTo adds the tally's counts to e's sketches, the current window's
+// or the previous one's as its end says (none when older), and empties
+// it. e.mu must be held, and e rotated to at least the tally's window.
+func (t *tally) moveTo(e *Estimator) {
+	if t.n == 0 {
+		return
+	}
+	var st store.Store
+	switch t.end {
+	case e.end.UnixNano():
+		st = e.cur.GetPositiveValueStore()
+	case e.end.Add(-e.cfg.Window).UnixNano():
+		st = e.prev.GetPositiveValueStore()
+	}
+	for i := t.min; i <= t.max; i++ {
+		j := i - t.lo
+		if c := t.c[j]; c != 0 {
+			if st != nil {
+				st.AddWithCount(int(i), float64(c))
+			}
+			t.c[j] = 0
+		}
+	}
+	t.n = 0
 }
 
 // obsShards is the observation buffer of an Estimator, and of those that
@@ -106,6 +180,10 @@ func (set *obsShards) put(x, y *Estimator, i int32, fl uint8, now time.Time) {
 		if !s.mu.TryLock() {
 			continue
 		}
+		if y == nil && fl == 0 && x == set.owner && set.tallied(s, x, j, i, now) {
+			s.mu.Unlock()
+			return
+		}
 		if !set.room(s, x, j, need) && k < shard.N-1 {
 			// Full while the sketches are read: another shard may
 			// have room.
@@ -139,6 +217,58 @@ func (set *obsShards) room(s *obsShard, x *Estimator, k, need int) bool {
 	return true
 }
 
+// tallied counts an observation of bin i at now for the owner x in the
+// tally of shard k (s, whose lock is held), and reports whether it did:
+// now is within x's current window as x published it, and the tally is
+// of that window (or is moved into the sketches first, when their lock
+// is free) with room for i.
+func (set *obsShards) tallied(s *obsShard, x *Estimator, k int, i int32, now time.Time) bool {
+	end := x.win.Load()
+	if now.UnixNano() >= end {
+		return false // the window may have to rotate: buffered
+	}
+	if s.tally == nil {
+		s.tally = new(tally)
+	}
+	if t := s.tally; t.n != 0 && t.end != end {
+		if !x.mu.TryLock() {
+			return false
+		}
+		set.drain(k)
+		x.mu.Unlock()
+	}
+	if !s.tally.count(i, end) {
+		return false
+	}
+	if now.After(s.top) {
+		s.top = now
+	}
+	if s.tally.n == 1 {
+		set.mark(s)
+	}
+	s.n++
+	if s.tally.n >= shard.Quiet/2 && x.mu.TryLock() {
+		// Now and then a writer moves its tally itself: for an
+		// estimator no reader reads, and so that a writer left alone
+		// goes back to the lock (shard.Calm).
+		set.drain(k)
+		x.mu.Unlock()
+	}
+	return true
+}
+
+// mark records that s, which held no observation of one kind, buffered
+// or counted, holds one: readers then visit the shards (dirty), and
+// drains of other shards know it is in use (held).
+func (set *obsShards) mark(s *obsShard) {
+	if !s.held.Load() {
+		s.held.Store(true)
+	}
+	if !set.dirty.Load() {
+		set.dirty.Store(true)
+	}
+}
+
 // append adds the observation to s, which has room and whose lock is held.
 func (set *obsShards) append(s *obsShard, x, y *Estimator, i int32, fl uint8, now time.Time) {
 	if s.buf == nil {
@@ -151,8 +281,8 @@ func (set *obsShards) append(s *obsShard, x, y *Estimator, i int32, fl uint8, no
 		if d == nil {
 			continue
 		}
-		if len(s.buf) == 0 && !set.dirty.Load() {
-			set.dirty.Store(true)
+		if len(s.buf) == 0 {
+			set.mark(s)
 		}
 		s.buf = append(s.buf, obs{at: s.top, dst: d, i: i, fl: fl})
 		if d == set.owner {
@@ -169,15 +299,28 @@ func (set *obsShards) append(s *obsShard, x, y *Estimator, i int32, fl uint8, no
 // be held.
 func (set *obsShards) drain(k int) {
 	s := &set.s.Load()[k]
-	if len(s.buf) == 0 {
-		return
-	}
+	n := len(s.buf)
 	for j := range s.buf {
 		o := &s.buf[j]
 		o.dst.place(o)
 		o.dst = nil
 	}
-	if set.calm.Note(k, len(s.buf)) && set.spread.Load() {
+	if t := s.tally; t != nil && t.n != 0 {
+		n += int(t.n)
+		// The owner rotated to the tally's window: its end was
+		// published by the owner's last rotation.
+		t.moveTo(set.owner)
+	}
+	if n == 0 {
+		return
+	}
+	if s.held.Load() {
+		s.held.Store(false)
+	}
+	switch {
+	case !set.alone(k):
+		set.calm.Reset()
+	case set.calm.Note(k, n) && set.spread.Load():
 		set.spread.Store(false)
 	}
 	if cap(s.buf) > maxBufLen {
@@ -187,6 +330,19 @@ func (set *obsShards) drain(k int) {
 		return
 	}
 	s.buf = s.buf[:0]
+}
+
+// alone reports whether shard k is the only one holding observations:
+// while another shard holds some, writers are not down to one, however
+// many times k is drained in a row.
+func (set *obsShards) alone(k int) bool {
+	sh := set.s.Load()
+	for j := range sh {
+		if j != k && sh[j].held.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // sync moves the buffered observations into the sketches, for a reader
@@ -209,7 +365,7 @@ func (set *obsShards) sync(x *Estimator, restart time.Time) {
 	// after which nothing of before may remain buffered.
 	left := shard.LockEach(func(k int) *sync.Mutex { return &sh[k].mu }, func(k int) {
 		s := &sh[k]
-		if len(s.buf) > 0 {
+		if len(s.buf) > 0 || s.tally != nil && s.tally.n != 0 {
 			used++
 		}
 		set.drain(k)

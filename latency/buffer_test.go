@@ -167,6 +167,60 @@ func TestBufferedAcrossShards(t *testing.T) {
 	}
 }
 
+// TestTalliedAcrossShards is TestBufferedAcrossShards through the
+// writers' own path: an observation goes into its shard's tally when it
+// can, else into its buffer (a full one moved first when the sketches'
+// lock is free), with readers now and then, and still lands in the
+// window an unbuffered estimator puts it in.
+func TestTalliedAcrossShards(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		cfg := Config{Window: time.Second, MinSamples: 1}
+		e, _ := New(cfg)
+		ref, _ := New(cfg)
+		now := t0
+		e.Add(time.Millisecond, now)
+		ref.Add(time.Millisecond, now)
+		tallied := 0
+		for range 3000 {
+			now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
+			if r.IntN(500) == 0 {
+				now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
+			}
+			// Bins 300 apart do not fit one tally: some go to the buffer.
+			i, fl := int32(r.IntN(300)), uint8(0)
+			if r.IntN(5) == 0 {
+				fl = obsCensored
+			}
+			k := r.IntN(shard.N)
+			set := e.buf
+			s := &set.shards()[k]
+			s.mu.Lock()
+			if fl == 0 && set.tallied(s, e, k, i, now) {
+				tallied++
+			} else {
+				set.room(s, e, k, 1)
+				set.append(s, e, nil, i, fl, now)
+			}
+			s.mu.Unlock()
+			unbuffered(ref, i, fl, now)
+			if r.IntN(300) == 0 {
+				compareWindows(t, e, ref, now)
+			}
+		}
+		compareWindows(t, e, ref, now)
+		// Windows of about 50 observations, a tally refused from a
+		// window's end until a drain or a reader rotates, bins out of
+		// a tally's range and censored ones: a fifth are tallied.
+		if tallied < 300 {
+			t.Errorf("%d observations of 3000 tallied, want at least 300", tallied)
+		}
+		if t.Failed() {
+			t.Fatalf("seed %d", seed)
+		}
+	}
+}
+
 // compareWindows checks that e's windows at now equal ref's, bin by bin.
 func compareWindows(t *testing.T, e, ref *Estimator, now time.Time) {
 	t.Helper()
@@ -324,5 +378,32 @@ func TestWritersDoNotWaitForReader(t *testing.T) {
 		if c := cap(sh[k].buf); c > maxBufLen {
 			t.Errorf("shard %d keeps %d observations' room after the drain", k, c)
 		}
+	}
+}
+
+// TestStaysSpreadWithTwoWriters: while another writer's shard holds
+// observations, one writer moving its own shard's into the sketches
+// again and again does not send writers back to the lock — they are not
+// down to one.
+func TestStaysSpreadWithTwoWriters(t *testing.T) {
+	e, _ := New(Config{Window: time.Hour})
+	e.Add(time.Millisecond, t0)
+	set := e.buf
+	set.spread.Store(true)
+	// Another writer's observation, buffered in the shard after this
+	// goroutine's.
+	other := &set.shards()[(shard.Hint()+1)%shard.N]
+	other.mu.Lock()
+	set.append(other, e, nil, 0, obsZero, t0)
+	other.mu.Unlock()
+	n := 2
+	for ; n < 4*shard.Quiet; n++ {
+		e.Add(time.Millisecond, t0)
+	}
+	if !set.spread.Load() {
+		t.Fatal("writers went back to the lock while another shard held observations")
+	}
+	if c, _ := e.Counts(t0); c != n || e.Added() != uint64(n) {
+		t.Errorf("Counts %d, Added %d; want %d", c, e.Added(), n)
 	}
 }

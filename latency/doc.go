@@ -19,27 +19,34 @@
 // latency kept exact). In practice a distribution that spans a factor of 100
 // uses about 240 bins per window.
 //
-// Writers on different cores do not wait for each other. While one
-// goroutine at a time writes, [Estimator.Add] takes the windows' lock (with
-// TryLock) and adds straight into them. Once a writer finds that lock
-// taken, writers append the observation's sketch bin to one of 8 small
-// buffers (shards), picked by a hash of the calling goroutine's stack,
-// under that shard's own lock (a busy shard sends the writer to the next).
-// The writer that finds its shard full (16 observations) moves it into the
-// windows, unless a reader holds them — it then writes to another shard
-// instead of waiting — and every reader (Quantile, Distribution, Counts,
-// Snapshot, …) moves the shards in before it reads, but for one that a
-// writer holds at that moment, left for the next reader: no reader waits
-// for a writer. After 256 observations in a row through one shard,
-// writers go back to the lock. A buffered observation carries the later
-// of its time and its shard's latest, and lands in the window of that
-// time, so a reader sees what unbuffered adds would have left: exactly so
-// from one goroutine, and from several while their times increase. The buffers
-// cost an Estimator 48 bytes while one goroutine at a time writes; once
-// writers have met, 512 bytes of shards and 640 bytes per shard used,
-// 5.6 KiB at most. BenchmarkAddParallel measures Add from every core, beside
-// BenchmarkAddOwn, the same work on an Estimator per goroutine; the tailcut
-// package's BenchmarkPolicyParallel the whole request path and
+// Writers on different cores do not wait for each other, and write
+// nothing another core reads. While one goroutine at a time writes,
+// [Estimator.Add] takes the windows' lock (with TryLock) and adds straight
+// into them. Once a writer finds that lock taken, writers count the
+// observation in one of 8 shards, picked by a hash of the calling
+// goroutine's stack, under that shard's own lock (a busy shard sends the
+// writer to the next): in the shard's tally, which counts the current
+// window's observations by sketch bin (256 bins around its first), or,
+// for an observation the tally cannot hold (censored, zero, out of its
+// bins, past the window's end before the windows rotated, or given to an
+// estimator sharing another's lock), in the shard's buffer, with its time.
+// Every reader (Quantile, Distribution, Counts, Snapshot, …) moves the
+// shards in before it reads, but for one that a writer holds at that
+// moment, left for the next reader: no reader waits for a writer. A
+// writer moves its own shard in when its buffer is full (16 observations)
+// or its tally holds 128, if no reader holds the windows' lock — it then
+// writes to another shard, or on, instead of waiting. Once one shard alone
+// has held observations for 256 of them in a row, writers go back to the
+// lock. A buffered observation carries the later of its time and its
+// shard's latest, and lands in the window of that time, and a tallied one
+// in the window it was counted in, so a reader sees what unbuffered adds
+// would have left: exactly so from one goroutine, and from several while
+// their times increase. The shards cost an Estimator 48 bytes while one
+// goroutine at a time writes; once writers have met, 1 KiB of shards, and
+// per shard used a tally of 1,152 bytes and a buffer of 640, 15 KiB at
+// most. BenchmarkAddParallel measures Add from every core beside
+// BenchmarkAddOwn, the same work on an Estimator per goroutine; the
+// tailcut package's BenchmarkPolicyParallel the whole request path and
 // BenchmarkKeyMemory a key's heap.
 //
 // A hedging client does not see every latency in full: a primary cancelled

@@ -103,6 +103,10 @@ type Estimator struct {
 	started atomic.Bool
 	// given is set at the first observation given to e (Empty).
 	given atomic.Bool
+	// win is the end of the current window (UnixNano), published by
+	// the rotations for the writers that count in their shard's tally
+	// (obsShards.tallied); zero before the first window.
+	win atomic.Int64
 	// added counts the observations added under mu, and Added adds those
 	// counted in the shards of e's own buffer; shared counts all those of
 	// an estimator that writes to another's buffer (ShareLock).
@@ -167,6 +171,7 @@ func (e *Estimator) Config() Config { return e.cfg }
 func (e *Estimator) rotate(now time.Time) {
 	if e.start.IsZero() {
 		e.start, e.end = now, now.Add(e.cfg.Window)
+		e.win.Store(e.end.UnixNano())
 		e.started.Store(true)
 		return
 	}
@@ -193,6 +198,7 @@ func (e *Estimator) rotate(now time.Time) {
 	e.ccur.Clear()
 	e.start = e.start.Add(n * e.cfg.Window)
 	e.end = e.start.Add(e.cfg.Window)
+	e.win.Store(e.end.UnixNano())
 	e.gen++
 }
 
@@ -453,6 +459,7 @@ func (e *Estimator) Restart(now time.Time) {
 		w.Clear()
 	}
 	e.start, e.end = now, now.Add(e.cfg.Window)
+	e.win.Store(e.end.UnixNano())
 	e.started.Store(true)
 	e.gen++
 	// What is buffered from now on is of the restarted windows.
