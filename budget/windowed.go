@@ -36,7 +36,8 @@ const windowSlots = 10
 // other; a shard's count moves into the ring when its slot ends, and
 // every other method moves them first (but a shard a Deposit holds at
 // that moment), so that every answer is the one unsharded deposits would
-// have given.
+// have given; Withdraw moves them only when the ring alone cannot pay the
+// hedge.
 //
 // The invariant: over any stretch of T seconds, the hedges granted are at
 // most Ratio × the primaries of that stretch and of the TTL (plus one
@@ -120,13 +121,22 @@ func (b *Windowed) Settings() (ratio float64, ttl time.Duration, floor float64) 
 // out of the window, and moves the shards' deposits into it. A now earlier
 // than the slot being filled counts in it. b.mu must be held.
 func (b *Windowed) advance(now time.Time) {
+	if b.roll(now) {
+		b.flushAll()
+	}
+}
+
+// roll moves the ring to the slot of now, as advance does, but leaves
+// the shards' deposits where they are; it reports false for the first
+// call, which sets the origin. b.mu must be held.
+func (b *Windowed) roll(now time.Time) bool {
 	if b.origin.IsZero() {
 		b.origin = now
 		b.started.Store(true)
-		return
+		return false
 	}
 	b.advanceTo(int64(now.Sub(b.origin) / b.slot))
-	b.flushAll()
+	return true
 }
 
 // flushAll moves the shards' deposits into the ring, but those of a shard
@@ -273,10 +283,17 @@ func (b *Windowed) count(s *depShard, k int64) {
 }
 
 // Withdraw grants a hedge if a whole token is available.
+//
+// The shards' deposits made up to now can only add to the balance, so it
+// moves them into the ring only when the ring's own tokens fall short: a hedge granted
+// from the ring holds the lock for no visit of the shards, which the
+// writers on other cores hold the lines of.
 func (b *Windowed) Withdraw(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.advance(now)
+	if b.roll(now) && b.tokens() < 1 {
+		b.flushAll()
+	}
 	if b.tokens() < 1 {
 		return false
 	}

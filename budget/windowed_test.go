@@ -333,3 +333,36 @@ func TestWindowedBackToLock(t *testing.T) {
 		t.Errorf("Deposits %d, want %d", got, n+1)
 	}
 }
+
+// TestWindowedWithdrawFromRing: a Withdraw the ring's tokens pay leaves
+// the shards' deposits where they are; one they do not pay moves them in
+// and is granted from them.
+func TestWindowedWithdrawFromRing(t *testing.T) {
+	b, _ := NewWindowed(0.5, 10*time.Second, -1)
+	for range 4 {
+		b.Deposit(t0) // the ring: 2 tokens
+	}
+	b.spread.Store(true) // as if the lock had been found taken
+	for range 4 {
+		b.depositIn(3, t0) // a shard: 2 tokens more
+	}
+	for i := range 2 {
+		if !b.Withdraw(t0) {
+			t.Fatalf("withdrawal %d refused with the ring's tokens", i)
+		}
+	}
+	if b.shards[3].n != 4 || !b.dirty.Load() {
+		t.Fatalf("the shard holds %d deposits (dirty %v) after withdrawals the ring paid, want 4 (true)", b.shards[3].n, b.dirty.Load())
+	}
+	for i := range 2 {
+		if !b.Withdraw(t0) {
+			t.Fatalf("withdrawal %d refused with the shard's tokens", 2+i)
+		}
+	}
+	if b.shards[3].n != 0 {
+		t.Errorf("the shard holds %d deposits after a withdrawal it paid, want 0", b.shards[3].n)
+	}
+	if b.Withdraw(t0) {
+		t.Error("a fifth withdrawal granted from 8 deposits at 0.5")
+	}
+}
