@@ -64,6 +64,17 @@ type obsShard struct {
 	_    [shard.Line - 12]byte
 }
 
+// A writer moves its shard's tally into the sketches itself after
+// tallyAlone observations while no other shard holds any, so that a
+// writer left alone soon goes back to the lock, and else after
+// tallyMove: every move passes the sketches' cache lines from core to
+// core (latency's BenchmarkAddParallel against BenchmarkAddOwn), and a
+// reader moves every tally in before it reads anyway.
+const (
+	tallyAlone = shard.Quiet / 2
+	tallyMove  = 16 * shard.Quiet
+)
+
 // tallyBins is how many adjacent sketch bins a shard's tally counts: at
 // the default relative accuracy (1 %) a range of about 1 to 160, centred
 // on the first observation it counts.
@@ -247,7 +258,7 @@ func (set *obsShards) tallied(s *obsShard, x *Estimator, k int, i int32, now tim
 		set.mark(s)
 	}
 	s.n++
-	if s.tally.n >= shard.Quiet/2 && x.mu.TryLock() {
+	if n := s.tally.n; n%tallyAlone == 0 && (n >= tallyMove || set.alone(k)) && x.mu.TryLock() {
 		// Now and then a writer moves its tally itself: for an
 		// estimator no reader reads, and so that a writer left alone
 		// goes back to the lock (shard.Calm).

@@ -2,6 +2,7 @@ package latency
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -262,12 +263,18 @@ func TestBufferedRestart(t *testing.T) {
 }
 
 // BenchmarkAddParallel is an Add per request from every core at once into
-// one Estimator, with a Distribution read every 256 (as the tailcut
-// policy recomputes): -cpu 1,2 compares one core with two.
+// one Estimator, with a Distribution read every 256 requests of each
+// goroutine (as the tailcut policy recomputes a busy key) or every 4,096
+// (as a client reading its quantiles now and then): -cpu 1,2 compares
+// one core with two.
 func BenchmarkAddParallel(b *testing.B) {
-	e, _ := New(Config{})
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) { addRequests(pb, e) })
+	for _, every := range []int{256, 4096} {
+		b.Run("read"+strconv.Itoa(every), func(b *testing.B) {
+			e, _ := New(Config{})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) { addRequests(pb, e, every) })
+		})
+	}
 }
 
 // BenchmarkAddOwn is BenchmarkAddParallel with an Estimator per
@@ -275,23 +282,27 @@ func BenchmarkAddParallel(b *testing.B) {
 // -cpu 1 to -cpu 2 is what the machine lets Add gain from a core, the
 // bar for BenchmarkAddParallel's.
 func BenchmarkAddOwn(b *testing.B) {
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		e, _ := New(Config{})
-		addRequests(pb, e)
-	})
+	for _, every := range []int{256, 4096} {
+		b.Run("read"+strconv.Itoa(every), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				e, _ := New(Config{})
+				addRequests(pb, e, every)
+			})
+		})
+	}
 }
 
 // addRequests is a goroutine's loop of BenchmarkAddParallel and
 // BenchmarkAddOwn: an Add per request into e, 100 µs apart, and a
-// Distribution read every 256.
-func addRequests(pb *testing.PB, e *Estimator) {
+// Distribution read every so many.
+func addRequests(pb *testing.PB, e *Estimator, every int) {
 	var sc Scratch
 	i := 0
 	for pb.Next() {
 		now := t0.Add(time.Duration(i) * 100 * time.Microsecond)
 		e.Add(time.Duration(1+i%10)*time.Millisecond, now)
-		if i%256 == 0 {
+		if i%every == 0 {
 			_, _ = e.DistributionWith(&sc, now)
 			sc.Release()
 		}

@@ -34,8 +34,11 @@
 // shards in before it reads, but for one that a writer holds at that
 // moment, left for the next reader: no reader waits for a writer. A
 // writer moves its own shard in when its buffer is full (16 observations)
-// or its tally holds 128, if no reader holds the windows' lock — it then
-// writes to another shard, or on, instead of waiting. Once one shard alone
+// or its tally holds 4,096 (128 while no other shard holds any), if no
+// reader holds the windows' lock — it then writes to another shard, or
+// on, instead of waiting: a move passes the windows' cache lines from
+// core to core, and so do the readers' moves, so writers on several
+// cores scale as far as the readers are rare. Once one shard alone
 // has held observations for 256 of them in a row, writers go back to the
 // lock. A buffered observation carries the later of its time and its
 // shard's latest, and lands in the window of that time, and a tallied one
