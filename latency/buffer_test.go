@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/DataDog/sketches-go/ddsketch"
 
@@ -416,5 +417,14 @@ func TestStaysSpreadWithTwoWriters(t *testing.T) {
 	}
 	if c, _ := e.Counts(t0); c != n || e.Added() != uint64(n) {
 		t.Errorf("Counts %d, Added %d; want %d", c, e.Added(), n)
+	}
+}
+
+// TestShardLayout: a shard of an estimator's buffer fills two cache
+// lines, so that writers on different cores, each in its own shard, do
+// not write one line.
+func TestShardLayout(t *testing.T) {
+	if n := unsafe.Sizeof(obsShard{}); n != 2*shard.Line {
+		t.Errorf("obsShard is %d bytes, want %d", n, 2*shard.Line)
 	}
 }
