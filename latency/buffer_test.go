@@ -135,14 +135,9 @@ func TestBufferedAcrossShards(t *testing.T) {
 		e.Add(time.Millisecond, now)
 		ref.Add(time.Millisecond, now)
 		for range 3000 {
-			now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
-			if r.IntN(500) == 0 {
-				now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond) // a gap of windows
-			}
-			i, fl := int32(r.IntN(300)), uint8(0)
-			if r.IntN(5) == 0 {
-				fl = obsCensored
-			}
+			var i int32
+			var fl uint8
+			now, i, fl = drawObservation(r, now)
 			k := r.IntN(shard.N)
 			s := &e.buf.shards()[k]
 			s.mu.Lock()
@@ -185,15 +180,10 @@ func TestTalliedAcrossShards(t *testing.T) {
 		ref.Add(time.Millisecond, now)
 		tallied := 0
 		for range 3000 {
-			now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
-			if r.IntN(500) == 0 {
-				now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
-			}
 			// Bins 300 apart do not fit one tally: some go to the buffer.
-			i, fl := int32(r.IntN(300)), uint8(0)
-			if r.IntN(5) == 0 {
-				fl = obsCensored
-			}
+			var i int32
+			var fl uint8
+			now, i, fl = drawObservation(r, now)
 			k := r.IntN(shard.N)
 			set := e.buf
 			s := &set.shards()[k]
@@ -221,6 +211,22 @@ func TestTalliedAcrossShards(t *testing.T) {
 			t.Fatalf("seed %d", seed)
 		}
 	}
+}
+
+// drawObservation draws the next observation of TestBufferedAcrossShards
+// and TestTalliedAcrossShards after one at now: its time (0 to 40 ms
+// later, and now and then a gap of windows), its bin among 300, and its
+// flags (a fifth censored).
+func drawObservation(r *rand.Rand, now time.Time) (time.Time, int32, uint8) {
+	now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
+	if r.IntN(500) == 0 {
+		now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond) // a gap of windows
+	}
+	i, fl := int32(r.IntN(300)), uint8(0)
+	if r.IntN(5) == 0 {
+		fl = obsCensored
+	}
+	return now, i, fl
 }
 
 // compareWindows checks that e's windows at now equal ref's, bin by bin.
