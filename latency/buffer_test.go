@@ -127,13 +127,7 @@ func unbuffered(e *Estimator, i int32, fl uint8, now time.Time) {
 func TestBufferedAcrossShards(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 9))
-		cfg := Config{Window: time.Second, MinSamples: 1}
-		e, _ := New(cfg)
-		ref, _ := New(cfg)
-		now := t0
-		// The first observation starts the windows, in both.
-		e.Add(time.Millisecond, now)
-		ref.Add(time.Millisecond, now)
+		e, ref, now := startedPair()
 		for range 3000 {
 			var i int32
 			var fl uint8
@@ -172,12 +166,7 @@ func TestBufferedAcrossShards(t *testing.T) {
 func TestTalliedAcrossShards(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 11))
-		cfg := Config{Window: time.Second, MinSamples: 1}
-		e, _ := New(cfg)
-		ref, _ := New(cfg)
-		now := t0
-		e.Add(time.Millisecond, now)
-		ref.Add(time.Millisecond, now)
+		e, ref, now := startedPair()
 		tallied := 0
 		for range 3000 {
 			// Bins 300 apart do not fit one tally: some go to the buffer.
@@ -211,6 +200,19 @@ func TestTalliedAcrossShards(t *testing.T) {
 			t.Fatalf("seed %d", seed)
 		}
 	}
+}
+
+// startedPair returns two estimators of one-second windows, each given
+// one observation at t0, which starts their windows, and t0: the one
+// under test and the unbuffered reference of TestBufferedAcrossShards and
+// TestTalliedAcrossShards.
+func startedPair() (e, ref *Estimator, now time.Time) {
+	cfg := Config{Window: time.Second, MinSamples: 1}
+	e, _ = New(cfg)
+	ref, _ = New(cfg)
+	e.Add(time.Millisecond, t0)
+	ref.Add(time.Millisecond, t0)
+	return e, ref, t0
 }
 
 // drawObservation draws the next observation of TestBufferedAcrossShards
